@@ -1,0 +1,31 @@
+# Two commands (see README): `make demo` runs the main job, `make test` the whole suite.
+# Both set up .venv on a fresh machine first (torch pinned: a CPU build here).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_PIN := torch==2.13.0
+
+.PHONY: setup demo test lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_PIN)
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+demo: setup
+	HF_HUB_OFFLINE=1 $(VENV)/bin/dprag demo
+
+test: setup
+	bash scripts/test.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict dprag_core
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,26 @@
+"""dprag_core: framework-neutral differentially private RAG.
+
+Imports only numpy and dp_accounting; the transformers backend
+(:mod:`dprag_core.models.hf`) and the framework adapters load lazily.
+
+>>> import dprag_core
+>>> dprag_core.Budget(1.0).epsilon
+1.0
+"""
+
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.pipeline import PrivateRAG
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = [
+    "Budget",
+    "CorpusAccountant",
+    "DPAnswer",
+    "Mechanism",
+    "PrivacyBudgetExhausted",
+    "PrivateRAG",
+    "ScoredDocument",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,63 @@
+"""The mechanism contract shared by every algorithm and adapter (DESIGN §3).
+
+A mechanism turns a question plus retrieved candidates into a :class:`DPAnswer`.
+Adapters and :class:`dprag_core.pipeline.PrivateRAG` ask it how many candidates
+it needs, charge its fixed per-query cost *before* retrieval, then call
+:meth:`Mechanism.answer` (or :meth:`Mechanism.stream`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["Mechanism"]
+
+
+class Mechanism(ABC):
+    """Base class of all answer mechanisms (DP and non-private baselines).
+
+    Subclasses set :attr:`name` and implement :meth:`answer`; token-level ones
+    override :meth:`stream` to yield text as each token is released.
+    """
+
+    name: str = "Mechanism"
+
+    def candidates_needed(self) -> int | None:
+        """How many top candidates to retrieve; ``None`` = every one above :meth:`min_score`."""
+        return None
+
+    def min_score(self) -> float | None:
+        """Public score threshold for ``candidates_needed() is None`` retrieval (MuRAG)."""
+        return None
+
+    def query_cost(self) -> Budget | None:
+        """The fixed corpus-level guarantee of one query, charged before retrieval.
+
+        ``None`` for non-private baselines and for mechanisms that charge a
+        per-unit ledger themselves (MuRAG), which then refuse inside ``answer``
+        before releasing anything.
+        """
+        return None
+
+    @abstractmethod
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Answer ``question`` from ``docs``."""
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Yield released text chunks, then the final :class:`DPAnswer` last."""
+        result = self.answer(question, docs, rng=rng)
+        if result.text:
+            yield result.text
+        yield result
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

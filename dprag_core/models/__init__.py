@@ -1,0 +1,1 @@
+"""dprag_core.models."""

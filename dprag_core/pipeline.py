@@ -1,0 +1,89 @@
+"""Question -> charge -> retrieve -> mechanism: the framework-neutral DP RAG loop.
+
+Adapters follow the same order: the fixed cost is charged *before* retrieval,
+so a query that would overspend is refused before any work, and nothing is
+released uncharged. Mechanisms with per-unit ledgers (MuRAG) charge their
+ledger inside ``answer`` before they release anything.
+
+>>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["PrivateRAG", "charge_query", "check_question", "retrieve_for"]
+
+
+def check_question(question: object) -> str:
+    """Validate a question: a non-empty string."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    return question
+
+
+def charge_query(mechanism: Mechanism, accountant: CorpusAccountant | None) -> None:
+    """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first."""
+    cost = mechanism.query_cost()
+    if accountant is not None and cost is not None:
+        accountant.charge(cost)
+
+
+def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:
+    """Retrieve what ``mechanism`` asks for: its top-n, or every candidate above its tau."""
+    n = mechanism.candidates_needed()
+    if n is not None:
+        return list(retriever(question, n)) if n > 0 else []
+    tau = mechanism.min_score()
+    if tau is None:
+        raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    return retrieve_above(retriever, question, tau)
+
+
+class PrivateRAG:
+    """A DP RAG app in three parts: a retriever, a mechanism and a budget.
+
+    ``retriever(question, k)`` returns scored candidates, best first.
+    ``accountant`` (optional) holds the corpus-level budget that each query's
+    fixed cost is charged against before retrieval.
+    """
+
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        retriever: Retriever,
+        *,
+        accountant: CorpusAccountant | None = None,
+    ) -> None:
+        if not isinstance(mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
+        if not callable(retriever):
+            raise TypeError("retriever must be callable as retriever(question, k)")
+        self.mechanism = mechanism
+        self.retriever = retriever
+        self.accountant = accountant
+
+    def _prepare(self, question: str) -> Sequence[ScoredDocument]:
+        check_question(question)
+        charge_query(self.mechanism, self.accountant)
+        return retrieve_for(self.mechanism, self.retriever, question)
+
+    def answer(self, question: str, *, rng: RngLike = None) -> DPAnswer:
+        """Charge, retrieve and answer one question."""
+        docs = self._prepare(question)
+        return self.mechanism.answer(question, docs, rng=rng)
+
+    def stream(self, question: str, *, rng: RngLike = None) -> Iterator[str | DPAnswer]:
+        """Like :meth:`answer`, yielding released text chunks then the DPAnswer."""
+        docs = self._prepare(question)
+        yield from self.mechanism.stream(question, docs, rng=rng)
+
+    def __repr__(self) -> str:
+        return f"PrivateRAG(mechanism={self.mechanism!r}, accountant={self.accountant!r})"

@@ -1,0 +1,1 @@
+"""LangChain adapters for dprag (DP retriever-plus-generator Runnable, DP retriever)."""

@@ -1,0 +1,1 @@
+"""LlamaIndex adapters for dprag (DP query engine, DP node postprocessors)."""

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, then pytest (offline, 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
+"$VENV/bin/mypy" --strict dprag_core
+"$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"
