@@ -3,7 +3,7 @@
 The default generator is seeded from OS entropy; a seed (or a generator) is
 accepted for tests and benchmarks only.
 
->>> make_rng(7).integers(10) == make_rng(7).integers(10)
+>>> bool(make_rng(7).integers(10) == make_rng(7).integers(10))
 True
 """
 

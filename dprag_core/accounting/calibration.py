@@ -1,0 +1,63 @@
+"""Calibrate a per-step ε₀ so that a given number of steps fits a total budget.
+
+:func:`per_token_epsilon` inverts :func:`~dprag_core.accounting.composition.max_compositions`:
+the largest ε₀ such that ``tokens`` adaptive compositions of an ε₀-DP step
+(an exponential mechanism with ``bounded_range=True``) fit within ``total``
+under at least one valid composition bound. DP-ICL, for instance, calibrates
+its per-token ε over ``max_new_tokens`` with ``bounded_range=True``.
+
+>>> eps0 = per_token_epsilon(Budget(10.0, 1e-6), 346)
+>>> 0.1 <= eps0 < 0.1003
+True
+"""
+
+from __future__ import annotations
+
+from dprag_core._validation import positive_int
+from dprag_core.accounting.composition import BOUNDS, composition_fits, max_compositions
+from dprag_core.budget import Budget
+
+__all__ = ["per_token_epsilon"]
+
+_RELATIVE_TOLERANCE = 1e-10
+
+
+def per_token_epsilon(total: Budget, tokens: int, *, bounded_range: bool = False) -> float:
+    """The largest per-step ε₀ such that ``tokens`` compositions of it fit within ``total``.
+
+    Bisection on ε₀ in [total.epsilon / tokens, total.epsilon] (the lower end
+    fits by sequential composition) to a relative precision of 1e-10, always
+    returning a value that fits; the result is checked with
+    :func:`~dprag_core.accounting.composition.max_compositions`.
+
+    >>> per_token_epsilon(Budget(1.0), 4)  # delta = 0: only sequential applies
+    0.25
+    >>> round(per_token_epsilon(Budget(10.0, 1e-6), 1231, bounded_range=True), 4)
+    0.1
+    """
+    if not isinstance(total, Budget):
+        raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+    n = positive_int("tokens", tokens)
+    if not isinstance(bounded_range, bool):
+        raise TypeError(
+            f"bounded_range must be a bool (True or False), got {type(bounded_range).__name__}"
+        )
+    t, br = total, bounded_range
+    bounds = BOUNDS if br else BOUNDS[:-1]
+
+    def fits(eps0: float) -> bool:
+        step = Budget(eps0)
+        return any(composition_fits(b, step, n, t) for b in bounds)
+
+    lo, hi = t.epsilon / n, t.epsilon
+    if fits(hi):
+        lo = hi
+    while hi - lo > _RELATIVE_TOLERANCE * hi:
+        mid = 0.5 * (lo + hi)
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    if max_compositions(Budget(lo), t, bounded_range=br).count < n:  # pragma: no cover
+        raise RuntimeError("per_token_epsilon: calibrated step does not fit (bug)")
+    return lo

@@ -1,0 +1,141 @@
+"""LimitedDomain top-1 (Durfee & Rogers 2019, "Practical differentially private top-k
+selection with pay-what-you-get composition", Alg. "LimitedDomain" with k = 1), as used
+for the token vote of Koga et al. (DPVoteRAG Alg. 2, DPSparseVoteRAG Alg. 3).
+
+Only the true top-k̄ counts are looked at (so a vocabulary-sized histogram costs
+O(V)); the rest of the domain is represented by one threshold
+
+    h⊥ = h[k̄+1] + Δ∞ + b·ln(min(Δ0, k̄)/δ),
+
+where h[k̄+1] is the (k̄+1)-th largest count (0 past the end of the histogram),
+Δ0 = ``max_changed`` is the number of counts one privacy unit can change, and b is
+the Gumbel noise scale. Gumbel(b) noise is added to each of the k̄ counts and to h⊥;
+the index of the best noisy count is returned if it beats noisy h⊥, else None (⊥).
+
+Claim: (ε, δ)-DP under add/remove of one privacy unit, for counts with L∞
+sensitivity 1 that change in at most Δ0 positions, with
+
+- ``monotone=True`` (all counts move in the same direction, e.g. one unit adds a
+  vote to each of ≤ Δ0 items): b = 1/ε and Δ∞ = 1 — exactly Durfee & Rogers'
+  h⊥ = h[k̄+1] + 1 + ln(min(Δ0, k̄)/δ)/ε.
+- ``monotone=False`` (counts may move in opposite directions, e.g. Koga's
+  substitution of one voter's vote from token a to token b): b = 2/ε and Δ∞ = 2.
+  Both are needed: with Gumbel(2/ε) the ln term must scale with b, and an item in
+  the top-k̄ of D but not of D' can exceed h[k̄+1] by 2 (its count drops by one
+  while another rises by one), so the "+1" of the monotone case would let it
+  through with probability ≈ δ·e^{ε/2} > δ (the audit in
+  tests/mechanisms/test_limited_domain.py shows the "+1" variant failing).
+
+Proof sketch: if the top-k̄ sets of D and D' agree, the output is a Gumbel-max over
+k̄ + 1 values (k̄ counts and h⊥, which moves with h[k̄+1]) that each move by ≤ 1 —
+an exponential mechanism with scale b, ε-DP. An item in top-k̄(D) \\ top-k̄(D') has
+count ≤ h[k̄+1] + Δ∞, so it beats noisy h⊥ with probability ≤ δ/min(Δ0, k̄); at most
+min(Δ0, k̄) items are in that set.
+Ties are broken towards the lower index.
+
+>>> limited_domain_top1([0, 40, 3], epsilon=1.0, delta=1e-5, k_bar=2, rng=0)
+1
+>>> limited_domain_top1([0, 0, 0], epsilon=1.0, delta=1e-5, k_bar=2, rng=0) is None
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dprag_core._validation import positive_finite, positive_int, probability
+from dprag_core.mechanisms._rng import RngLike, make_rng
+
+__all__ = ["limited_domain_top1"]
+
+BOTTOM = -1
+"""Sentinel used by the batched sampler for ⊥."""
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The data-dependent part of one LimitedDomain run: candidates and threshold."""
+
+    indices: NDArray[np.intp]  # the top-k̄ items (positions in the histogram)
+    counts: NDArray[np.float64]  # their true counts
+    h_bottom: float  # h⊥
+    scale: float  # Gumbel noise scale b
+
+
+def _top_k(counts: NDArray[np.float64], k: int) -> tuple[NDArray[np.intp], float]:
+    """Indices of the k largest counts (ties to the lower index) and the (k+1)-th largest."""
+    n = counts.size
+    if k >= n:
+        return np.arange(n), 0.0
+    ordered = np.partition(counts, (n - k - 1, n - k))
+    kth, next_value = ordered[n - k], float(ordered[n - k - 1])
+    above = np.flatnonzero(counts > kth)
+    tied = np.flatnonzero(counts == kth)[: k - above.size]
+    return np.concatenate([above, tied]), next_value
+
+
+def _prepare(
+    counts: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    k_bar: int,
+    max_changed: int | None,
+    monotone: bool,
+) -> _Prepared:
+    eps = positive_finite("epsilon", epsilon)
+    dlt = probability("delta", delta, allow_zero=False)
+    k = positive_int("k_bar", k_bar)
+    changed = k if max_changed is None else positive_int("max_changed", max_changed)
+    h = np.asarray(counts, dtype=np.float64)
+    if h.ndim != 1 or h.size == 0:
+        raise ValueError(f"counts must be a non-empty 1-D array, got shape {h.shape}")
+    if not np.all(np.isfinite(h)) or np.any(h < 0):
+        raise ValueError("counts must be finite and >= 0")
+    indices, next_value = _top_k(h, k)
+    scale, offset = (1.0 / eps, 1.0) if monotone else (2.0 / eps, 2.0)
+    h_bottom = next_value + offset + scale * math.log(min(changed, k) / dlt)
+    return _Prepared(indices, h[indices], h_bottom, scale)
+
+
+def _sample(prep: _Prepared, size: int, rng: np.random.Generator) -> NDArray[np.intp]:
+    """``size`` independent runs; returns histogram positions, ``BOTTOM`` (-1) for ⊥."""
+    noisy = prep.counts[np.newaxis, :] + rng.gumbel(0.0, prep.scale, (size, prep.counts.size))
+    noisy_bottom = prep.h_bottom + rng.gumbel(0.0, prep.scale, size)
+    best = np.argmax(noisy, axis=1)
+    wins = noisy[np.arange(size), best] > noisy_bottom
+    return np.where(wins, prep.indices[best], BOTTOM)
+
+
+def limited_domain_top1(
+    counts: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    k_bar: int,
+    max_changed: int | None = None,
+    monotone: bool = True,
+    rng: RngLike = None,
+) -> int | None:
+    """Index of the privately chosen top count, or None (⊥); (ε, δ)-DP (module docstring).
+
+    ``counts`` is a non-negative histogram (e.g. votes over the vocabulary);
+    ``max_changed`` (Δ0, default ``k_bar``) bounds how many counts one unit changes.
+
+    >>> limited_domain_top1([5, 0, 30, 1], epsilon=2.0, delta=1e-6, k_bar=3, rng=1)
+    2
+    """
+    prep = _prepare(
+        counts,
+        epsilon=epsilon,
+        delta=delta,
+        k_bar=k_bar,
+        max_changed=max_changed,
+        monotone=monotone,
+    )
+    choice = int(_sample(prep, 1, make_rng(rng))[0])
+    return None if choice == BOTTOM else choice
