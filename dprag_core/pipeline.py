@@ -18,6 +18,7 @@ from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.units import top_units
 
 __all__ = ["PrivateRAG", "charge_query", "check_question", "retrieve_for"]
 
@@ -37,13 +38,25 @@ def charge_query(mechanism: Mechanism, accountant: CorpusAccountant | None) -> N
 
 
 def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:
-    """Retrieve what ``mechanism`` asks for: its top-n, or every candidate above its tau."""
+    """Retrieve what ``mechanism`` asks for.
+
+    A count n means the top-n *privacy units*, each by its best chunk
+    (:func:`~dprag_core.retrieval.units.top_units`: one added unit then
+    substitutes one unit, as the voting proofs need). ``None`` means every
+    chunk above the mechanism's public ``min_score`` (MuRAG, DP-ICL): a
+    threshold keeps each chunk on its own merit, so no unit shifts another;
+    a retriever with its own range search (``retriever.above(question, tau)``,
+    e.g. FAISS ``range_search``) is used directly.
+    """
     n = mechanism.candidates_needed()
     if n is not None:
-        return list(retriever(question, n)) if n > 0 else []
+        return top_units(retriever, question, n) if n > 0 else []
     tau = mechanism.min_score()
     if tau is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    above = getattr(retriever, "above", None)
+    if callable(above):
+        return [d for d in above(question, tau) if d.score > tau]
     return retrieve_above(retriever, question, tau)
 
 

@@ -1,1 +1,19 @@
-"""dprag_core.retrieval."""
+"""Retrieved documents, retrieval above a public threshold, and voter partitioning.
+
+>>> from dprag_core.retrieval import ScoredDocument, partition_voters
+>>> len(partition_voters([ScoredDocument(id="a", text="t", score=1.0)], m=2, k=1, rng=0))
+2
+"""
+
+from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.documents import PADDING_PREFIX, ScoredDocument, stable_id
+from dprag_core.retrieval.partition import partition_voters
+
+__all__ = [
+    "PADDING_PREFIX",
+    "Retriever",
+    "ScoredDocument",
+    "partition_voters",
+    "retrieve_above",
+    "stable_id",
+]

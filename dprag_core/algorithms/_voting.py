@@ -1,0 +1,263 @@
+"""Shared token loop of the voting mechanisms (VoteRAG, DPVote, DPSparseVote).
+
+One batched prefill of the m voter prompts (+ the public prompt when the
+mechanism uses it), then per token: each row's greedy token, the voters' vote
+histogram, the mechanism's choice, and ONE batched ``session.step(token)``
+appending the chosen token to every row (DESIGN §6). Released text is streamed
+as it is decoded (multi-byte characters are held back until complete).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core._validation import positive_int
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.models.base import TokenModel
+from dprag_core.prompts import join_context
+from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.partition import partition_voters
+
+__all__ = [
+    "Choice",
+    "IncrementalDecoder",
+    "VotingMechanism",
+    "check_question",
+    "check_template",
+    "check_token_model",
+    "greedy_tokens",
+    "vote_histogram",
+]
+
+
+def check_question(question: object) -> str:
+    """A question must be a non-empty string (its text is never echoed in errors)."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    return question
+
+
+def check_template(name: str, template: object, fields: Sequence[str]) -> str:
+    """Check that ``template`` is a ``str.format`` string accepting exactly ``fields``.
+
+    >>> check_template("template", "Q: {question}", ["question"])
+    'Q: {question}'
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"{name} must be a str.format template, got {type(template).__name__}")
+    try:
+        template.format(**{f: "" for f in fields})
+    except (KeyError, IndexError, ValueError) as err:
+        allowed = ", ".join("{" + f + "}" for f in fields)
+        raise ValueError(f"{name} must only use the fields {allowed}") from err
+    if "{question}" not in template:
+        raise ValueError(f"{name} must contain {{question}}")
+    return template
+
+
+def check_token_model(model: object) -> TokenModel:
+    """Reject objects that are not token models (no ``prefill``/``vocab_size``)."""
+    if not isinstance(model, TokenModel):
+        raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
+    return model
+
+
+def greedy_tokens(logprobs: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
+    """Each row's argmax token (ties to the lower id)."""
+    return np.asarray(np.argmax(logprobs, axis=1), dtype=np.intp)
+
+
+def vote_histogram(votes: npt.NDArray[np.intp], vocab_size: int) -> npt.NDArray[np.int64]:
+    """Counts over the vocabulary of the voters' tokens.
+
+    >>> vote_histogram(np.array([2, 2, 0]), 4).tolist()
+    [1, 0, 2, 0]
+    """
+    return np.bincount(votes, minlength=vocab_size).astype(np.int64)
+
+
+class IncrementalDecoder:
+    """Turns a growing token list into text chunks, never splitting a character.
+
+    A chunk is released only when the decoded text extends what was released and
+    does not end in U+FFFD (an incomplete multi-byte sequence).
+
+    >>> class Bytes:
+    ...     def decode(self, ids): return bytes(ids).decode("utf-8", errors="replace")
+    >>> d = IncrementalDecoder(Bytes())
+    >>> [d.push(b) for b in "é!".encode()], d.text
+    (['', 'é', '!'], 'é!')
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._ids: list[int] = []
+        self._released = ""
+
+    def push(self, token: int) -> str:
+        """Add one token; return the newly releasable text ('' if none yet)."""
+        self._ids.append(int(token))
+        text = str(self._model.decode(self._ids))
+        if text.endswith("\ufffd") or not text.startswith(self._released):
+            return ""
+        chunk = text[len(self._released) :]
+        self._released = text
+        return chunk
+
+    def flush(self) -> str:
+        """Release whatever is left at the end of generation."""
+        text = str(self._model.decode(self._ids))
+        chunk = text[len(self._released) :] if text.startswith(self._released) else ""
+        self._released = text
+        return chunk
+
+    @property
+    def text(self) -> str:
+        """The full decoded text so far."""
+        return str(self._model.decode(self._ids))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget."""
+
+    token: int | None
+    private: bool
+
+
+class VotingMechanism(Mechanism):
+    """Base of the token-voting mechanisms: partition, prefill, one step per token.
+
+    Subclasses implement :meth:`_start` (fresh per-answer state) and
+    :meth:`_choose` (the token rule), and set ``uses_public`` when they need the
+    public (no-context) prompt as the last row.
+    """
+
+    uses_public: bool = False
+
+    def __init__(
+        self,
+        model: TokenModel,
+        *,
+        m: int,
+        k: int,
+        max_new_tokens: int,
+        template: str,
+        public_template: str,
+    ) -> None:
+        self.model = check_token_model(model)
+        self.m = positive_int("m", m)
+        self.k = positive_int("k", k)
+        self.max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        self.template = check_template("template", template, ("context", "question"))
+        self.public_template = check_template("public_template", public_template, ("question",))
+
+    def candidates_needed(self) -> int:
+        """Exactly m*k candidates (padded by the partition when fewer come back)."""
+        return self.m * self.k
+
+    def _token_limit(self) -> int | None:
+        """The most private tokens one answer may spend (None: unlimited)."""
+        return None
+
+    def _guarantee(self) -> Budget | None:
+        return self.query_cost()
+
+    def _details(self) -> Mapping[str, Any]:
+        return {}
+
+    def _start(self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]) -> Any:
+        return None
+
+    def _choose(
+        self,
+        counts: npt.NDArray[np.int64],
+        public: int | None,
+        state: Any,
+        rng: np.random.Generator,
+    ) -> Choice:
+        raise NotImplementedError
+
+    def prompts(self, question: str, voters: Sequence[Sequence[ScoredDocument]]) -> list[str]:
+        """The voter prompts (one per voter), then the public prompt if used."""
+        rows = [
+            self.template.format(context=join_context([d.text for d in v]), question=question)
+            for v in voters
+        ]
+        if self.uses_public:
+            rows.append(self.public_template.format(question=question))
+        return rows
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Generate the whole answer (see :meth:`stream`) and return the DPAnswer."""
+        result: DPAnswer | None = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        assert result is not None
+        return result
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Yield text chunks as tokens are released, then the DPAnswer."""
+        check_question(question)
+        gen = make_rng(rng)
+        voters = partition_voters(docs, m=self.m, k=self.k, rng=gen)
+        session = self.model.prefill(self.prompts(question, voters))
+        eos = self.model.eos_token_ids
+        vocab = self.model.vocab_size
+        limit = self._token_limit()
+        rows = session.logprobs
+        state = self._start(gen, rows)
+        decoder = IncrementalDecoder(self.model)
+        generated = private = 0
+        stop = "max_tokens"
+        while True:
+            greedy = greedy_tokens(rows)
+            counts = vote_histogram(greedy[: self.m], vocab)
+            public = int(greedy[self.m]) if self.uses_public else None
+            choice = self._choose(counts, public, state, gen)
+            private += choice.private
+            if choice.token is None:
+                stop = "null_token"
+                break
+            if choice.token in eos:
+                stop = "eos"
+                break
+            generated += 1
+            chunk = decoder.push(choice.token)
+            if chunk:
+                yield chunk
+            if limit is not None and private >= limit:
+                stop = "budget"
+                break
+            if generated >= self.max_new_tokens:
+                break
+            rows = session.step(choice.token)
+        tail = decoder.flush()
+        if tail:
+            yield tail
+        details = {
+            "tokens_generated": generated,
+            "private_tokens": private,
+            "stop_reason": stop,
+            "m": self.m,
+            "k": self.k,
+            **self._details(),
+        }
+        yield DPAnswer(
+            text=decoder.text,
+            guarantee=self._guarantee(),
+            mechanism=self.name,
+            details=details,
+        )

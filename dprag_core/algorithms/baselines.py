@@ -1,0 +1,226 @@
+"""Non-private baselines (Koga et al. §IV): NonRAG, RAG and VoteRAG.
+
+- ``NonRAG``: the question alone (no documents; epsilon 0, ``uses_corpus=False``).
+- ``RAG``: the top-k documents in one prompt, greedy decoding (not private).
+- ``VoteRAG``: DPVote's voters, but each token is the plain majority vote (not
+  private; the upper bound of the DP voting mechanisms for the same m, k).
+
+They return ``DPAnswer`` with ``guarantee=None`` and have no query cost.
+NonRAG and RAG accept a :class:`~dprag_core.models.base.TokenModel` (streamed
+token by token) or a :class:`~dprag_core.models.base.TextModel`.
+
+>>> NonRAG(model).answer("Who treats headache?", []).epsilon  # doctest: +SKIP
+0.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core._validation import positive_int
+from dprag_core.algorithms._voting import (
+    Choice,
+    IncrementalDecoder,
+    VotingMechanism,
+    check_question,
+    check_template,
+)
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.models.base import TextModel, TokenModel
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["RAG", "NonRAG", "VoteRAG"]
+
+
+def _check_model(model: object) -> TokenModel | TextModel:
+    if not isinstance(model, (TokenModel, TextModel)):
+        raise TypeError(f"model must be a TokenModel or a TextModel, got {type(model).__name__}")
+    return model
+
+
+def _greedy_stream(model: TokenModel, prompt: str, max_new_tokens: int) -> Iterator[str]:
+    """Greedy decoding of one prompt on the cached engine, yielding text chunks."""
+    session = model.prefill([prompt])
+    decoder = IncrementalDecoder(model)
+    rows = session.logprobs
+    for t in range(max_new_tokens):
+        token = int(np.argmax(rows[0]))
+        if token in model.eos_token_ids:
+            break
+        chunk = decoder.push(token)
+        if chunk:
+            yield chunk
+        if t + 1 < max_new_tokens:
+            rows = session.step(token)
+    tail = decoder.flush()
+    if tail:
+        yield tail
+
+
+class _SinglePrompt(Mechanism):
+    """One prompt, greedy: shared by NonRAG and RAG."""
+
+    uses_corpus = True
+
+    def __init__(
+        self, model: TokenModel | TextModel, *, max_new_tokens: int, template: str
+    ) -> None:
+        self.model = _check_model(model)
+        self.max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        self.template = template
+
+    def _prompt(self, question: str, docs: Sequence[ScoredDocument]) -> str:
+        raise NotImplementedError
+
+    def _answer(self, text: str) -> DPAnswer:
+        return DPAnswer(
+            text=text, guarantee=None, mechanism=self.name, uses_corpus=self.uses_corpus
+        )
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Yield text chunks as they are generated, then the DPAnswer."""
+        prompt = self._prompt(check_question(question), docs)
+        if isinstance(self.model, TokenModel):
+            chunks: list[str] = []
+            for chunk in _greedy_stream(self.model, prompt, self.max_new_tokens):
+                chunks.append(chunk)
+                yield chunk
+            yield self._answer("".join(chunks))
+            return
+        text = self.model.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
+        if text:
+            yield text
+        yield self._answer(text)
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Generate greedily and return the (non-private) answer."""
+        result = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        assert result is not None
+        return result
+
+
+class NonRAG(_SinglePrompt):
+    """The question alone, no retrieval: epsilon 0 w.r.t. the corpus.
+
+    ``candidates_needed()`` is 0, so the pipeline retrieves nothing.
+
+    >>> NonRAG(model).candidates_needed()  # doctest: +SKIP
+    0
+    """
+
+    name = "NonRAG"
+    uses_corpus = False
+
+    def __init__(
+        self,
+        model: TokenModel | TextModel,
+        *,
+        max_new_tokens: int = 64,
+        template: str = NO_CONTEXT_TEMPLATE,
+    ) -> None:
+        super().__init__(
+            model,
+            max_new_tokens=max_new_tokens,
+            template=check_template("template", template, ("question",)),
+        )
+
+    def candidates_needed(self) -> int:
+        """No documents."""
+        return 0
+
+    def _prompt(self, question: str, docs: Sequence[ScoredDocument]) -> str:
+        return self.template.format(question=question)
+
+    def __repr__(self) -> str:
+        return f"NonRAG(max_new_tokens={self.max_new_tokens})"
+
+
+class RAG(_SinglePrompt):
+    """Non-private RAG: the top-k candidates (in retrieval order) in one prompt.
+
+    >>> RAG(model, k=5).candidates_needed()  # doctest: +SKIP
+    5
+    """
+
+    name = "RAG"
+
+    def __init__(
+        self,
+        model: TokenModel | TextModel,
+        *,
+        k: int,
+        max_new_tokens: int = 64,
+        template: str = RAG_TEMPLATE,
+    ) -> None:
+        super().__init__(
+            model,
+            max_new_tokens=max_new_tokens,
+            template=check_template("template", template, ("context", "question")),
+        )
+        self.k = positive_int("k", k)
+
+    def candidates_needed(self) -> int:
+        """The top k candidates."""
+        return self.k
+
+    def _prompt(self, question: str, docs: Sequence[ScoredDocument]) -> str:
+        context = join_context([d.text for d in list(docs)[: self.k]])
+        return self.template.format(context=context, question=question)
+
+    def __repr__(self) -> str:
+        return f"RAG(k={self.k}, max_new_tokens={self.max_new_tokens})"
+
+
+class VoteRAG(VotingMechanism):
+    """Non-private majority vote of m voters per token (ties to the lower token id).
+
+    >>> VoteRAG(model, m=10, k=1).candidates_needed()  # doctest: +SKIP
+    10
+    """
+
+    name = "VoteRAG"
+
+    def __init__(
+        self,
+        model: TokenModel,
+        *,
+        m: int,
+        k: int,
+        max_new_tokens: int = 64,
+        template: str = RAG_TEMPLATE,
+        public_template: str = NO_CONTEXT_TEMPLATE,
+    ) -> None:
+        super().__init__(
+            model,
+            m=m,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            template=template,
+            public_template=public_template,
+        )
+
+    def _choose(
+        self,
+        counts: npt.NDArray[np.int64],
+        public: int | None,
+        state: Any,
+        rng: np.random.Generator,
+    ) -> Choice:
+        return Choice(int(np.argmax(counts)), False)
+
+    def __repr__(self) -> str:
+        return f"VoteRAG(m={self.m}, k={self.k}, max_new_tokens={self.max_new_tokens})"

@@ -1,0 +1,414 @@
+"""DPVote and DPSparseVote: token-by-token DP voting over m voters (Koga et al. Alg. 2, 3;
+MuRAG Alg. 5 for the exponential-mechanism variant).
+
+The top m*k retrieved candidates are split uniformly at random into m voters
+(:func:`~dprag_core.retrieval.partition.partition_voters`); each voter's prompt holds
+its documents, the question and the answer so far. Neighbouring corpora (add/remove
+one privacy unit) give retrieved lists that differ by one substitution, so exactly
+one voter's documents differ and the per-token vote histograms differ in one vote:
+one count −1 and another +1 (L∞ sensitivity 1, at most 2 counts change, NOT
+monotone). Every mechanism below is calibrated for that relation.
+
+- **DPVote** (Alg. 2): each token is LimitedDomain(ε_token, δ_token) over the vote
+  histogram with k̄ = m (⊥ stops generation). (ε_token, δ_token) per token, at
+  most c_max tokens.
+- **DPSparseVote** (Alg. 3): the public (no-context) prompt's greedy token y_pub is
+  free when the voters agree with it: AboveThreshold with ε_token/2 tests
+  ``count[y_pub] + Lap(4/(ε_token/2)) ≤ τ + Lap(2/(ε_token/2))`` (run as an
+  above-threshold query on −count vs −τ, sensitivity 1); when it fires ("spend")
+  the token is chosen privately — LimitedDomain(ε_token/2, δ_token) (Koga) or the
+  exponential mechanism over the full-vocabulary counts with ε_token/2, Δ = 1
+  (MuRAG, ``selection="exponential"``) — and the noisy threshold is re-drawn;
+  otherwise y_pub is emitted at no cost. Each spend closes one SVT run:
+  ε_token/2 (SVT) + ε_token/2 (selection), δ_token; a trailing run without a spend
+  fits in one of the unused slots. At most c_max spends.
+
+c_max comes from :func:`~dprag_core.algorithms._token_budget.token_limit`: the
+tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
+and for the exponential variant the mixed SVT + bounded-range RDP curve);
+``details["c_max_bound"]`` says which won. The guarantee of every answer is the
+query budget Budget(epsilon, delta), charged before retrieval by the pipeline.
+
+>>> mech = DPSparseVote(model, m=40, k=1, epsilon=10.0, delta=1e-4,
+...                     epsilon_token=2.0, max_new_tokens=48)  # doctest: +SKIP
+>>> mech.answer("Which drug?", docs).details["private_tokens"]  # doctest: +SKIP
+3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core._validation import (
+    nonnegative_finite,
+    positive_finite,
+    positive_int,
+    probability,
+)
+from dprag_core.accounting.composition import CompositionCount
+from dprag_core.algorithms._token_budget import default_delta_token, token_limit
+from dprag_core.algorithms._voting import Choice, VotingMechanism
+from dprag_core.budget import Budget
+from dprag_core.mechanisms import exponential as _em
+from dprag_core.mechanisms import limited_domain as _ld
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.sparse_vector import _BatchedAboveThreshold
+from dprag_core.models.base import TokenModel
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
+
+__all__ = ["DPSparseVote", "DPVote", "SparseVoteRule"]
+
+Selection = Literal["limited_domain", "exponential"]
+_SELECTIONS = ("limited_domain", "exponential")
+#: One voter's vote moving from token a to token b changes 2 counts (substitution).
+_MAX_CHANGED = 2
+_BOTTOM = -1
+
+
+def _select(
+    counts: npt.NDArray[np.int64],
+    *,
+    selection: Selection,
+    epsilon: float,
+    delta: float,
+    k_bar: int,
+    size: int,
+    rng: np.random.Generator,
+    allowed: npt.NDArray[np.bool_] | None = None,
+) -> npt.NDArray[np.intp]:
+    """``size`` independent private selections from one histogram (-1 = ⊥).
+
+    ``allowed`` (public) restricts the exponential mechanism's domain, e.g. to the
+    tokens with a finite log-probability in the public row (no padded-vocab ids).
+    """
+    if selection == "exponential":
+        utilities = counts.astype(np.float64)
+        if allowed is not None:
+            utilities[~allowed] = -np.inf
+        logits = _em._logits(utilities, epsilon=epsilon, sensitivity=1.0, monotone=False)
+        return _em._sample(logits, size, rng)
+    prep = _ld._prepare(
+        counts,
+        epsilon=epsilon,
+        delta=delta,
+        k_bar=k_bar,
+        max_changed=_MAX_CHANGED,
+        monotone=False,
+    )
+    return _ld._sample(prep, size, rng)
+
+
+class SparseVoteRule:
+    """The DPSparseVote token rule for ``runs`` independent answers in lockstep.
+
+    :class:`DPSparseVote` uses ``runs=1``; privacy audits use many runs at once on
+    the same histograms (the code path is the same). :meth:`decide` returns, per
+    run, the token (-1 for ⊥) and whether the step spent budget. ``allowed`` is a
+    public mask of the tokens the exponential selection may return (default: all).
+
+    >>> rule = SparseVoteRule(epsilon_token=2.0, delta_token=1e-6, threshold=1.0, m=2,
+    ...                       selection="exponential", rng=0)
+    >>> tokens, spent = rule.decide(np.array([2, 0, 0]), public=0)
+    >>> tokens.tolist(), spent.tolist()
+    ([0], [False])
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon_token: float,
+        delta_token: float,
+        threshold: float,
+        m: int,
+        selection: Selection,
+        runs: int = 1,
+        allowed: npt.NDArray[np.bool_] | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        if selection not in _SELECTIONS:
+            raise ValueError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
+        self._half = positive_finite("epsilon_token", epsilon_token) / 2
+        self._delta = probability("delta_token", delta_token, allow_zero=selection == "exponential")
+        self._m = positive_int("m", m)
+        self._selection: Selection = selection
+        self._rng = make_rng(rng)
+        # Koga's test  count + Lap(4/e) <= tau + Lap(2/e)  is AboveThreshold on -count vs -tau
+        # (Laplace noise is symmetric), sensitivity 1.
+        self._svt = _BatchedAboveThreshold(
+            threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
+        )
+        self._runs = runs
+        self._allowed = None if allowed is None else np.asarray(allowed, dtype=bool)
+
+    def decide(
+        self, counts: npt.NDArray[np.int64], *, public: int
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+        """One token step: free public token, or a private selection (spend)."""
+        spend = self._svt.test(-float(counts[public]))
+        tokens = np.full(self._runs, public, dtype=np.intp)
+        n_spend = int(spend.sum())
+        if n_spend:
+            tokens[spend] = _select(
+                counts,
+                selection=self._selection,
+                epsilon=self._half,
+                delta=self._delta,
+                k_bar=self._m,
+                size=n_spend,
+                rng=self._rng,
+                allowed=self._allowed,
+            )
+        return tokens, spend
+
+
+def _check_budget(
+    epsilon: float, delta: float, epsilon_token: float, *, needs_delta: bool
+) -> tuple[float, float, float]:
+    eps = positive_finite("epsilon", epsilon)
+    dlt = probability("delta", delta, allow_zero=not needs_delta)
+    eps_tok = positive_finite("epsilon_token", epsilon_token)
+    if eps_tok > eps * (1 + 1e-12):
+        raise ValueError(f"epsilon_token must be <= epsilon ({eps:g}), got {epsilon_token!r}")
+    return eps, dlt, eps_tok
+
+
+def _check_delta_token(
+    delta_token: float | None, *, eps: float, dlt: float, eps_tok: float
+) -> float:
+    if delta_token is None:
+        return default_delta_token(epsilon=eps, delta=dlt, epsilon_token=eps_tok)
+    d_tok = probability("delta_token", delta_token, allow_zero=False)
+    if d_tok > dlt:
+        raise ValueError(f"delta_token must be in (0, delta={dlt:g}], got {delta_token!r}")
+    return d_tok
+
+
+def _check_limit(limit: CompositionCount) -> CompositionCount:
+    if limit.count < 1:
+        raise ValueError(
+            "epsilon_token/delta_token leave no private token within (epsilon, delta): "
+            "lower epsilon_token or delta_token"
+        )
+    return limit
+
+
+class _DPVotingBase(VotingMechanism):
+    """Shared budget plumbing of DPVote and DPSparseVote."""
+
+    epsilon: float
+    delta: float
+    epsilon_token: float
+    delta_token: float
+    limit: CompositionCount
+
+    def query_cost(self) -> Budget:
+        """The (epsilon, delta) guarantee of one answer, charged before retrieval."""
+        return Budget(self.epsilon, self.delta)
+
+    def _token_limit(self) -> int:
+        return self.limit.count
+
+    def _details(self) -> Mapping[str, Any]:
+        return {
+            "c_max": self.limit.count,
+            "c_max_bound": self.limit.bound,
+            "epsilon_token": self.epsilon_token,
+            "delta_token": self.delta_token,
+        }
+
+
+class DPVote(_DPVotingBase):
+    """DPVoteRAG (Koga et al. Alg. 2): LimitedDomain(ε_token, δ_token) per token.
+
+    Claim: (epsilon, delta)-DP w.r.t. the corpus (add/remove one privacy unit;
+    one voter changes, vote histogram L∞ sensitivity 1, 2 counts change, not
+    monotone), for any question; at most c_max tokens, each (ε_token, δ_token)-DP,
+    c_max from the tightest valid composition bound. ``delta_token`` defaults to
+    δ/(2⌊ε/ε_token⌋). LimitedDomain uses k̄ = m; its ⊥ stops generation.
+
+    >>> DPVote(model, m=30, k=1, epsilon=10.0, delta=1e-4, epsilon_token=1.0,
+    ...        max_new_tokens=32).query_cost()  # doctest: +SKIP
+    Budget(epsilon=10.0, delta=0.0001)
+    """
+
+    name = "DPVote"
+
+    def __init__(
+        self,
+        model: TokenModel,
+        *,
+        m: int,
+        k: int,
+        epsilon: float,
+        delta: float,
+        epsilon_token: float,
+        max_new_tokens: int,
+        delta_token: float | None = None,
+        template: str = RAG_TEMPLATE,
+        public_template: str = NO_CONTEXT_TEMPLATE,
+    ) -> None:
+        super().__init__(
+            model,
+            m=m,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            template=template,
+            public_template=public_template,
+        )
+        self.epsilon, self.delta, self.epsilon_token = _check_budget(
+            epsilon, delta, epsilon_token, needs_delta=True
+        )
+        self.delta_token = _check_delta_token(
+            delta_token, eps=self.epsilon, dlt=self.delta, eps_tok=self.epsilon_token
+        )
+        self.limit = _check_limit(
+            token_limit(
+                epsilon=self.epsilon,
+                delta=self.delta,
+                epsilon_token=self.epsilon_token,
+                delta_token=self.delta_token,
+            )
+        )
+
+    def _choose(
+        self,
+        counts: npt.NDArray[np.int64],
+        public: int | None,
+        state: Any,
+        rng: np.random.Generator,
+    ) -> Choice:
+        pick = int(
+            _select(
+                counts,
+                selection="limited_domain",
+                epsilon=self.epsilon_token,
+                delta=self.delta_token,
+                k_bar=self.m,
+                size=1,
+                rng=rng,
+            )[0]
+        )
+        return Choice(None if pick == _BOTTOM else pick, True)
+
+    def __repr__(self) -> str:
+        return (
+            f"DPVote(m={self.m}, k={self.k}, epsilon={self.epsilon}, delta={self.delta}, "
+            f"epsilon_token={self.epsilon_token}, max_new_tokens={self.max_new_tokens})"
+        )
+
+
+class DPSparseVote(_DPVotingBase):
+    """DPSparseVoteRAG (Koga et al. Alg. 3) and MuRAG's pure variant (Alg. 5).
+
+    Claim: (epsilon, delta)-DP w.r.t. the corpus (same relation as :class:`DPVote`);
+    with ``selection="exponential"`` and ``delta=0`` pure epsilon-DP. Per token:
+    SVT (ε_token/2, sensitivity 1) on the vote count of the public model's greedy
+    token vs ``threshold`` (default m/2); free when the voters agree, else a private
+    selection with ε_token/2 (LimitedDomain with δ_token and k̄ = m, or the
+    exponential mechanism over counts with Δ = 1). At most c_max private tokens
+    (module docstring).
+
+    >>> DPSparseVote(model, m=40, k=1, epsilon=10.0, delta=0.0, epsilon_token=2.0,
+    ...              selection="exponential", max_new_tokens=48).query_cost()  # doctest: +SKIP
+    Budget(epsilon=10.0, delta=0.0)
+    """
+
+    name = "DPSparseVote"
+    uses_public = True
+
+    def __init__(
+        self,
+        model: TokenModel,
+        *,
+        m: int,
+        k: int,
+        epsilon: float,
+        delta: float,
+        epsilon_token: float,
+        max_new_tokens: int,
+        threshold: float | None = None,
+        selection: Selection = "limited_domain",
+        delta_token: float | None = None,
+        template: str = RAG_TEMPLATE,
+        public_template: str = NO_CONTEXT_TEMPLATE,
+    ) -> None:
+        super().__init__(
+            model,
+            m=m,
+            k=k,
+            max_new_tokens=max_new_tokens,
+            template=template,
+            public_template=public_template,
+        )
+        if selection not in _SELECTIONS:
+            raise ValueError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
+        self.selection: Selection = selection
+        pure = selection == "exponential"
+        self.epsilon, self.delta, self.epsilon_token = _check_budget(
+            epsilon, delta, epsilon_token, needs_delta=not pure
+        )
+        if pure:
+            if delta_token not in (None, 0, 0.0):
+                raise ValueError(
+                    f"delta_token must be 0 with selection='exponential', got {delta_token!r}"
+                )
+            self.delta_token = 0.0
+        else:
+            self.delta_token = _check_delta_token(
+                delta_token, eps=self.epsilon, dlt=self.delta, eps_tok=self.epsilon_token
+            )
+        self.threshold = (
+            self.m / 2 if threshold is None else nonnegative_finite("threshold", threshold)
+        )
+        if self.threshold > self.m:
+            raise ValueError(f"threshold must be in [0, m={self.m}], got {threshold!r}")
+        self.limit = _check_limit(
+            token_limit(
+                epsilon=self.epsilon,
+                delta=self.delta,
+                epsilon_token=self.epsilon_token,
+                delta_token=self.delta_token,
+                exponential_svt=pure,
+            )
+        )
+
+    def _start(
+        self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]
+    ) -> SparseVoteRule:
+        # The public row is data-independent: its -inf entries (padded vocabulary rows
+        # of the engine) are excluded from the exponential selection's domain.
+        return SparseVoteRule(
+            epsilon_token=self.epsilon_token,
+            delta_token=self.delta_token,
+            threshold=self.threshold,
+            m=self.m,
+            selection=self.selection,
+            allowed=np.isfinite(first_rows[self.m]),
+            rng=rng,
+        )
+
+    def _choose(
+        self,
+        counts: npt.NDArray[np.int64],
+        public: int | None,
+        state: Any,
+        rng: np.random.Generator,
+    ) -> Choice:
+        assert public is not None
+        tokens, spent = state.decide(counts, public=public)
+        pick = int(tokens[0])
+        return Choice(None if pick == _BOTTOM else pick, bool(spent[0]))
+
+    def _details(self) -> Mapping[str, Any]:
+        return {**super()._details(), "selection": self.selection, "threshold": self.threshold}
+
+    def __repr__(self) -> str:
+        return (
+            f"DPSparseVote(m={self.m}, k={self.k}, epsilon={self.epsilon}, delta={self.delta}, "
+            f"epsilon_token={self.epsilon_token}, selection={self.selection!r}, "
+            f"max_new_tokens={self.max_new_tokens})"
+        )

@@ -1,0 +1,279 @@
+"""The transformers backend: a KV-cached batched token engine and greedy text generation.
+
+:class:`HFTokenModel` is the hot path of the token-level DP mechanisms (DESIGN §6):
+one batched prefill of B prompts (left padding, attention mask, position ids from
+the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
+generated token, appending the *same* token to every row. It never calls
+``generate()`` and applies no logits processor or sampling warper: the rows it
+returns are the model's exact next-token log-probabilities (float32 log-softmax of
+the logits), so the mechanisms see the distribution they are analysed on.
+
+Padded vocabularies: many checkpoints have more logit rows than the tokenizer has
+tokens (the embedding is padded to a multiple of 64). Those rows are not tokens, so
+their logits are set to ``-inf`` before the log-softmax: they get probability 0 and
+can never be voted for or emitted. ``vocab_size`` is the logit width, so token ids
+index the rows directly.
+
+torch and transformers are imported only here; ``import dprag_core.models`` stays
+light.
+
+>>> model = HFTokenModel.from_pretrained("path/to/model")  # doctest: +SKIP
+>>> session = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
+>>> token = int(session.logprobs[0].argmax())  # doctest: +SKIP
+>>> next_rows = session.step(token)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from dprag_core._validation import positive_int
+
+__all__ = ["HFTextModel", "HFTokenModel", "HFTokenSession"]
+
+DType = Literal["float32", "bfloat16"]
+_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _torch_dtype(dtype: str) -> torch.dtype:
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def _check_prompts(prompts: Sequence[str]) -> list[str]:
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a sequence of strings, not a single string")
+    out = list(prompts)
+    if not out:
+        raise ValueError("prompts must hold at least one prompt")
+    if not all(isinstance(p, str) for p in out):
+        raise TypeError("prompts must be a sequence of strings")
+    return out
+
+
+class HFTokenSession:
+    """The decoding state of one batch of prompts: KV cache, mask, positions.
+
+    Built by :meth:`HFTokenModel.prefill`; ``logprobs`` holds the current [B, V]
+    next-token log-probabilities and :meth:`step` appends one token to every row.
+
+    >>> s = model.prefill(["a", "longer prompt"])  # doctest: +SKIP
+    >>> s.step(int(s.logprobs[0].argmax())).shape  # doctest: +SKIP
+    (2, 320)
+    """
+
+    def __init__(self, owner: HFTokenModel, rows: list[list[int]]) -> None:
+        self._owner = owner
+        device = owner.device
+        width = max(len(r) for r in rows)
+        pad = owner.pad_token_id
+        ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+        for i, row in enumerate(rows):  # left padding
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
+            mask[i, width - len(row) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        self._mask = mask
+        self._next_position = positions[:, -1:] + 1
+        self._cache = DynamicCache(config=owner.model.config)
+        self._logprobs = owner._forward(ids, mask, positions, self._cache)
+
+    @property
+    def batch_size(self) -> int:
+        """Number of rows B."""
+        return int(self._mask.shape[0])
+
+    @property
+    def logprobs(self) -> npt.NDArray[np.float32]:
+        """Next-token log-probabilities of every row, shape [B, V], float32."""
+        return self._logprobs
+
+    def step(self, token: int) -> npt.NDArray[np.float32]:
+        """Append ``token`` to every row (one batched [B, 1] forward); return [B, V]."""
+        tok = int(token)
+        if not 0 <= tok < self._owner.vocab_size:
+            raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
+        ids = torch.full((self.batch_size, 1), tok, dtype=torch.long, device=self._owner.device)
+        return self.step_rows(ids)
+
+    def step_rows(self, ids: torch.Tensor) -> npt.NDArray[np.float32]:
+        """Append one (possibly different) token per row: ``ids`` of shape [B, 1]."""
+        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._mask.device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        positions = self._next_position
+        self._next_position = positions + 1
+        self._logprobs = self._owner._forward(ids, self._mask, positions, self._cache)
+        return self._logprobs
+
+
+class HFTokenModel:
+    """A transformers causal LM as a :class:`~dprag_core.models.base.TokenModel`.
+
+    Build it from a name or local path (:meth:`from_pretrained`) or from an
+    already-loaded model and tokenizer. Prompts are user messages: wrapped with
+    the tokenizer's chat template (``add_generation_prompt=True``) when it has one,
+    used verbatim (with the tokenizer's usual special tokens) otherwise.
+
+    >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
+    >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
+    'aspirin'
+    """
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        if not callable(model) or not hasattr(model, "config"):
+            raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
+        if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
+            raise TypeError("tokenizer must be a transformers tokenizer")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        out = model.get_output_embeddings()
+        self._vocab = int(out.weight.shape[0] if out is not None else model.config.vocab_size)
+        self._real_vocab = min(len(tokenizer), self._vocab)
+        params = inspect.signature(model.forward).parameters
+        self._keep_kwarg = "logits_to_keep" in params
+        self._eos = self._find_eos()
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else min(self._eos, default=0))
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str, *, dtype: DType = "float32", device: str = "cpu"
+    ) -> HFTokenModel:
+        """Load a model and its tokenizer with transformers (``dtype``, ``device``).
+
+        >>> HFTokenModel.from_pretrained("./reader-lm", dtype="bfloat16")  # doctest: +SKIP
+        """
+        tdtype = _torch_dtype(dtype)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model: Any = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=tdtype)
+        return cls(model.to(device), tokenizer)
+
+    def _find_eos(self) -> frozenset[int]:
+        found: set[int] = set()
+        sources = (
+            self.tokenizer.eos_token_id,
+            getattr(self.model.config, "eos_token_id", None),
+            getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
+        )
+        for src in sources:
+            if src is None:
+                continue
+            found.update(int(x) for x in (src if isinstance(src, (list, tuple)) else [src]))
+        return frozenset(x for x in found if 0 <= x < self._vocab)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return torch.device(next(self.model.parameters()).device)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width V of the log-probability rows (the model's logit size)."""
+        return self._vocab
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """EOS ids from the tokenizer, the model config and its generation config."""
+        return self._eos
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens skipped."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The token ids fed to the model for one user-message ``prompt``."""
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(prompt))
+
+    def prefill(self, prompts: Sequence[str]) -> HFTokenSession:
+        """Encode B prompts and run one batched, left-padded forward that fills the cache."""
+        rows = [self.prompt_ids(p) for p in _check_prompts(prompts)]
+        if any(not r for r in rows):
+            raise ValueError("every prompt must encode to at least one token")
+        return HFTokenSession(self, rows)
+
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DynamicCache,
+    ) -> npt.NDArray[np.float32]:
+        kwargs: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "past_key_values": cache,
+            "use_cache": True,
+        }
+        if self._keep_kwarg:
+            kwargs["logits_to_keep"] = 1
+        with torch.inference_mode():
+            logits = self.model(**kwargs).logits[:, -1, :].float()
+            if self._real_vocab < self._vocab:
+                logits[:, self._real_vocab :] = float("-inf")
+            out = torch.log_softmax(logits, dim=-1)
+        return np.ascontiguousarray(out.cpu().numpy(), dtype=np.float32)
+
+
+class HFTextModel:
+    """Batched greedy text generation (a :class:`~dprag_core.models.base.TextModel`).
+
+    Runs the same cached engine as :class:`HFTokenModel`, each row taking its own
+    argmax token, until every row has emitted EOS or ``max_new_tokens`` is reached.
+    Greedy, no sampling warpers; returns only the new text of each prompt.
+
+    >>> HFTextModel(model, tokenizer).generate(["Question: hi\\nAnswer:"])  # doctest: +SKIP
+    ['...']
+    """
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        self.token_model = HFTokenModel(model, tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str, *, dtype: DType = "float32", device: str = "cpu"
+    ) -> HFTextModel:
+        """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
+        tm = HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device)
+        return cls(tm.model, tm.tokenizer)
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        """One greedy completion per prompt, in order (new text only)."""
+        limit = positive_int("max_new_tokens", max_new_tokens)
+        tm = self.token_model
+        session = tm.prefill(prompts)
+        eos = tm.eos_token_ids
+        outputs: list[list[int]] = [[] for _ in range(session.batch_size)]
+        done = [False] * session.batch_size
+        rows = session.logprobs
+        for t in range(limit):
+            picks = rows.argmax(axis=1)
+            for i, tok in enumerate(picks.tolist()):
+                if not done[i]:
+                    if tok in eos:
+                        done[i] = True
+                    else:
+                        outputs[i].append(tok)
+            if all(done) or t == limit - 1:
+                break
+            fed = [tm.pad_token_id if d else p for d, p in zip(done, picks.tolist(), strict=True)]
+            ids = torch.tensor(fed, dtype=torch.long, device=tm.device).unsqueeze(1)
+            rows = session.step_rows(ids)
+        return [tm.decode(o) for o in outputs]

@@ -1,0 +1,1 @@
+"""Tests of dprag_core.algorithms."""

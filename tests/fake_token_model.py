@@ -1,0 +1,90 @@
+"""A deterministic, scripted TokenModel for testing the token-level mechanisms.
+
+Byte-level vocabulary: ids 0..255 are bytes, ``EOS`` = 256. Each row's greedy
+token is decided by its prompt: the first rule ``(substring, answer)`` whose
+substring occurs in the row's prompt gives the row's answer; at step t the row
+puts probability 0.9 on the t-th byte of its answer (EOS past the end), the rest
+spread evenly. The model records every prefill and step, so tests can check
+that a mechanism runs ONE session of m+1 rows and ONE step per released token.
+
+>>> fake = FakeTokenModel([("Context", "ab"), ("", "xy")])
+>>> s = fake.prefill(["Context: doc\\nQ", "Q"])
+>>> [int(r.argmax()) for r in s.logprobs] == [ord("a"), ord("x")]
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["EOS", "FakeSession", "FakeTokenModel"]
+
+EOS = 256
+VOCAB = 257
+
+
+class FakeSession:
+    """Scripted rows; ``step`` appends the same token to all of them."""
+
+    def __init__(self, owner: FakeTokenModel, answers: list[bytes]) -> None:
+        self._owner = owner
+        self._answers = answers
+        self.appended: list[int] = []
+        self._logprobs = self._rows()
+
+    def _rows(self) -> np.ndarray:
+        t = len(self.appended)
+        rows = np.full((len(self._answers), VOCAB), math.log(0.1 / (VOCAB - 1)), dtype=np.float32)
+        for i, ans in enumerate(self._answers):
+            rows[i, ans[t] if t < len(ans) else EOS] = math.log(0.9)
+        return rows
+
+    @property
+    def logprobs(self) -> np.ndarray:
+        return self._logprobs
+
+    def step(self, token: int) -> np.ndarray:
+        assert 0 <= token < VOCAB
+        self.appended.append(int(token))
+        self._owner.steps += 1
+        self._logprobs = self._rows()
+        return self._logprobs
+
+
+class FakeTokenModel:
+    """See the module docstring; ``rules`` is a list of (substring, answer text)."""
+
+    def __init__(self, rules: Sequence[tuple[str, str]]) -> None:
+        self.rules = list(rules)
+        self.sessions: list[FakeSession] = []
+        self.prompts: list[list[str]] = []
+        self.steps = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return VOCAB
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset({EOS})
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+    def _answer(self, prompt: str) -> bytes:
+        for needle, answer in self.rules:
+            if needle in prompt:
+                return answer.encode("utf-8")
+        return b""
+
+    def prefill(self, prompts: Sequence[str]) -> FakeSession:
+        self.prompts.append(list(prompts))
+        session = FakeSession(self, [self._answer(p) for p in prompts])
+        self.sessions.append(session)
+        return session

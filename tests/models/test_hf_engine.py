@@ -1,0 +1,138 @@
+"""The KV-cached token engine: exact against uncached forwards, padding, chat templates."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dprag_core.models import TextModel, TokenModel, TokenSession
+from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+PROMPTS = [
+    "Alice",
+    "Question: What disease does Bob Durand have?\nAnswer:",
+    "Context: Chloé takes metformin.",
+]
+
+
+def _uncached_logprobs(model: Any, ids: list[int], real_vocab: int) -> np.ndarray:
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+        logits[real_vocab:] = float("-inf")
+        return torch.log_softmax(logits, dim=-1).numpy()
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])
+def test_cached_matches_uncached(kind: str, tiny_hf_models: dict[str, Any], tiny_tokenizer: Any):
+    model = tiny_hf_models[kind]
+    tm = HFTokenModel(model, tiny_tokenizer)
+    session = tm.prefill(PROMPTS)
+    rows = [tm.prompt_ids(p) for p in PROMPTS]
+    assert len({len(r) for r in rows}) == len(rows)  # really different lengths
+    real = len(tiny_tokenizer)
+    lp = session.logprobs
+    for step in range(4):
+        assert lp.shape == (len(PROMPTS), tm.vocab_size)
+        assert lp.dtype == np.float32
+        for i, ids in enumerate(rows):
+            ref = _uncached_logprobs(model, ids, real)
+            np.testing.assert_allclose(lp[i], ref, atol=1e-4, rtol=0)
+        token = int(lp[step % len(PROMPTS)].argmax())
+        rows = [[*r, token] for r in rows]
+        lp = session.step(token)
+
+
+def test_padded_vocab_rows_are_masked(tiny_hf_models: dict[str, Any], tiny_tokenizer: Any):
+    tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer)
+    assert tm.vocab_size == len(tiny_tokenizer) + 7
+    lp = tm.prefill(["Alice"]).logprobs
+    assert np.all(np.isneginf(lp[:, len(tiny_tokenizer) :]))
+    np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_chat_template_is_applied(tiny_chat_token_model: Any, tiny_chat_tokenizer: Any):
+    ids = tiny_chat_token_model.prompt_ids("hello")
+    text = tiny_chat_tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>user\nhello<|im_end|>")
+    assert text.endswith("<|im_start|>assistant\n")
+    session = tiny_chat_token_model.prefill(["hello", "a longer question here"])
+    model = tiny_chat_token_model.model
+    ref = _uncached_logprobs(model, ids, len(tiny_chat_tokenizer))
+    np.testing.assert_allclose(session.logprobs[0], ref, atol=1e-4, rtol=0)
+
+
+def test_plain_prompt_used_verbatim(tiny_token_model: Any, tiny_tokenizer: Any):
+    assert tiny_token_model.prompt_ids("Alice has") == tiny_tokenizer.encode("Alice has")
+
+
+def test_protocols_and_basic_api(tiny_token_model: Any, tiny_text_model: Any):
+    assert isinstance(tiny_token_model, TokenModel)
+    assert isinstance(tiny_text_model, TextModel)
+    session = tiny_token_model.prefill(["Alice"])
+    assert isinstance(session, TokenSession)
+    assert tiny_token_model.decode(tiny_token_model.encode("aspirin")) == "aspirin"
+    assert tiny_token_model.eos_token_ids == frozenset({1})
+
+
+def test_bad_input(tiny_token_model: Any):
+    with pytest.raises(ValueError, match="at least one prompt"):
+        tiny_token_model.prefill([])
+    with pytest.raises(TypeError, match="not a single string"):
+        tiny_token_model.prefill("Alice")
+    with pytest.raises(ValueError, match="token must be in"):
+        tiny_token_model.prefill(["Alice"]).step(10**6)
+    with pytest.raises(ValueError, match="dtype"):
+        HFTokenModel.from_pretrained("unused", dtype="float16")  # type: ignore[arg-type]
+
+
+def test_text_model_matches_token_loop(tiny_text_model: Any, tiny_hf_models: dict[str, Any]):
+    prompts = ["Alice", "Question: What disease does Bob Durand have?\nAnswer:"]
+    texts = tiny_text_model.generate(prompts, max_new_tokens=6)
+    tm = tiny_text_model.token_model
+    for prompt, text in zip(prompts, texts, strict=True):
+        session = tm.prefill([prompt])
+        ids: list[int] = []
+        for _ in range(6):
+            tok = int(session.logprobs[0].argmax())
+            if tok in tm.eos_token_ids:
+                break
+            ids.append(tok)
+            session.step(tok)
+        assert text == tm.decode(ids)
+
+
+def test_text_model_equals_hf_greedy_generate(tiny_hf_models: dict[str, Any], tiny_tokenizer: Any):
+    model = tiny_hf_models["qwen2"]
+    ours = HFTextModel(model, tiny_tokenizer).generate(["Bob Durand"], max_new_tokens=8)
+    ids = torch.tensor([tiny_tokenizer.encode("Bob Durand")])
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            do_sample=False,
+            top_k=None,
+            top_p=None,
+            temperature=None,
+        )
+    ref = tiny_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert ours == [ref]
+
+
+def test_bfloat16_runs(tiny_tokenizer: Any):
+    from tiny_models import build_model
+
+    tm = HFTokenModel(build_model("llama", tiny_tokenizer, dtype=torch.bfloat16), tiny_tokenizer)
+    lp = tm.prefill(PROMPTS).step(5)
+    assert lp.dtype == np.float32 and np.all(np.isfinite(lp[:, : len(tiny_tokenizer)]))
+
+
+def test_import_models_is_light():
+    code = "import sys, dprag_core.models; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
