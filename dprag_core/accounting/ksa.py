@@ -1,0 +1,195 @@
+"""Accounting and calibration of DP-KSA: FindBestK + TopKWithPTR (Tang et al. 2026, App. A).
+
+One DP-KSA query composes
+
+- FindBestK, an exponential mechanism with ε_k: ε_k-bounded-range, RDP
+  min(αε_k²/8, RR(ε_k, α)) (tighter than the paper's Theorem A.9, which uses the
+  pure-DP curve min(αε²/2, RR));
+- the PTR test, the Gaussian mechanism on max(2, d_k) with sensitivity 2 and
+  noise std 2σ: RDP α·2²/(2(2σ)²) = α/(2σ²) (Theorem A.10);
+- the release of the exact top-k̂ set, which holds δ₁-approximately (probability
+  δ₁ of passing when the set is unstable).
+
+The curves add up (Theorem A.3) and convert to (ε, δ_conv + δ₁)-DP with the
+improved RDP conversion at δ_conv
+(:func:`dprag_core.accounting.rdp.approximate_rdp_to_dp`). The final answer is
+post-processing of (k̂, pass, keyword set).
+
+:func:`calibrate_ksa` inverts this: for a target (ε, δ) it splits δ into δ₁ and
+δ_conv, picks the share of ε given to FindBestK, and bisects σ so that the
+achieved ε is ≤ the target and within 1% of it.
+
+>>> p = calibrate_ksa(Budget(5.0, 1e-4))
+>>> p.achieved.epsilon <= 5.0 and p.achieved.epsilon >= 0.99 * 5.0
+True
+>>> p.achieved.delta <= 1e-4
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.stats import norm
+
+from dprag_core._validation import positive_finite, positive_int, probability
+from dprag_core.accounting.rdp import (
+    DEFAULT_ORDERS,
+    approximate_rdp_to_dp,
+    bounded_range_rdp,
+    gaussian_rdp,
+)
+from dprag_core.budget import Budget
+
+__all__ = ["KSAParameters", "calibrate_ksa", "ksa_guarantee", "ksa_rdp", "required_gap"]
+
+#: Relative tolerance of the calibration: achieved ε in [(1 − tol)·target, target].
+CALIBRATION_TOLERANCE = 0.01
+_SHARES = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
+
+
+@dataclass(frozen=True)
+class KSAParameters:
+    """Calibrated DP-KSA noise: FindBestK's ε_k, PTR's σ and δ₁, and the achieved guarantee.
+
+    >>> KSAParameters(1.0, 2.0, 1e-5, Budget(2.0, 2e-5)).sigma
+    2.0
+    """
+
+    epsilon_k: float
+    sigma: float
+    delta_ptr: float
+    achieved: Budget
+
+
+def ksa_rdp(
+    epsilon_k: float, sigma: float, orders: ArrayLike = DEFAULT_ORDERS
+) -> NDArray[np.float64]:
+    """RDP curve of FindBestK (ε_k, bounded range) composed with the PTR Gaussian (σ).
+
+    >>> float(ksa_rdp(0.1, 1.0, [2.0])[0])  # min(2·0.01/8, RR) + 2/(2·1)
+    1.0025
+    """
+    eps_k = positive_finite("epsilon_k", epsilon_k)
+    s = positive_finite("sigma", sigma)
+    # Gaussian with std 2σ on a sensitivity-2 statistic == sensitivity 1 at std σ.
+    return bounded_range_rdp(eps_k, orders) + gaussian_rdp(2.0 * s, orders, sensitivity=2.0)
+
+
+def ksa_guarantee(
+    epsilon_k: float,
+    sigma: float,
+    *,
+    delta_ptr: float,
+    delta: float,
+    orders: ArrayLike = DEFAULT_ORDERS,
+) -> Budget:
+    """The (ε, δ + δ₁) of one DP-KSA query; ``delta`` is the conversion δ, ``delta_ptr`` = δ₁.
+
+    >>> g = ksa_guarantee(1.0, 2.0, delta_ptr=5e-5, delta=5e-5)
+    >>> round(g.epsilon, 3), g.delta
+    (2.917, 0.0001)
+    """
+    d1 = probability("delta_ptr", delta_ptr, allow_zero=False)
+    return approximate_rdp_to_dp(
+        ksa_rdp(epsilon_k, sigma, orders), orders, delta=delta, approximate_delta=d1
+    )
+
+
+def required_gap(params: KSAParameters, *, k_candidates: int = 20) -> float:
+    """A rough gap d_k that DP-KSA needs to succeed about half of the time.
+
+    max(PTR: 2 + 2σ·Φ⁻¹(1 − δ₁), FindBestK: (4/ε_k)·ln(2·k_candidates)): the
+    PTR test passes with probability 1/2 at the first value; the second makes the
+    best gap beat ``k_candidates`` zero-gap competitors with probability ≈ 1/2.
+    Used only to choose the ε split (utility, not privacy).
+
+    >>> round(required_gap(KSAParameters(1.0, 1.0, 1e-4, Budget(1.0))), 2)
+    14.76
+    """
+    n = positive_int("k_candidates", k_candidates)
+    ptr = 2.0 + 2.0 * params.sigma * float(norm.isf(params.delta_ptr))
+    em = 4.0 / params.epsilon_k * math.log(2.0 * n)
+    return max(ptr, em)
+
+
+def _sigma_for(
+    target: Budget, epsilon_k: float, delta_ptr: float, orders: NDArray[np.float64]
+) -> tuple[float, Budget] | None:
+    """Bisect σ so that the achieved ε lies in [(1 − tol)·target, target]; None if impossible."""
+    conv = target.delta - delta_ptr
+
+    def achieved(sigma: float) -> Budget:
+        return ksa_guarantee(epsilon_k, sigma, delta_ptr=delta_ptr, delta=conv, orders=orders)
+
+    lo, hi = 1e-3, 1.0
+    while achieved(hi).epsilon > target.epsilon:
+        hi *= 2.0
+        if hi > 1e8:
+            return None  # FindBestK alone exceeds the target
+    if achieved(lo).epsilon <= target.epsilon:
+        return lo, achieved(lo)
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        got = achieved(mid)
+        if got.epsilon > target.epsilon:
+            lo = mid
+        else:
+            hi = mid
+            if got.epsilon >= (1.0 - CALIBRATION_TOLERANCE) * target.epsilon:
+                return mid, got
+    return hi, achieved(hi)  # pragma: no cover - bisection always converges first
+
+
+def calibrate_ksa(
+    total: Budget,
+    *,
+    epsilon_share: float | None = None,
+    delta_share: float = 0.5,
+    k_candidates: int = 20,
+    orders: ArrayLike = DEFAULT_ORDERS,
+) -> KSAParameters:
+    """FindBestK's ε_k and PTR's (σ, δ₁) such that one DP-KSA query is ``total``-DP.
+
+    δ₁ = ``delta_share``·δ; the remaining δ goes to the RDP conversion.
+    ε_k = ``epsilon_share``·ε; with ``None`` the share (0.05 … 0.90) minimising
+    :func:`required_gap` over ``k_candidates`` values of k is chosen (a public,
+    data-independent choice). σ is then bisected so that the achieved ε is
+    ≤ ``total.epsilon`` and ≥ 99% of it; ``achieved.delta`` = δ.
+
+    >>> p = calibrate_ksa(Budget(2.0, 1e-4), epsilon_share=0.5)
+    >>> p.epsilon_k, p.delta_ptr
+    (1.0, 5e-05)
+    """
+    if not isinstance(total, Budget):
+        raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+    if total.delta <= 0:
+        raise ValueError("total.delta must be > 0 for DP-KSA (PTR needs a failure probability)")
+    ds = probability("delta_share", delta_share, allow_zero=False)
+    n = positive_int("k_candidates", k_candidates)
+    grid = np.asarray(orders, dtype=np.float64)
+    if epsilon_share is None:
+        shares: tuple[float, ...] = _SHARES
+    else:
+        share = probability("epsilon_share", epsilon_share, allow_zero=False)
+        shares = (share,)
+    delta_ptr = ds * total.delta
+    best: KSAParameters | None = None
+    for share in shares:
+        found = _sigma_for(total, share * total.epsilon, delta_ptr, grid)
+        if found is None:
+            continue
+        params = KSAParameters(share * total.epsilon, found[0], delta_ptr, found[1])
+        if best is None or required_gap(params, k_candidates=n) < required_gap(
+            best, k_candidates=n
+        ):
+            best = params
+    if best is None:
+        raise ValueError(
+            f"epsilon_share={epsilon_share!r} leaves no room for the PTR test within "
+            f"epsilon={total.epsilon:g}; use a smaller share"
+        )
+    return best

@@ -1,0 +1,209 @@
+"""DPICL: Grislain's DP-RAG — DP threshold selection, then DP in-context token generation.
+
+1. :class:`~dprag_core.algorithms.threshold.DPThreshold` (ε_sel) keeps the
+   privacy units above a DP similarity threshold.
+2. One prompt per selected unit (``template`` with its chunks as context) plus
+   one public prompt (``public_template``, no documents) go into ONE
+   :class:`TokenModel` session.
+3. Each token is :func:`dprag_core.mechanisms.icl.dp_icl_token` (ε_tok) over the
+   full vocabulary on the rows' log-probabilities; every row appends the same
+   token. No top-k/top-p warper ever touches the distribution.
+
+**Guarantee** (``query_cost()``): the calibrated (ε, δ) of the selection plus
+``max_new_tokens`` token steps (:func:`dprag_core.accounting.icl.calibrate_icl`;
+all ``max_new_tokens`` are charged even if EOS comes first), w.r.t.
+add/remove of one privacy unit, given that ``docs`` holds every unit scoring
+above the public lower bound (``candidates_needed() = None`` with
+``min_score() = bounds[0]``: the pipeline retrieves exactly those). Given the DP
+threshold, neighbouring corpora select sets differing by at most that unit, so
+each token's utility moves by at most C. An empty selection generates from the
+public prompt alone (still through the mechanism). ``details``: ``tokens``
+(generated), ``max_new_tokens``, ``stopped_at_eos`` — nothing about the
+selected documents (their number is not a DP output).
+
+>>> from types import SimpleNamespace
+>>> import numpy as np
+>>> class Toy:  # 3-token vocabulary; token 2 is EOS
+...     vocab_size, eos_token_ids = 3, frozenset({2})
+...     def decode(self, ids): return "".join("ab"[i] for i in ids)
+...     def prefill(self, prompts):
+...         lp = np.log(np.tile([0.6, 0.3, 0.1], (len(prompts), 1)))
+...         return SimpleNamespace(logprobs=lp, step=lambda tok: lp)
+>>> icl = DPICL(Toy(), epsilon=50.0, delta=1e-6, max_new_tokens=3, theta=0.0)
+>>> icl.answer("Which token?", [], rng=0).details["max_new_tokens"]
+3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from dprag_core._validation import nonnegative_finite, positive_finite, positive_int
+from dprag_core.accounting.icl import ICLParameters, calibrate_icl
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.icl import dp_icl_token
+from dprag_core.mechanisms.threshold import Utility
+from dprag_core.models.base import TokenModel
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["DPICL"]
+
+
+class DPICL(Mechanism):
+    """Grislain's DP-RAG: DP threshold retrieval + DP in-context token generation.
+
+    Privacy: ``epsilon``, ``delta`` per query; ``selection_share`` of ε goes to
+    the threshold (ε_sel), the per-token ε is calibrated over
+    ``max_new_tokens``. Selection: ``bounds`` (public score range), ``utility``
+    (``"top_k"``/``"top_p"``), ``k``, ``p``, ``threshold_alpha``. Token step:
+    ``alpha`` (sharpening), ``clip`` (C), ``theta`` (public prior weight; None
+    = 2C/ε_tok, i.e. the public distribution at temperature 1 reweighted by the
+    private votes).
+
+    >>> from types import SimpleNamespace
+    >>> model = SimpleNamespace(vocab_size=5, eos_token_ids=frozenset(), prefill=None)
+    >>> DPICL(model, epsilon=4.0, max_new_tokens=8).query_cost().epsilon <= 4.0
+    True
+    """
+
+    name = "DPICL"
+
+    def __init__(
+        self,
+        model: TokenModel,
+        *,
+        epsilon: float,
+        delta: float = 1e-6,
+        max_new_tokens: int = 32,
+        bounds: tuple[float, float] = (-1.0, 1.0),
+        utility: Utility = "top_k",
+        k: int = 10,
+        p: float = 0.5,
+        threshold_alpha: float = 1.0,
+        selection_share: float = 0.1,
+        alpha: float = 1.0,
+        clip: float = 1.0,
+        theta: float | None = None,
+        template: str = RAG_TEMPLATE,
+        public_template: str = NO_CONTEXT_TEMPLATE,
+    ) -> None:
+        for attr in ("prefill", "eos_token_ids", "vocab_size"):
+            if not hasattr(model, attr):
+                raise TypeError(f"model must be a TokenModel (missing {attr!r})")
+        self.model = model
+        total = Budget(epsilon, delta)
+        share = positive_finite("selection_share", selection_share)
+        if share >= 1.0:
+            raise ValueError(f"selection_share must be in (0, 1), got {selection_share!r}")
+        self.parameters: ICLParameters = calibrate_icl(
+            total,
+            max_new_tokens=positive_int("max_new_tokens", max_new_tokens),
+            selection_epsilon=share * total.epsilon,
+        )
+        self.selector = DPThreshold(
+            epsilon=self.parameters.selection_epsilon,
+            bounds=bounds,
+            utility=utility,
+            k=k,
+            p=p,
+            alpha=threshold_alpha,
+        )
+        self.alpha = nonnegative_finite("alpha", alpha)
+        self.clip = positive_finite("clip", clip)
+        self.theta = (
+            2.0 * self.clip / self.parameters.epsilon_token
+            if theta is None
+            else nonnegative_finite("theta", theta)
+        )
+        self.template = template
+        self.public_template = public_template
+
+    def candidates_needed(self) -> None:
+        """None: retrieve every unit above :meth:`min_score` (a top-N would break the relation)."""
+        return None
+
+    def min_score(self) -> float:
+        """The public lower score bound s_lo."""
+        return self.selector.bounds[0]
+
+    def query_cost(self) -> Budget:
+        """The calibrated (ε, δ) of one query (selection + all ``max_new_tokens`` tokens)."""
+        return self.parameters.achieved
+
+    def _prompts(
+        self, question: str, docs: Sequence[ScoredDocument], gen: np.random.Generator
+    ) -> list[str]:
+        selected = self.selector.select(docs, rng=gen)
+        prompts = [
+            self.template.format(context=join_context([d.text for d in group]), question=question)
+            for group in group_by_unit(selected).values()
+        ]
+        return [*prompts, self.public_template.format(question=question)]
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Yield text as each DP token is released, then the :class:`DPAnswer`."""
+        gen = make_rng(rng)
+        session = self.model.prefill(self._prompts(question, docs, gen))
+        logprobs = np.asarray(session.logprobs, dtype=np.float64)
+        eos = self.model.eos_token_ids
+        tokens: list[int] = []
+        emitted, stopped = "", False
+        for step in range(self.parameters.max_new_tokens):
+            token = dp_icl_token(
+                logprobs[:-1],
+                logprobs[-1],
+                epsilon=self.parameters.epsilon_token,
+                alpha=self.alpha,
+                clip=self.clip,
+                theta=self.theta,
+                rng=gen,
+            )
+            if token in eos:
+                stopped = True
+                break
+            tokens.append(token)
+            text = self.model.decode(tokens)
+            if (
+                text.startswith(emitted)
+                and not text.endswith("\ufffd")
+                and len(text) > len(emitted)
+            ):
+                yield text[len(emitted) :]
+                emitted = text
+            if step + 1 < self.parameters.max_new_tokens:
+                logprobs = np.asarray(session.step(token), dtype=np.float64)
+        final = self.model.decode(tokens)
+        if final.startswith(emitted) and len(final) > len(emitted):
+            yield final[len(emitted) :]
+        details = {
+            "tokens": len(tokens),
+            "max_new_tokens": self.parameters.max_new_tokens,
+            "stopped_at_eos": stopped,
+        }
+        yield DPAnswer(final, self.parameters.achieved, self.name, details)
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Generate the whole answer (the last item of :meth:`stream`)."""
+        result: DPAnswer | None = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        assert result is not None
+        return result
+
+    def __repr__(self) -> str:
+        b = self.parameters.achieved
+        return (
+            f"DPICL(epsilon={b.epsilon:g}, delta={b.delta:g}, "
+            f"max_new_tokens={self.parameters.max_new_tokens})"
+        )

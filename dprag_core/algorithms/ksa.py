@@ -1,0 +1,357 @@
+"""DP-KSA and non-private KSA: answer from a few keywords aggregated over many responses
+(Tang et al. 2026, Alg. 1).
+
+1. Retrieve N documents (``candidates_needed() = n_docs``); one response per
+   privacy unit (its chunks joined) through any :class:`TextModel`, in one batch.
+2. Keyword histogram: each response's normalised words (lower-case, punctuation
+   and stop words removed, optionally without the question's own words), each
+   counted at most once per response. The extractor is pluggable.
+3. FindBestK (ε_k) picks k̂; TopKWithPTR (σ, δ₁) decides whether the exact top-k̂
+   keyword *set* may be released (:mod:`dprag_core.mechanisms.ksa`). The
+   parameters are calibrated from the user's (ε, δ) by
+   :func:`dprag_core.accounting.ksa.calibrate_ksa`.
+4. The final answer: the generator sees the question and the released keywords
+   (alphabetical order: only the set is stable, not the count order), or the
+   question alone (zero-shot) when PTR fails.
+
+**Guarantee** (:class:`DPKSA`): ``query_cost()`` = the calibrated (ε, δ), w.r.t.
+add/remove of one privacy unit, *provided the retriever's top-N is counted in
+units* (one item per unit, or a unit's chunks all inside or all outside): then
+one unit changes at most one response. The released keywords are DP outputs
+and may appear verbatim in the answer: that is by design (they are words that
+at least k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
+``ptr_passed`` and ``keywords_released`` (a count), nothing per document.
+
+>>> class Echo:
+...     def generate(self, prompts, *, max_new_tokens=64):
+...         return [p.split("Context:\\n")[-1].split("\\n")[0] for p in prompts]
+>>> docs = [ScoredDocument(id=str(i), text="Gleeblorazine cures it", score=0.9)
+...         for i in range(40)]
+>>> a = DPKSA(Echo(), epsilon=5.0, n_docs=40).answer("What cures Flumplenaxism?", docs, rng=0)
+>>> a.details["ptr_passed"], a.details["keywords_released"]
+(True, 1)
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dprag_core._validation import positive_int
+from dprag_core.accounting.ksa import KSAParameters, calibrate_ksa
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
+from dprag_core.models.base import TextModel
+from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = [
+    "DPKSA",
+    "KSA",
+    "STOP_WORDS",
+    "KeywordExtractor",
+    "KeywordHistogram",
+    "extract_keywords",
+    "keyword_histogram",
+]
+
+KeywordExtractor = Callable[[str], Iterable[str]]
+"""Anything mapping a response to its keywords (duplicates are counted once)."""
+
+STOP_WORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all also am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do does
+    doesn't doing don't down during each few for from further had hadn't has hasn't have haven't
+    having he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll
+    i'm i've if in into is isn't it it's its itself let's me more most mustn't my myself no nor
+    not of off on once only or other ought our ours ourselves out over own same shan't she she'd
+    she'll she's should shouldn't so some such than that that's the their theirs them themselves
+    then there there's these they they'd they'll they're they've this those through to too under
+    until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where
+    where's which while who who's whom why why's will with won't would wouldn't you you'd you'll
+    you're you've your yours yourself yourselves
+    s t d ll m re ve yes may might must shall us one also however therefore thus whether
+    answer answers question questions context document documents text provided based according
+    mentioned information given states stated called known
+    """.split()  # noqa: SIM905 (a readable word list)
+)
+"""English stop words plus the filler words of QA responses ("based on the context ...")."""
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+
+
+def extract_keywords(text: str, *, exclude: Iterable[str] = ()) -> list[str]:
+    """The distinct normalised keywords of ``text``, in order of first appearance.
+
+    Lower-case words (letters/digits, inner apostrophes kept), without stop words,
+    single letters, possessive "'s" or anything in ``exclude``.
+
+    >>> extract_keywords("Based on the context, Herman's disease is Flumplenaxism (rare).")
+    ['herman', 'disease', 'flumplenaxism', 'rare']
+    """
+    banned = set(exclude)
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(text.lower()):
+        word = re.sub(r"['’]s$", "", match.group())
+        if len(word) < 2 and not word.isdigit():
+            continue
+        if word in STOP_WORDS or word in banned:
+            continue
+        seen.setdefault(word, None)
+    return list(seen)
+
+
+@dataclass(frozen=True)
+class KeywordHistogram:
+    """Keywords sorted by count (ties: alphabetical) and their counts (responses containing them).
+
+    >>> keyword_histogram(["red apple", "red car"]).keywords
+    ('red', 'apple', 'car')
+    """
+
+    keywords: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def top(self, k: int) -> list[str]:
+        """The top-``k`` keywords with a positive count, alphabetically (a public order).
+
+        >>> keyword_histogram(["beta alpha", "beta gamma"]).top(2)
+        ['alpha', 'beta']
+        """
+        return sorted(kw for kw, c in zip(self.keywords[:k], self.counts[:k], strict=True) if c > 0)
+
+
+def keyword_histogram(
+    responses: Sequence[str],
+    *,
+    extractor: KeywordExtractor | None = None,
+    exclude: Iterable[str] = (),
+) -> KeywordHistogram:
+    """Count, for each keyword, the responses that contain it (once per response).
+
+    >>> keyword_histogram(["aspirin aspirin", "aspirin"], exclude=["x"]).counts
+    (2,)
+    """
+    banned = set(exclude)
+    counter: Counter[str] = Counter()
+    for response in responses:
+        words = extractor(response) if extractor is not None else extract_keywords(response)
+        counter.update({w for w in words if w not in banned})
+    ordered = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
+    return KeywordHistogram(tuple(k for k, _ in ordered), tuple(c for _, c in ordered))
+
+
+def _unit_contexts(docs: Sequence[ScoredDocument], n_docs: int) -> list[str]:
+    """One context per privacy unit among the first ``n_docs`` real documents (chunks joined)."""
+    groups: dict[str, list[str]] = {}
+    for doc in [d for d in docs if not d.is_padding][:n_docs]:
+        groups.setdefault(doc.unit, []).append(doc.text)
+    return [join_context(texts) for texts in groups.values()]
+
+
+class _KeywordAnswerer(Mechanism):
+    """Shared steps of KSA and DP-KSA: responses, histogram, final prompt."""
+
+    def __init__(
+        self,
+        model: TextModel,
+        *,
+        n_docs: int,
+        k_min: int,
+        k_max: int,
+        extractor: KeywordExtractor | None,
+        drop_question_words: bool,
+        response_template: str,
+        answer_template: str,
+        zero_shot_template: str,
+        response_tokens: int,
+        answer_tokens: int,
+    ) -> None:
+        if not callable(getattr(model, "generate", None)):
+            raise TypeError("model must be a TextModel (with generate(prompts, max_new_tokens=))")
+        if extractor is not None and not callable(extractor):
+            raise TypeError("extractor must be callable as extractor(text) -> iterable of words")
+        self.model = model
+        self.n_docs = positive_int("n_docs", n_docs)
+        self.k_min = positive_int("k_min", k_min)
+        self.k_max = positive_int("k_max", k_max)
+        if self.k_max < self.k_min:
+            raise ValueError(f"k_max must be an integer >= k_min={self.k_min}, got {k_max!r}")
+        self.extractor = extractor
+        self.drop_question_words = bool(drop_question_words)
+        self.response_template = response_template
+        self.answer_template = answer_template
+        self.zero_shot_template = zero_shot_template
+        self.response_tokens = positive_int("response_tokens", response_tokens)
+        self.answer_tokens = positive_int("answer_tokens", answer_tokens)
+
+    def candidates_needed(self) -> int:
+        """N, the number of documents to retrieve (one response each)."""
+        return self.n_docs
+
+    def _histogram(self, question: str, docs: Sequence[ScoredDocument]) -> KeywordHistogram:
+        contexts = _unit_contexts(docs, self.n_docs)
+        prompts = [self.response_template.format(context=c, question=question) for c in contexts]
+        responses = (
+            self.model.generate(prompts, max_new_tokens=self.response_tokens) if prompts else []
+        )
+        exclude: Iterable[str] = ()
+        if self.drop_question_words:
+            exclude = (
+                self.extractor(question)
+                if self.extractor is not None
+                else extract_keywords(question)
+            )
+        return keyword_histogram(responses, extractor=self.extractor, exclude=exclude)
+
+    def _final(self, question: str, keywords: Sequence[str]) -> str:
+        if keywords:
+            prompt = self.answer_template.format(keywords=", ".join(keywords), question=question)
+        else:
+            prompt = self.zero_shot_template.format(question=question)
+        return self.model.generate([prompt], max_new_tokens=self.answer_tokens)[0]
+
+
+class DPKSA(_KeywordAnswerer):
+    """DP-KSA (Tang et al. 2026, Alg. 1): (ε, δ)-DP answers from privately released keywords.
+
+    ``epsilon``/``delta`` is the per-query guarantee (calibrated into FindBestK's
+    ε_k and PTR's σ, δ₁; see :attr:`parameters`). ``k_min``..``k_max`` is the
+    public range of k. ``extractor`` maps a response to keywords
+    (:func:`extract_keywords` by default). Templates: ``response_template``
+    (``{context}``, ``{question}``) for the N responses, ``answer_template``
+    (``{keywords}``, ``{question}``) and ``zero_shot_template`` (``{question}``).
+
+    >>> from types import SimpleNamespace
+    >>> model = SimpleNamespace(generate=lambda prompts, max_new_tokens=64: ["ok"] * len(prompts))
+    >>> DPKSA(model, epsilon=2.0).query_cost().delta
+    0.0001
+    """
+
+    name = "DPKSA"
+
+    def __init__(
+        self,
+        model: TextModel,
+        *,
+        epsilon: float,
+        delta: float = 1e-4,
+        n_docs: int = 80,
+        k_min: int = 1,
+        k_max: int = 20,
+        extractor: KeywordExtractor | None = None,
+        drop_question_words: bool = True,
+        response_template: str = RAG_TEMPLATE,
+        answer_template: str = KEYWORDS_TEMPLATE,
+        zero_shot_template: str = NO_CONTEXT_TEMPLATE,
+        response_tokens: int = 64,
+        answer_tokens: int = 64,
+        epsilon_share: float | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            n_docs=n_docs,
+            k_min=k_min,
+            k_max=k_max,
+            extractor=extractor,
+            drop_question_words=drop_question_words,
+            response_template=response_template,
+            answer_template=answer_template,
+            zero_shot_template=zero_shot_template,
+            response_tokens=response_tokens,
+            answer_tokens=answer_tokens,
+        )
+        total = Budget(epsilon, delta)
+        self.parameters: KSAParameters = calibrate_ksa(
+            total, epsilon_share=epsilon_share, k_candidates=self.k_max - self.k_min + 1
+        )
+
+    def query_cost(self) -> Budget:
+        """The calibrated (ε, δ) of one query (≤ the requested budget, within 1%)."""
+        return self.parameters.achieved
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Responses → histogram → FindBestK → PTR → keywords (or zero-shot) → answer."""
+        gen = make_rng(rng)
+        hist = self._histogram(question, docs)
+        p = self.parameters
+        k_hat = find_best_k(
+            hist.counts, epsilon=p.epsilon_k, k_min=self.k_min, k_max=self.k_max, rng=gen
+        )
+        passed = top_k_with_ptr(hist.counts, k_hat, sigma=p.sigma, delta=p.delta_ptr, rng=gen)
+        keywords = hist.top(k_hat) if passed else []
+        details: dict[str, Any] = {
+            "k_hat": k_hat,
+            "ptr_passed": passed,
+            "keywords_released": len(keywords),
+        }
+        return DPAnswer(self._final(question, keywords), p.achieved, self.name, details)
+
+    def __repr__(self) -> str:
+        b = self.parameters.achieved
+        return f"DPKSA(epsilon={b.epsilon:g}, delta={b.delta:g}, n_docs={self.n_docs})"
+
+
+class KSA(_KeywordAnswerer):
+    """Non-private KSA baseline: the top-k keywords with the largest gap, no noise (ε = ∞).
+
+    >>> from types import SimpleNamespace
+    >>> model = SimpleNamespace(generate=lambda prompts, max_new_tokens=64: ["ok"] * len(prompts))
+    >>> KSA(model).query_cost() is None
+    True
+    """
+
+    name = "KSA"
+
+    def __init__(
+        self,
+        model: TextModel,
+        *,
+        n_docs: int = 80,
+        k_min: int = 1,
+        k_max: int = 20,
+        extractor: KeywordExtractor | None = None,
+        drop_question_words: bool = True,
+        response_template: str = RAG_TEMPLATE,
+        answer_template: str = KEYWORDS_TEMPLATE,
+        zero_shot_template: str = NO_CONTEXT_TEMPLATE,
+        response_tokens: int = 64,
+        answer_tokens: int = 64,
+    ) -> None:
+        super().__init__(
+            model,
+            n_docs=n_docs,
+            k_min=k_min,
+            k_max=k_max,
+            extractor=extractor,
+            drop_question_words=drop_question_words,
+            response_template=response_template,
+            answer_template=answer_template,
+            zero_shot_template=zero_shot_template,
+            response_tokens=response_tokens,
+            answer_tokens=answer_tokens,
+        )
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Responses → histogram → the top-k at the largest gap → answer (not private)."""
+        hist = self._histogram(question, docs)
+        d = gaps(hist.counts, k_min=self.k_min, k_max=self.k_max)
+        k = int(np.argmax(d)) + self.k_min
+        keywords = hist.top(k)
+        details = {"k_hat": k, "keywords_released": len(keywords)}
+        return DPAnswer(self._final(question, keywords), None, self.name, details)
+
+    def __repr__(self) -> str:
+        return f"KSA(n_docs={self.n_docs})"

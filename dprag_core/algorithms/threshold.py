@@ -1,0 +1,129 @@
+"""DPThreshold: DP document selection by a DP similarity threshold (Grislain 2024).
+
+A standalone component (adapters expose it as a retriever and a node
+postprocessor; :class:`dprag_core.algorithms.icl.DPICL` uses it first). It
+samples τ with :func:`dprag_core.mechanisms.threshold.dp_threshold` and keeps
+every privacy unit scoring above τ.
+
+Privacy units: the mechanism needs one score per unit. A unit's score is the
+**maximum** of its chunks' scores (clipped to the public bounds); the selection
+keeps *all* chunks of the selected units, best first. Adding or removing one
+unit then adds or removes one score and one group of chunks.
+
+**Guarantee**: ``cost()`` = Budget(ε) — τ is ε-DP w.r.t. add/remove of one
+privacy unit when ``docs`` holds *every* unit scoring above the lower bound s_lo
+(units at or below s_lo never count nor get selected: retrieve with
+``min_score = s_lo``), and still w.r.t. substitution when ``docs`` is a
+data-dependent top-N (Δ = 1 covers both). The *selected documents* remain
+private data: they may only feed a DP mechanism (DPICL), never be shown as
+such; with a top-N candidate list neighbouring selections differ by two units,
+not one, which that mechanism must account for. Padding documents are ignored.
+
+>>> sel = DPThreshold(epsilon=50.0, bounds=(0.0, 1.0), k=2)
+>>> docs = [ScoredDocument(id=str(i), text="", score=s) for i, s in enumerate([0.9, 0.8, 0.1])]
+>>> [d.id for d in sel.select(docs, rng=0)]
+['0', '1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
+from dprag_core.budget import Budget
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.threshold import Utility, dp_threshold, validate_bounds
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["DPThreshold", "group_by_unit"]
+
+
+def group_by_unit(docs: Sequence[ScoredDocument]) -> dict[str, list[ScoredDocument]]:
+    """Real (non-padding) documents grouped by privacy unit, in first-seen order.
+
+    >>> d = [ScoredDocument(id="a", text="", score=0.1, unit="u"),
+    ...      ScoredDocument(id="b", text="", score=0.2, unit="u")]
+    >>> list(group_by_unit(d))
+    ['u']
+    """
+    groups: dict[str, list[ScoredDocument]] = {}
+    for doc in docs:
+        if not doc.is_padding:
+            groups.setdefault(doc.unit, []).append(doc)
+    return groups
+
+
+class DPThreshold:
+    """Select the privacy units above an ε-DP similarity threshold.
+
+    ``bounds``: the public (s_lo, s_hi) score range (e.g. (-1, 1) for cosine);
+    ``utility``: ``"top_k"`` (aim at ``k`` units) or ``"top_p"`` (aim at a share
+    ``p`` of the total weight, weights sharpened by ``alpha``).
+
+    >>> DPThreshold(epsilon=0.5, bounds=(-1.0, 1.0), utility="top_p", p=0.3).cost()
+    Budget(epsilon=0.5, delta=0.0)
+    """
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        bounds: tuple[float, float] = (-1.0, 1.0),
+        utility: Utility = "top_k",
+        k: int = 10,
+        p: float = 0.5,
+        alpha: float = 1.0,
+    ) -> None:
+        self.epsilon = positive_finite("epsilon", epsilon)
+        self.bounds = validate_bounds(bounds)
+        if utility not in ("top_k", "top_p"):
+            raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
+        self.utility: Utility = utility
+        self.k = positive_int("k", k)
+        pp = finite("p", p)
+        if not 0.0 < pp < 1.0:
+            raise ValueError(f"p must be in (0, 1), got {p!r}")
+        self.p = pp
+        self.alpha = nonnegative_finite("alpha", alpha)
+
+    def cost(self) -> Budget:
+        """The privacy cost of one selection: ε-DP (pure)."""
+        return Budget(self.epsilon)
+
+    def threshold(self, docs: Sequence[ScoredDocument], *, rng: RngLike = None) -> float:
+        """Sample τ from the units' max scores (the only step that touches the data)."""
+        groups = group_by_unit(docs)
+        scores = np.array([max(d.score for d in g) for g in groups.values()], dtype=np.float64)
+        return dp_threshold(
+            scores,
+            epsilon=self.epsilon,
+            bounds=self.bounds,
+            utility=self.utility,
+            k=self.k,
+            p=self.p,
+            alpha=self.alpha,
+            rng=rng,
+        )
+
+    def select(
+        self, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> list[ScoredDocument]:
+        """All chunks of the units whose (clipped) max score exceeds a DP threshold, best first.
+
+        Charge :meth:`cost` before releasing the result.
+        """
+        tau = self.threshold(docs, rng=rng)
+        lo, hi = self.bounds
+        chosen: list[ScoredDocument] = []
+        for group in group_by_unit(docs).values():
+            if min(max(max(d.score for d in group), lo), hi) > tau:
+                chosen.extend(group)
+        return sorted(chosen, key=lambda d: -d.score)
+
+    def __repr__(self) -> str:
+        return (
+            f"DPThreshold(epsilon={self.epsilon:g}, bounds={self.bounds}, "
+            f"utility={self.utility!r}, k={self.k}, p={self.p:g}, alpha={self.alpha:g})"
+        )
