@@ -25,7 +25,7 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict dprag_core
+	$(VENV)/bin/mypy --strict dprag_core langchain_dprag llamaindex_dprag
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

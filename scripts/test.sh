@@ -6,5 +6,10 @@ VENV=${VENV:-.venv}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-"$VENV/bin/mypy" --strict dprag_core
+"$VENV/bin/mypy" --strict dprag_core langchain_dprag llamaindex_dprag
+# PostgreSQL ledger tests run against a throwaway loopback server (installed when missing).
+if [[ -z "${DPRAG_TEST_POSTGRES_DSN:-}" ]]; then
+  eval "$(scripts/postgres_for_tests.sh)"
+  trap 'scripts/postgres_for_tests.sh stop >/dev/null 2>&1 || true' EXIT
+fi
 "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"

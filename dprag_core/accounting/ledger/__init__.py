@@ -1,0 +1,34 @@
+"""Per-privacy-unit budget ledgers for multi-query DP (MuRAG, DESIGN §5).
+
+``charge(query_id, units, cost)`` debits every unit or none (atomically, also
+across processes for the SQLite and PostgreSQL backends); ``remaining``,
+``active``, ``audit_log`` and ``total_spent`` read the state. Unknown units
+start with ``budget_per_unit``. :class:`SQLiteLedger` is the default
+persistent backend; :class:`PostgresLedger` imports psycopg lazily.
+
+>>> led = InMemoryLedger(budget_per_unit=10.0)
+>>> all(led.charge(f"q{i}", ["doc"], 0.1).granted for i in range(100))
+True
+>>> led.remaining(["doc"]), led.charge("q100", ["doc"], 0.1).granted
+({'doc': 0.0}, False)
+"""
+
+from dprag_core.accounting.ledger.base import (
+    AuditEntry,
+    ChargeResult,
+    Ledger,
+    LedgerUnavailable,
+)
+from dprag_core.accounting.ledger.memory import InMemoryLedger
+from dprag_core.accounting.ledger.postgres import PostgresLedger
+from dprag_core.accounting.ledger.sqlite import SQLiteLedger
+
+__all__ = [
+    "AuditEntry",
+    "ChargeResult",
+    "InMemoryLedger",
+    "Ledger",
+    "LedgerUnavailable",
+    "PostgresLedger",
+    "SQLiteLedger",
+]

@@ -1,0 +1,61 @@
+"""An in-process ledger (thread-safe; forgets everything when the process ends).
+
+For tests and single-process experiments only: a ledger that forgets on
+restart lets a restarted server spend every unit's budget again. Deployments
+use :class:`~dprag_core.accounting.ledger.SQLiteLedger` or
+:class:`~dprag_core.accounting.ledger.PostgresLedger`.
+
+>>> led = InMemoryLedger(budget_per_unit=1.0)
+>>> led.charge("q", ["a"], 1.0).granted, led.charge("q2", ["a"], 0.1).granted
+(True, False)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+from dprag_core.accounting.ledger.base import Ledger
+
+__all__ = ["InMemoryLedger"]
+
+
+class InMemoryLedger(Ledger):
+    """Per-unit budgets in a dict, guarded by one lock.
+
+    >>> InMemoryLedger(budget_per_unit=0.5).remaining(["x"])
+    {'x': 0.5}
+    """
+
+    def __init__(self, *, budget_per_unit: float) -> None:
+        super().__init__(budget_per_unit=budget_per_unit)
+        self._left: dict[str, int] = {}
+        self._log: list[tuple[str, str, int, float]] = []
+        self._spent = 0
+        self._lock = threading.Lock()
+
+    def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
+        with self._lock:
+            lacking = [u for u in units if self._left.get(u, self._budget) < cost]
+            if lacking:
+                return lacking
+            now = time.time()
+            for u in units:
+                self._left[u] = self._left.get(u, self._budget) - cost
+                self._log.append((query_id, u, cost, now))
+            self._spent += cost * len(units)
+            return []
+
+    def _remaining(self, units: list[str]) -> dict[str, int]:
+        with self._lock:
+            return {u: self._left.get(u, self._budget) for u in units}
+
+    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
+        with self._lock:
+            rows = list(self._log)
+        return iter(rows)
+
+    def _total_spent(self) -> int:
+        with self._lock:
+            return self._spent

@@ -1,0 +1,439 @@
+"""Multi-query DP RAG: MuRAG, MuRAG-Ada (individual accounting) and NAIVE-MULTI.
+
+All three wrap a single-query DP mechanism ``inner`` (default in the paper: the
+pure exponential-mechanism variant of DPSparseVote, MuRAG paper Alg. 5).
+
+**MuRAG** (Alg. 1) — every privacy unit has a budget M·ε_q in a persistent
+:class:`~dprag_core.accounting.ledger.Ledger`. Per query, with τ public and
+fixed before any data is seen: the relevant units are those with a document
+scoring > τ; **every** relevant unit that still has ε_q left is charged ε_q
+(atomically, before anything runs — not only the top-k, because whether a unit
+is in the top-k depends on the other units, which would make its charge depend
+on other people's data); then the top-k of the charged units' documents, padded
+with empty documents to exactly k, go to ``inner`` run with ε_q.
+
+**MuRAG-Ada** (Alg. 2) — ε_q = ε_thr + ε_RAG. Public score bins are walked from
+the most relevant: each active unit in a visited bin is charged ε_thr and counted,
+the noisy prefix sum (:func:`~dprag_core.mechanisms.prefix_bins.noisy_bin_walk`)
+halts once it exceeds K = k; then every unit found with ε_RAG left is charged
+ε_RAG, and the top-k of their documents go to ``inner`` run with ε_RAG.
+
+Guarantee of MuRAG / MuRAG-Ada (Lemmas 1 and 2, by the individual privacy filter
+of Feldman & Zrnic 2021, Cor. 3.3, which allows fully adaptive queries): over
+*all* queries ever answered against the ledger, the whole transcript of answers
+is ε-DP with ε = M·ε_q = ``ledger.budget_per_unit`` with respect to adding or
+removing one privacy unit, because each unit is charged exactly the privacy loss
+it can incur in each query (0 when it is not relevant/visited, else ε_q, ε_thr,
+ε_RAG) and takes part only while its remaining budget covers that loss.
+Each :class:`~dprag_core.budget.DPAnswer` reports ``guarantee = Budget(ε_q)``
+(the most any unit can lose in that query) and the per-unit total in
+``details["per_unit_budget"]``. A unit's exhaustion is never signalled (that
+would leak): its documents silently stop being used, so answers fall back
+towards the non-RAG answer. The ledger must be the *only* ledger of the corpus
+and charges are recorded before the answer exists (a crash loses budget, never
+privacy). Units are the ``ScoredDocument.unit`` ids; a unit whose chunks fall in
+several bins belongs to the bin of its best chunk.
+
+**NaiveMulti** (Alg. 4) — the baseline: each query costs ``inner``'s guarantee,
+composed sequentially in a :class:`~dprag_core.accounting.accountant.CorpusAccountant`
+whose total is the corpus-level cap; a query that would exceed it raises
+:class:`~dprag_core.budget.PrivacyBudgetExhausted` before any work.
+
+>>> from dprag_core.accounting.ledger import InMemoryLedger
+>>> murag = MuRAG(inner, ledger=InMemoryLedger(budget_per_unit=10.0), tau=0.5,
+...               epsilon_query=2.0, k=8, score_bounds=(-1.0, 1.0))  # doctest: +SKIP
+>>> murag.answer("Who treats Ann?", docs).details["per_unit_budget"]  # doctest: +SKIP
+10.0
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from dprag_core._validation import finite, positive_finite, positive_int
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
+from dprag_core.pipeline import check_question
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["MuRAG", "MuRAGAda", "NaiveMulti"]
+
+_REL = 1e-9  # float slack when comparing epsilons (e.g. M = budget / eps_q)
+
+
+def _check_inner(inner: object, epsilon: float, name: str) -> Mechanism:
+    """``inner`` must be a Mechanism whose query cost is exactly Budget(epsilon, 0)."""
+    if not isinstance(inner, Mechanism):
+        raise TypeError(f"inner must be a dprag Mechanism, got {type(inner).__name__}")
+    cost = inner.query_cost()
+    if not isinstance(cost, Budget) or cost.delta != 0:
+        raise ValueError(f"inner must be pure epsilon-DP (query_cost delta 0), got {cost!r}")
+    if not math.isclose(cost.epsilon, epsilon, rel_tol=_REL):
+        raise ValueError(
+            f"inner's query_cost epsilon {cost.epsilon!r} must equal {name}={epsilon!r}"
+        )
+    return inner
+
+
+def _check_k(inner: Mechanism, k: int | None) -> int:
+    wanted = inner.candidates_needed()
+    if k is None:
+        if wanted is None:
+            raise ValueError("k is required when inner does not declare candidates_needed()")
+        return wanted
+    k = positive_int("k", k)
+    if wanted is not None and wanted != k:
+        raise ValueError(f"k must equal inner.candidates_needed()={wanted}, got {k}")
+    return k
+
+
+def _check_ledger(ledger: object, epsilon_query: float) -> tuple[Ledger, float]:
+    if not isinstance(ledger, Ledger):
+        raise TypeError(f"ledger must be a dprag Ledger, got {type(ledger).__name__}")
+    m = ledger.budget_per_unit / epsilon_query
+    if m < 1 - _REL:
+        raise ValueError(
+            "M = ledger.budget_per_unit / epsilon_query must be >= 1 (each unit must afford "
+            f"one query), got {m:g}"
+        )
+    return ledger, m
+
+
+def _charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: float) -> list[str]:
+    """Charge ``cost`` to every unit that can afford it; return those charged.
+
+    One atomic charge; if some units lack budget (possibly spent by a concurrent
+    query) they are dropped and the rest is charged again. Budgets only go down,
+    so the result is exactly the units with >= cost left at the commit.
+    """
+    todo = list(dict.fromkeys(units))
+    while todo:
+        result = ledger.charge(query_id, todo, cost)
+        if result.granted:
+            return todo
+        lacking = set(result.lacking)
+        todo = [u for u in todo if u not in lacking]
+    return []
+
+
+def _top_k_padded(docs: Sequence[ScoredDocument], k: int) -> list[ScoredDocument]:
+    """TOP-K (MuRAG Alg. 3) over privacy units: each unit's best chunk, the k best by
+    score (ties by id), padded to exactly k.
+
+    One row per unit, as in :func:`~dprag_core.retrieval.units.top_units`: a unit
+    with c chunks in the list would otherwise take c slots, and adding it would
+    displace c other units' documents (c voters of ``inner``), while ``inner`` is
+    ε_q-DP only for one substituted slot.
+    """
+    best: dict[str, ScoredDocument] = {}
+    for d in sorted(docs, key=lambda d: (-d.score, d.id)):
+        best.setdefault(d.unit, d)  # the first seen is the unit's best chunk
+    top = list(best.values())[:k]
+    return top + [ScoredDocument.padding(i) for i in range(k - len(top))]
+
+
+def _relevant(docs: Sequence[ScoredDocument], floor: float) -> list[ScoredDocument]:
+    return [d for d in docs if not d.is_padding and d.score > floor]
+
+
+class _Individual(Mechanism):
+    """Shared plumbing of MuRAG and MuRAG-Ada: charge, select, run inner, wrap."""
+
+    inner: Mechanism
+    ledger: Ledger
+    k: int
+    epsilon_query: float
+    max_retrievals: float
+
+    def candidates_needed(self) -> int | None:
+        """None: every candidate above :meth:`min_score` must be retrieved."""
+        return None
+
+    def query_cost(self) -> Budget | None:
+        """None: the per-unit ledger is charged inside :meth:`answer`."""
+        return None
+
+    def _select(
+        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+    ) -> tuple[list[ScoredDocument], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _details(self) -> dict[str, Any]:
+        return {
+            "accounting": "individual",
+            "epsilon_query": self.epsilon_query,
+            "per_unit_budget": self.ledger.budget_per_unit,
+            "max_retrievals_per_unit": self.max_retrievals,
+            "k": self.k,
+            "inner": self.inner.name,
+        }
+
+    def _wrap(self, inner_answer: DPAnswer, query_id: str, extra: Mapping[str, Any]) -> DPAnswer:
+        details = {
+            **inner_answer.details,
+            **self._details(),
+            **extra,
+            "query_id": query_id,
+        }
+        return DPAnswer(inner_answer.text, Budget(self.epsilon_query), self.name, details)
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Charge the ledger, then answer with ``inner`` on the padded top-k (module doc)."""
+        result: DPAnswer | None = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        assert result is not None
+        return result
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Charge the ledger first, then stream ``inner``'s text and the wrapped DPAnswer."""
+        check_question(question)
+        gen = make_rng(rng)
+        query_id = uuid.uuid4().hex
+        top_k, extra = self._select(query_id, docs, gen)
+        for item in self.inner.stream(question, top_k, rng=gen):
+            yield self._wrap(item, query_id, extra) if isinstance(item, DPAnswer) else item
+
+
+class MuRAG(_Individual):
+    """MuRAG (multi-query DP RAG paper, Alg. 1): fixed public τ, individual accounting.
+
+    ``inner``: a pure-DP single-query Mechanism whose ``query_cost()`` is
+    ``Budget(epsilon_query)``; ``ledger``: the corpus's per-unit ledger, with
+    ``budget_per_unit = M·epsilon_query`` (M >= 1 queries per unit); ``tau``: the
+    public relevance threshold, inside ``score_bounds`` (the retriever's public
+    score range); ``k``: documents passed to ``inner`` (default and required:
+    ``inner.candidates_needed()``). Guarantee: module docstring.
+
+    >>> from dprag_core.accounting.ledger import InMemoryLedger
+    >>> MuRAG(inner, ledger=InMemoryLedger(budget_per_unit=4.0), tau=0.3,
+    ...       epsilon_query=2.0)  # doctest: +SKIP
+    MuRAG(tau=0.3, epsilon_query=2.0, k=8, per_unit_budget=4.0)
+    """
+
+    name = "MuRAG"
+
+    def __init__(
+        self,
+        inner: Mechanism,
+        *,
+        ledger: Ledger,
+        tau: float,
+        epsilon_query: float,
+        k: int | None = None,
+        score_bounds: tuple[float, float] = (-1.0, 1.0),
+    ) -> None:
+        self.epsilon_query = positive_finite("epsilon_query", epsilon_query)
+        lo, hi = (finite("score_bounds", b) for b in score_bounds)
+        if not lo < hi:
+            raise ValueError(
+                f"score_bounds must be (low, high) with low < high, got {score_bounds}"
+            )
+        self.score_bounds = (lo, hi)
+        tau = finite("tau", tau)
+        if not lo <= tau < hi:
+            raise ValueError(f"tau must be in the score range [{lo}, {hi}), got {tau!r}")
+        self.tau = tau
+        self.inner = _check_inner(inner, self.epsilon_query, "epsilon_query")
+        self.k = _check_k(self.inner, k)
+        self.ledger, self.max_retrievals = _check_ledger(ledger, self.epsilon_query)
+
+    def min_score(self) -> float:
+        """The public threshold τ: retrieve every candidate scoring above it."""
+        return self.tau
+
+    def _select(
+        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+    ) -> tuple[list[ScoredDocument], dict[str, Any]]:
+        relevant = _relevant(docs, self.tau)
+        charged = set(
+            _charge_active(self.ledger, query_id, (d.unit for d in relevant), self.epsilon_query)
+        )
+        top_k = _top_k_padded([d for d in relevant if d.unit in charged], self.k)
+        return top_k, {"tau": self.tau}
+
+    def __repr__(self) -> str:
+        return (
+            f"MuRAG(tau={self.tau}, epsilon_query={self.epsilon_query}, k={self.k}, "
+            f"per_unit_budget={self.ledger.budget_per_unit})"
+        )
+
+
+class MuRAGAda(_Individual):
+    """MuRAG-Ada (multi-query DP RAG paper, Alg. 2): private per-query threshold.
+
+    ``bins``: B+1 public score edges (any order; walked from the highest); a
+    document scoring above the highest edge counts in the top bin, one at or
+    below the lowest is never relevant. ``epsilon_threshold`` (ε_thr) pays for the
+    bin walk, ``epsilon_rag`` (ε_RAG) for ``inner`` (its ``query_cost()`` must be
+    ``Budget(epsilon_rag)``); ε_q = ε_thr + ε_RAG and ``ledger.budget_per_unit``
+    = M·ε_q. The walk halts once the noisy count exceeds K = ``k``.
+    Guarantee: module docstring.
+
+    >>> from dprag_core.accounting.ledger import InMemoryLedger
+    >>> MuRAGAda(inner, ledger=InMemoryLedger(budget_per_unit=3.0), bins=[1, .8, .6, .4],
+    ...          epsilon_threshold=1.0, epsilon_rag=2.0)  # doctest: +SKIP
+    MuRAGAda(bins=4, epsilon_threshold=1.0, epsilon_rag=2.0, k=8, per_unit_budget=3.0)
+    """
+
+    name = "MuRAGAda"
+
+    def __init__(
+        self,
+        inner: Mechanism,
+        *,
+        ledger: Ledger,
+        bins: Sequence[float],
+        epsilon_threshold: float,
+        epsilon_rag: float,
+        k: int | None = None,
+    ) -> None:
+        self.epsilon_threshold = positive_finite("epsilon_threshold", epsilon_threshold)
+        self.epsilon_rag = positive_finite("epsilon_rag", epsilon_rag)
+        self.epsilon_query = self.epsilon_threshold + self.epsilon_rag
+        edges = sorted((finite("bins", b) for b in bins), reverse=True)
+        if len(edges) < 2 or len(set(edges)) != len(edges):
+            raise ValueError("bins must hold at least 2 distinct finite edges")
+        self.edges = tuple(edges)
+        self.inner = _check_inner(inner, self.epsilon_rag, "epsilon_rag")
+        self.k = _check_k(self.inner, k)
+        self.ledger, self.max_retrievals = _check_ledger(ledger, self.epsilon_query)
+
+    def min_score(self) -> float:
+        """The lowest bin edge: only documents scoring above it can be relevant."""
+        return self.edges[-1]
+
+    def _bin_of(self, score: float) -> int:
+        for i in range(len(self.edges) - 1):
+            if score > self.edges[i + 1]:
+                return i
+        raise AssertionError("score below the lowest edge")  # filtered by _relevant
+
+    def _select(
+        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+    ) -> tuple[list[ScoredDocument], dict[str, Any]]:
+        relevant = _relevant(docs, self.edges[-1])
+        best: dict[str, float] = {}
+        for d in relevant:
+            best[d.unit] = max(best.get(d.unit, -math.inf), d.score)
+        per_bin: list[list[str]] = [[] for _ in range(len(self.edges) - 1)]
+        for unit, score in best.items():
+            per_bin[self._bin_of(score)].append(unit)
+        found: list[str] = []
+
+        def counts() -> Iterator[int]:
+            for units in per_bin:  # charged only when the walk reaches the bin
+                charged = _charge_active(self.ledger, query_id, units, self.epsilon_threshold)
+                found.extend(charged)
+                yield len(charged)
+
+        visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
+        usable = set(_charge_active(self.ledger, query_id, found, self.epsilon_rag))
+        top_k = _top_k_padded([d for d in relevant if d.unit in usable], self.k)
+        return top_k, {"bins_visited": visited, "threshold": self.edges[visited]}
+
+    def _details(self) -> dict[str, Any]:
+        return {
+            **super()._details(),
+            "epsilon_threshold": self.epsilon_threshold,
+            "epsilon_rag": self.epsilon_rag,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"MuRAGAda(bins={len(self.edges)}, epsilon_threshold={self.epsilon_threshold}, "
+            f"epsilon_rag={self.epsilon_rag}, k={self.k}, "
+            f"per_unit_budget={self.ledger.budget_per_unit})"
+        )
+
+
+class NaiveMulti(Mechanism):
+    """NAIVE-MULTI-RAG (multi-query DP RAG paper, Alg. 4): sequential composition.
+
+    Each query is charged ``inner.query_cost()`` to ``accountant`` (the corpus-level
+    cap) *before* any work; over all answered queries the transcript is
+    (Σε, Σδ)-DP (basic composition), reported in ``details`` as
+    ``cumulative_epsilon``/``cumulative_delta``. A query that would exceed the
+    cap raises :class:`~dprag_core.budget.PrivacyBudgetExhausted`. Use it
+    without another accountant in the pipeline (``query_cost()`` is None).
+
+    >>> from dprag_core.accounting.accountant import CorpusAccountant
+    >>> NaiveMulti(inner, accountant=CorpusAccountant(Budget(10.0)))  # doctest: +SKIP
+    NaiveMulti(inner=..., accountant=CorpusAccountant(total=Budget(epsilon=10.0, delta=0.0), ...))
+    """
+
+    name = "NaiveMulti"
+
+    def __init__(self, inner: Mechanism, *, accountant: CorpusAccountant) -> None:
+        if not isinstance(inner, Mechanism):
+            raise TypeError(f"inner must be a dprag Mechanism, got {type(inner).__name__}")
+        cost = inner.query_cost()
+        if not isinstance(cost, Budget):
+            raise ValueError("inner must be DP: its query_cost() must be a Budget")
+        if not isinstance(accountant, CorpusAccountant):
+            raise TypeError(
+                f"accountant must be a CorpusAccountant, got {type(accountant).__name__}"
+            )
+        if not accountant.total.covers(cost):
+            raise ValueError(f"the accountant's total {accountant.total!r} cannot afford one query")
+        self.inner = inner
+        self.cost = cost
+        self.accountant = accountant
+
+    def candidates_needed(self) -> int | None:
+        """What ``inner`` needs."""
+        return self.inner.candidates_needed()
+
+    def min_score(self) -> float | None:
+        """What ``inner`` needs."""
+        return self.inner.min_score()
+
+    def query_cost(self) -> Budget | None:
+        """None: the query is charged to this mechanism's own accountant in :meth:`answer`."""
+        return None
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Charge the accountant (or raise PrivacyBudgetExhausted), then run ``inner``."""
+        result: DPAnswer | None = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        assert result is not None
+        return result
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Charge first, then stream ``inner``'s text and the DPAnswer."""
+        check_question(question)
+        self.accountant.charge(self.cost)
+        for item in self.inner.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                details = {
+                    **item.details,
+                    "inner": self.inner.name,
+                    "accounting": "sequential",
+                    "cumulative_epsilon": self.accountant.spent_epsilon,
+                    "cumulative_delta": self.accountant.spent_delta,
+                    "total_budget": self.accountant.total.epsilon,
+                }
+                yield DPAnswer(item.text, self.cost, self.name, details)
+            else:
+                yield item
+
+    def __repr__(self) -> str:
+        return f"NaiveMulti(inner={self.inner!r}, accountant={self.accountant!r})"

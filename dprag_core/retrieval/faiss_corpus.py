@@ -1,0 +1,170 @@
+"""A FAISS corpus scored by cosine similarity, with native "every document above tau".
+
+Embeddings are L2-normalised on the way in (documents and queries) and stored in
+a ``faiss.IndexFlatIP``, so a score is the cosine similarity, on the public
+range [-1, 1] (:data:`SCORE_BOUNDS`). :meth:`FaissCorpus.range_search` returns
+*every* document with score > tau through ``IndexFlatIP.range_search`` — what
+MuRAG needs to charge every relevant unit, not only a top-k.
+``faiss`` is imported lazily (``pip install 'dprag[faiss]'``).
+
+>>> import numpy as np
+>>> corpus = FaissCorpus(dim=2)
+>>> corpus.add(["a", "b"], ["first", "second"], np.array([[1.0, 0.0], [0.6, 0.8]]))
+>>> [d.id for d in corpus.search(np.array([1.0, 0.1]), k=2)]
+['a', 'b']
+>>> [d.id for d in corpus.range_search(np.array([1.0, 0.0]), tau=0.9)]
+['a']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core._validation import in_closed_interval, positive_int
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
+
+SCORE_BOUNDS = (-1.0, 1.0)
+"""Public range of a cosine score."""
+
+
+def _faiss() -> Any:
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("FaissCorpus needs faiss: pip install 'dprag[faiss]'") from exc
+    return faiss
+
+
+def _normalised(vectors: npt.ArrayLike, dim: int, name: str) -> npt.NDArray[np.float32]:
+    x = np.array(vectors, dtype=np.float32, ndmin=2, copy=True)
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise ValueError(f"{name} must have shape (n, {dim}), got {np.shape(vectors)}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} must be finite")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError(f"{name} must not contain zero vectors")
+    return np.ascontiguousarray(x / norms)
+
+
+class FaissCorpus:
+    """Documents with ids, texts and privacy units in an inner-product FAISS index.
+
+    >>> FaissCorpus(dim=4)
+    FaissCorpus(dim=4, documents=0)
+    """
+
+    def __init__(self, *, dim: int) -> None:
+        self.dim = positive_int("dim", dim)
+        self._index = _faiss().IndexFlatIP(self.dim)
+        self._ids: list[str] = []
+        self._texts: list[str] = []
+        self._units: list[str] = []
+        self._known: set[str] = set()
+
+    @property
+    def score_bounds(self) -> tuple[float, float]:
+        """The public score range, (-1, 1)."""
+        return SCORE_BOUNDS
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(
+        self,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        embeddings: npt.ArrayLike,
+        units: Sequence[str] | None = None,
+    ) -> None:
+        """Add documents (``units`` default to the ids; ids must be new and distinct)."""
+        n = len(ids)
+        unit_list = list(ids) if units is None else list(units)
+        if len(texts) != n or len(unit_list) != n:
+            raise ValueError("ids, texts and units must have the same length")
+        vectors = _normalised(embeddings, self.dim, "embeddings")
+        if vectors.shape[0] != n:
+            raise ValueError(f"embeddings must have {n} rows, got {vectors.shape[0]}")
+        if any(not isinstance(i, str) or not i for i in ids):
+            raise ValueError("ids must be non-empty strings")
+        if len(set(ids)) != n or self._known.intersection(ids):
+            raise ValueError("ids must be distinct and not already in the corpus")
+        if any(not isinstance(u, str) or not u for u in unit_list):
+            raise ValueError("units must be non-empty strings")
+        self._index.add(vectors)
+        self._ids.extend(ids)
+        self._texts.extend(texts)
+        self._units.extend(unit_list)
+        self._known.update(ids)
+
+    def _doc(self, row: int, score: float) -> ScoredDocument:
+        return ScoredDocument(
+            id=self._ids[row], text=self._texts[row], score=float(score), unit=self._units[row]
+        )
+
+    def search(self, query_embedding: npt.ArrayLike, k: int) -> list[ScoredDocument]:
+        """The ``k`` most similar documents (fewer if the corpus is smaller), best first."""
+        k = positive_int("k", k)
+        q = _normalised(query_embedding, self.dim, "query_embedding")
+        if q.shape[0] != 1:
+            raise ValueError("query_embedding must be one vector")
+        if not self._ids:
+            return []
+        scores, rows = self._index.search(q, min(k, len(self._ids)))
+        return [self._doc(int(r), s) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0]
+
+    def range_search(self, query_embedding: npt.ArrayLike, tau: float) -> list[ScoredDocument]:
+        """Every document with score > ``tau`` (tau in [-1, 1]), best first."""
+        tau = in_closed_interval("tau", tau, *SCORE_BOUNDS)
+        q = _normalised(query_embedding, self.dim, "query_embedding")
+        if q.shape[0] != 1:
+            raise ValueError("query_embedding must be one vector")
+        if not self._ids:
+            return []
+        _, scores, rows = self._index.range_search(q, float(tau))
+        hits = sorted(
+            ((float(s), int(r)) for s, r in zip(scores, rows, strict=True) if s > tau),
+            key=lambda sr: (-sr[0], sr[1]),
+        )
+        return [self._doc(r, s) for s, r in hits]
+
+    def as_retriever(self, embed: Callable[[str], npt.ArrayLike]) -> FaissRetriever:
+        """A :data:`~dprag_core.retrieval.above.Retriever` over this corpus for ``embed``."""
+        return FaissRetriever(self, embed)
+
+    def __repr__(self) -> str:
+        return f"FaissCorpus(dim={self.dim}, documents={len(self)})"
+
+
+class FaissRetriever:
+    """``retriever(question, k)`` plus native ``retriever.above(question, tau)``.
+
+    >>> import numpy as np
+    >>> corpus = FaissCorpus(dim=2)
+    >>> corpus.add(["a"], ["x"], np.array([[1.0, 0.0]]))
+    >>> r = corpus.as_retriever(lambda q: np.array([1.0, 0.0]))
+    >>> [d.id for d in r("q", 5)], [d.id for d in r.above("q", 0.5)]
+    (['a'], ['a'])
+    """
+
+    def __init__(self, corpus: FaissCorpus, embed: Callable[[str], npt.ArrayLike]) -> None:
+        if not callable(embed):
+            raise TypeError("embed must be callable as embed(question) -> vector")
+        self.corpus = corpus
+        self.embed = embed
+
+    def __call__(self, question: str, k: int) -> list[ScoredDocument]:
+        return self.corpus.search(self.embed(question), k)
+
+    def above(self, question: str, tau: float) -> list[ScoredDocument]:
+        """Every document with score > ``tau``, by FAISS range search."""
+        return self.corpus.range_search(self.embed(question), tau)
+
+    def __repr__(self) -> str:
+        return f"FaissRetriever(corpus={self.corpus!r})"

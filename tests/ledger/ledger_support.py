@@ -1,0 +1,84 @@
+"""Helpers for the ledger tests: the PostgreSQL switch, worker processes, audit replay.
+
+A plain module (not a conftest) so that worker processes can import it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from dprag_core.accounting.ledger import AuditEntry, Ledger, PostgresLedger, SQLiteLedger
+from dprag_core.accounting.ledger.base import SCALE
+
+POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
+NO_POSTGRES = 'DPRAG_TEST_POSTGRES_DSN is unset: run `eval "$(scripts/postgres_for_tests.sh)"`'
+needs_postgres = pytest.mark.skipif(not POSTGRES_DSN, reason=NO_POSTGRES)
+
+LedgerFactory = Callable[..., Ledger]
+
+
+def drop_postgres_tables(table: str) -> None:
+    """Drop a test ledger's tables whatever budget it was created with."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        for suffix in ("audit", "units", "meta"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
+        for fn in ("append_only", "charge"):
+            conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn}")
+
+
+def open_ledger(kind: str, target: str, budget: float) -> Ledger:
+    """Open the shared ledger: ``target`` is a file path (sqlite) or 'dsn|table' (postgres)."""
+    if kind == "sqlite":
+        return SQLiteLedger(target, budget_per_unit=budget)
+    dsn, table = target.rsplit("|", 1)
+    return PostgresLedger(dsn, budget_per_unit=budget, table=table)
+
+
+def charge_many(
+    kind: str, target: str, budget: float, cost: float, worker: int, queries: int, pool: int
+) -> list[str]:
+    """Charge ``queries`` random overlapping unit sets; return the granted query ids."""
+    rng = np.random.default_rng(worker)
+    granted = []
+    with open_ledger(kind, target, budget) as led:
+        for i in range(queries):
+            size = int(rng.integers(1, 6))
+            units = [f"u{j}" for j in rng.choice(pool, size=size, replace=False)]
+            qid = f"w{worker}-q{i}"
+            if led.charge(qid, units, cost).granted:
+                granted.append(qid)
+    return granted
+
+
+def charge_until_killed(
+    kind: str, target: str, budget: float, cost: float, worker: int, markers: str
+) -> None:
+    """Loop forever: charge, 'generate', then append a released marker (after the commit)."""
+    rng = np.random.default_rng(worker)
+    led = open_ledger(kind, target, budget)
+    own = [f"w{worker}-u{j}" for j in range(30)]  # fresh units: the first charges succeed
+    fd = os.open(markers, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    i = 0
+    while True:
+        picked = rng.choice(30, size=int(rng.integers(1, 8)), replace=False)
+        units = [own[j] for j in picked] + [f"u{j}" for j in picked[:1] if j % 2]
+        qid = f"w{worker}-q{i}"
+        i += 1
+        if led.charge(qid, units, cost).granted:
+            time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
+            os.write(fd, f"{qid} {','.join(sorted(units))}\n".encode())
+
+
+def replay(entries: list[AuditEntry]) -> dict[str, int]:
+    """Per-unit spend in integer pico-epsilon units, replayed from an audit log."""
+    spent: dict[str, int] = {}
+    for e in entries:
+        spent[e.unit] = spent.get(e.unit, 0) + round(e.cost * SCALE)
+    return spent

@@ -1,0 +1,111 @@
+"""Several processes on one ledger: no overspend under contention, none after kill -9.
+
+Both tests replay the audit log: per unit, the granted charges never exceed the
+budget, and they add up exactly to ``budget - remaining``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ledger_support import charge_many, charge_until_killed, open_ledger, replay
+
+from dprag_core.accounting.ledger.base import SCALE
+
+BUDGET, COST = 0.5, 0.1  # five charges per unit, in floats that do not add up exactly
+WORKERS, QUERIES, POOL = 8, 500, 200
+KILLS = 20
+
+BACKEND_PARAMS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+pytestmark = pytest.mark.skipif(
+    "fork" not in mp.get_all_start_methods(), reason="needs the fork start method (POSIX)"
+)
+
+
+def _context() -> mp.context.BaseContext:
+    """Fork: workers start in milliseconds (spawn re-imports pytest's main in every child).
+
+    The parent may hold an open ledger connection; the ledger opens a new one in
+    the child because it keys connections by process id.
+    """
+    return mp.get_context("fork")
+
+
+def _check_consistent(kind: str, target: str) -> dict[str, int]:
+    with open_ledger(kind, target, BUDGET) as led:
+        log = list(led.audit_log())
+        spent = replay(log)
+        left = led.remaining(spent)
+        assert max(spent.values()) <= round(BUDGET * SCALE), "a unit was overspent"
+        for unit, total in spent.items():
+            assert total == round(BUDGET * SCALE) - round(left[unit] * SCALE)
+        assert round(led.total_spent() * SCALE) == sum(spent.values())
+        assert len({(e.query_id, e.unit) for e in log}) == len(log)
+    return spent
+
+
+@pytest.mark.parametrize("shared_target", BACKEND_PARAMS, indirect=True)
+def test_eight_processes_never_overspend(shared_target: tuple[str, str]) -> None:
+    kind, target = shared_target
+    open_ledger(kind, target, BUDGET).close()  # create the schema once
+    ctx = _context()
+    args = [(kind, target, BUDGET, COST, w, QUERIES, POOL) for w in range(WORKERS)]
+    with ctx.Pool(WORKERS) as pool:
+        granted = [q for qs in pool.starmap(charge_many, args) for q in qs]
+    spent = _check_consistent(kind, target)
+    with open_ledger(kind, target, BUDGET) as led:
+        assert {e.query_id for e in led.audit_log()} == set(granted)
+    exhausted = sum(v == round(BUDGET * SCALE) for v in spent.values())
+    print(
+        f"{kind}: {WORKERS}x{QUERIES} queries, {len(granted)} granted, "
+        f"{exhausted}/{POOL} units exhausted, max spend {max(spent.values()) / SCALE:g} "
+        f"<= budget {BUDGET}: overspend 0"
+    )
+    assert len(granted) > 100 and exhausted > POOL // 2  # the race really happened
+
+
+@pytest.mark.parametrize("shared_target", BACKEND_PARAMS, indirect=True)
+def test_kill_9_mid_query_never_releases_uncharged(
+    shared_target: tuple[str, str], tmp_path: Path
+) -> None:
+    kind, target = shared_target
+    open_ledger(kind, target, BUDGET).close()
+    markers = tmp_path / "released.txt"
+    markers.touch()
+    ctx = _context()
+    rng = np.random.default_rng(0)
+    for kill in range(KILLS):
+        before = markers.stat().st_size
+        proc = ctx.Process(
+            target=charge_until_killed, args=(kind, target, BUDGET, COST, 1000 + kill, markers)
+        )
+        proc.start()
+        deadline = time.monotonic() + 60
+        while markers.stat().st_size == before and time.monotonic() < deadline:
+            time.sleep(0.005)  # wait until this worker has released one answer
+        time.sleep(float(rng.uniform(0, 0.03)))  # then kill it somewhere mid-query
+        assert proc.pid is not None and proc.is_alive()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        assert proc.exitcode == -signal.SIGKILL
+    _check_consistent(kind, target)
+    with open_ledger(kind, target, BUDGET) as led:
+        charged: dict[str, set[str]] = {}
+        for e in led.audit_log():
+            charged.setdefault(e.query_id, set()).add(e.unit)
+        # the ledger still works after twenty crashes
+        assert led.charge("after-crashes", ["fresh-unit"], COST).granted
+    released = [line.split() for line in markers.read_text().splitlines() if line.strip()]
+    assert released, "no worker got as far as releasing an answer"
+    for entry in released:
+        if len(entry) == 2:  # a marker torn by the kill has fewer fields: ignore it
+            qid, units = entry
+            assert charged.get(qid) == set(units.split(",")), f"{qid} released uncharged"
+    print(f"{kind}: {KILLS} kill -9, {len(released)} released answers all charged, overspend 0")

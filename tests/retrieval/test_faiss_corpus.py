@@ -1,0 +1,79 @@
+"""FaissCorpus: cosine scores, top-k and range search agree with a numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dprag_core.retrieval.above import retrieve_above
+from dprag_core.retrieval.faiss_corpus import FaissCorpus
+
+
+def corpus_with(n: int = 200, dim: int = 16, seed: int = 0) -> tuple[FaissCorpus, np.ndarray]:
+    gen = np.random.default_rng(seed)
+    emb = gen.normal(size=(n, dim)) * gen.uniform(0.1, 10, size=(n, 1))  # unnormalised
+    corpus = FaissCorpus(dim=dim)
+    ids = [f"d{i}" for i in range(n)]
+    corpus.add(
+        ids, [f"secret text {i}" for i in range(n)], emb, units=[f"p{i // 2}" for i in range(n)]
+    )
+    return corpus, emb / np.linalg.norm(emb, axis=1, keepdims=True)
+
+
+def test_search_returns_cosine_top_k_best_first() -> None:
+    corpus, unit = corpus_with()
+    q = np.random.default_rng(1).normal(size=16)
+    ref = unit @ (q / np.linalg.norm(q))
+    got = corpus.search(q * 3.0, k=10)
+    assert [d.id for d in got] == [f"d{i}" for i in np.argsort(-ref)[:10]]
+    assert [d.score for d in got] == pytest.approx(np.sort(ref)[::-1][:10], abs=1e-5)
+    assert got[0].unit == f"p{int(np.argmax(ref)) // 2}"
+    assert got[0].text.startswith("secret text")
+    assert len(corpus.search(q, k=1000)) == 200
+
+
+@pytest.mark.parametrize("tau", [-1.0, -0.2, 0.0, 0.3, 0.6, 1.0])
+def test_range_search_returns_every_document_above_tau(tau: float) -> None:
+    corpus, unit = corpus_with()
+    q = np.random.default_rng(2).normal(size=16)
+    ref = unit @ (q / np.linalg.norm(q))
+    got = corpus.range_search(q, tau)
+    expected = {f"d{i}" for i in np.flatnonzero(ref > tau + 1e-5)}
+    borderline = {f"d{i}" for i in np.flatnonzero(np.abs(ref - tau) <= 1e-5)}
+    ids = {d.id for d in got}
+    assert expected <= ids <= expected | borderline
+    assert all(d.score > tau for d in got)
+    assert [d.score for d in got] == sorted((d.score for d in got), reverse=True)
+    # the generic doubling fallback finds the same set through top-k search
+    fallback = retrieve_above(lambda _q, k: corpus.search(q, k), "q", tau, initial_k=4)
+    assert [d.id for d in fallback] == [d.id for d in got]
+
+
+def test_retriever_adapter_and_empty_corpus() -> None:
+    corpus = FaissCorpus(dim=3)
+    assert corpus.search(np.ones(3), k=2) == [] and corpus.range_search(np.ones(3), 0.0) == []
+    corpus.add(["a", "b"], ["x", "y"], np.array([[1.0, 0, 0], [0, 1.0, 0]]))
+    r = corpus.as_retriever(lambda question: np.array([1.0, 0.1, 0]))
+    assert [d.id for d in r("q", 1)] == ["a"]
+    assert [d.id for d in r.above("q", 0.05)] == ["a", "b"]
+    assert corpus.score_bounds == (-1.0, 1.0)
+    assert "x" not in repr(corpus.search(np.ones(3), k=2)) and "x" not in repr(r)
+
+
+def test_bad_input() -> None:
+    corpus = FaissCorpus(dim=2)
+    with pytest.raises(ValueError, match="dim"):
+        FaissCorpus(dim=0)
+    with pytest.raises(ValueError, match="shape"):
+        corpus.add(["a"], ["x"], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="zero"):
+        corpus.add(["a"], ["x"], np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="same length"):
+        corpus.add(["a", "b"], ["x"], np.ones((2, 2)))
+    corpus.add(["a"], ["x"], np.ones((1, 2)))
+    with pytest.raises(ValueError, match="distinct"):
+        corpus.add(["a"], ["x"], np.ones((1, 2)))
+    with pytest.raises(ValueError, match="tau"):
+        corpus.range_search(np.ones(2), 1.5)
+    with pytest.raises(ValueError, match="k"):
+        corpus.search(np.ones(2), 0)
