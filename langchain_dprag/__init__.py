@@ -1,1 +1,38 @@
-"""LangChain adapters for dprag (DP retriever-plus-generator Runnable, DP retriever)."""
+"""LangChain adapters for dprag: a DP retriever-plus-generator Runnable and a DP retriever.
+
+>>> from langchain_dprag import DPRAGChain, DPRetriever, LangChainTextModel  # doctest: +SKIP
+"""
+
+from langchain_dprag.chain import PRIVACY_SPEND_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.errors import PrivateDataError
+from langchain_dprag.models import LangChainTextModel
+from langchain_dprag.retriever import DPRetriever
+from langchain_dprag.units import document_id, privacy_unit, to_scored_document
+from langchain_dprag.vectorstores import (
+    COSINE,
+    RELEVANCE,
+    SQUARED_L2_UNIT,
+    NormalizedEmbeddings,
+    ScoreFunction,
+    faiss_inner_product,
+    search_with_scores,
+)
+
+__all__ = [
+    "COSINE",
+    "PRIVACY_SPEND_EVENT",
+    "RELEVANCE",
+    "SQUARED_L2_UNIT",
+    "DPRAGChain",
+    "DPRAGOutput",
+    "DPRetriever",
+    "LangChainTextModel",
+    "NormalizedEmbeddings",
+    "PrivateDataError",
+    "ScoreFunction",
+    "document_id",
+    "faiss_inner_product",
+    "privacy_unit",
+    "search_with_scores",
+    "to_scored_document",
+]

@@ -1,0 +1,319 @@
+"""``DPRAGChain``: a differentially private retriever-plus-generator Runnable.
+
+Swap it in for the ``retriever | prompt | llm`` part of a LangChain RAG app:
+the vector store (or retriever) and the embeddings stay as they are, and the
+privacy comes from ``mechanism=`` (DPSparseVote, DPVote, DPKSA, DPICL, MuRAG,
+or a non-private baseline). Moving between mechanisms changes only that field.
+
+Every query follows dprag's order (``dprag_core.pipeline``): validate the
+question, charge the mechanism's fixed cost to ``accountant`` (refused with
+``PrivacyBudgetExhausted`` *before* retrieval), retrieve, answer. Mechanisms
+with per-unit ledgers (MuRAG) charge their ledger inside ``answer``.
+
+What LangChain sees: the question, the DP answer, a ``dprag_privacy_spend``
+custom event per query (epsilon, delta, mechanism), and a nested retriever run
+that starts with the question and ends with an *empty* document list. What it
+never sees: the retrieved documents (no ``context`` key, no callback payload,
+no trace, no log record, no exception message, no ``repr``). The user's
+retriever and the mechanism's LangChain model calls run sealed: without the
+surrounding callbacks and with tracing off. The trade-off: runs *inside* a
+compound retriever (a re-ranker, a multi-query LLM) do not appear in traces.
+
+>>> from langchain_core.embeddings import DeterministicFakeEmbedding
+>>> from langchain_core.vectorstores import InMemoryVectorStore
+>>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
+>>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+>>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model))  # doctest: +SKIP
+>>> chain.invoke("Which drug treats migraine?").answer  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, Union
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+    dispatch_custom_event,
+)
+from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing_extensions import Self
+
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.pipeline import charge_query, check_question, retrieve_for
+from dprag_core.retrieval.documents import ScoredDocument
+from langchain_dprag._retrieval import DocumentSource
+from langchain_dprag._sealed import Sealed
+from langchain_dprag.errors import guarded
+from langchain_dprag.vectorstores import COSINE, ScoreFunction
+
+__all__ = ["PRIVACY_SPEND_EVENT", "ChainInput", "DPRAGChain", "DPRAGOutput"]
+
+PRIVACY_SPEND_EVENT = "dprag_privacy_spend"
+
+ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
+
+_END = object()
+
+
+class DPRAGOutput(BaseModel):
+    """The result of :class:`DPRAGChain`: the answer and its privacy guarantee.
+
+    ``epsilon``/``delta`` are the guarantee of this answer with respect to the
+    corpus (``inf``/``1`` for a non-private baseline, ``0``/``0`` without the
+    corpus). Streaming yields chunks that add up (``+``) to the full output:
+    text chunks carry ``answer`` only; the last chunk carries the privacy fields.
+
+    >>> (DPRAGOutput(answer="asp") + DPRAGOutput(answer="irin", epsilon=1.0, delta=0.0)).answer
+    'aspirin'
+    """
+
+    answer: str = ""
+    epsilon: float | None = None
+    delta: float | None = None
+    mechanism: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_answer(cls, result: DPAnswer, *, text: bool = True) -> DPRAGOutput:
+        """The output for a mechanism's :class:`DPAnswer` (``text=False``: fields only)."""
+        return cls(
+            answer=result.text if text else "",
+            epsilon=result.epsilon,
+            delta=result.delta,
+            mechanism=result.mechanism,
+            details=dict(result.details),
+        )
+
+    def __add__(self, other: DPRAGOutput) -> DPRAGOutput:
+        return DPRAGOutput(
+            answer=self.answer + other.answer,
+            epsilon=self.epsilon if other.epsilon is None else other.epsilon,
+            delta=self.delta if other.delta is None else other.delta,
+            mechanism=self.mechanism if other.mechanism is None else other.mechanism,
+            details={**self.details, **other.details},
+        )
+
+
+def question_of(value: object) -> str:
+    """The question in a chain input: a string, ``{"question": ...}`` or a prompt value.
+
+    >>> question_of({"question": "Who?"})
+    'Who?'
+    """
+    if isinstance(value, StringPromptValue):
+        value = value.text
+    elif isinstance(value, ChatPromptValue):
+        value = value.messages[-1].text if value.messages else ""
+    elif isinstance(value, Mapping):
+        if "question" not in value:
+            raise ValueError("input must be a string or a mapping with a 'question' key")
+        value = value["question"]
+    return check_question(value)
+
+
+def _combine(chunks: Iterator[Any]) -> Any:
+    final: Any = None
+    for chunk in chunks:
+        if final is None:
+            final = chunk
+        else:
+            try:
+                final = final + chunk
+            except TypeError:
+                final = chunk
+    return final
+
+
+class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
+    """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
+
+    Fields: exactly one of ``vectorstore`` (read with scores through
+    ``score_function``, which declares the public score range) or ``retriever``
+    (any ``BaseRetriever``; scores from ``metadata[score_key]`` when the
+    mechanism needs them); ``mechanism`` (which holds its model: a TokenModel for
+    token-level mechanisms, a :class:`~langchain_dprag.models.LangChainTextModel`
+    for text-level ones); ``accountant`` (the corpus budget each query's fixed
+    cost is charged to; MuRAG carries its own ledger); ``unit_key`` (metadata key
+    naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
+    for tests and benchmarks only: a fixed seed repeats the noise of every query).
+
+    Input: a string, ``{"question": ...}`` or a prompt value. Output: a
+    :class:`DPRAGOutput`. ``stream``/``astream`` yield answer chunks as the
+    mechanism releases them (text-level mechanisms yield once). The answer is
+    epsilon-DP with respect to the corpus as the mechanism's docstring states;
+    ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
+    before anything is retrieved.
+
+    >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism)  # doctest: +SKIP
+    >>> out = chain.invoke({"question": "Which drug treats migraine?"})  # doctest: +SKIP
+    >>> out.answer, out.epsilon, out.delta  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    mechanism: Mechanism
+    vectorstore: VectorStore | None = None
+    retriever: BaseRetriever | None = None
+    score_function: ScoreFunction = COSINE
+    score_key: str = "score"
+    unit_key: str | None = None
+    accountant: CorpusAccountant | None = None
+    rng: RngLike = None
+    """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if (self.vectorstore is None) == (self.retriever is None):
+            raise ValueError("pass exactly one of vectorstore= or retriever=")
+        tau = self.mechanism.min_score()
+        low, high = self.score_function.bounds
+        if tau is not None and not low <= tau <= high:
+            raise ValueError(
+                f"the mechanism's min_score {tau!r} lies outside the score range "
+                f"[{low}, {high}] of score_function {self.score_function.name!r}"
+            )
+        return self
+
+    def __repr_args__(self) -> Any:
+        source = self.vectorstore if self.vectorstore is not None else self.retriever
+        yield "mechanism", self.mechanism
+        yield "source", type(source).__name__
+        yield "score_function", self.score_function.name
+        yield "unit_key", self.unit_key
+        yield "accountant", self.accountant
+
+    @property
+    def _source(self) -> DocumentSource:
+        return DocumentSource(
+            retriever=self.retriever,
+            vectorstore=self.vectorstore,
+            score_function=self.score_function,
+            score_key=self.score_key,
+            unit_key=self.unit_key,
+        )
+
+    # -- the pipeline: validate, charge, retrieve, answer -----------------------------
+
+    def _prepare(
+        self, question: str, run_manager: CallbackManagerForChainRun
+    ) -> list[ScoredDocument]:
+        charge_query(self.mechanism, self.accountant)
+        needs_scores = self.mechanism.candidates_needed() is None
+        retriever = self._source.bind(run_manager.get_child(), needs_scores=needs_scores)
+        return retrieve_for(self.mechanism, retriever, question)
+
+    def _report(self, result: DPAnswer, run_manager: CallbackManagerForChainRun) -> None:
+        dispatch_custom_event(
+            PRIVACY_SPEND_EVENT,
+            {"epsilon": result.epsilon, "delta": result.delta, "mechanism": result.mechanism},
+            config={"callbacks": run_manager.get_child()},
+        )
+
+    def _invoke(
+        self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> DPRAGOutput:
+        question = question_of(value)
+        docs = self._prepare(question, run_manager)
+        name = self.mechanism.name
+        result = guarded(
+            "generation",
+            name,
+            lambda: Sealed().call(self.mechanism.answer, question, docs, rng=self.rng),
+        )
+        self._report(result, run_manager)
+        return DPRAGOutput.from_answer(result)
+
+    def _outputs(
+        self, question: str, run_manager: CallbackManagerForChainRun
+    ) -> Iterator[DPRAGOutput]:
+        docs = self._prepare(question, run_manager)
+        sealed, name = Sealed(), self.mechanism.name
+        items = sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
+        while True:
+            item = guarded("generation", name, lambda: sealed.call(next, items, _END))
+            if item is _END:
+                return
+            if isinstance(item, DPAnswer):
+                self._report(item, run_manager)
+                yield DPRAGOutput.from_answer(item, text=False)
+            elif item:
+                yield DPRAGOutput(answer=str(item))
+
+    def _transform(
+        self,
+        inputs: Iterator[ChainInput],
+        run_manager: CallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> Iterator[DPRAGOutput]:
+        yield from self._outputs(question_of(_combine(inputs)), run_manager)
+
+    async def _atransform(
+        self,
+        inputs: AsyncIterator[ChainInput],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> AsyncIterator[DPRAGOutput]:
+        chunks = [chunk async for chunk in inputs]
+        question = question_of(_combine(iter(chunks)))
+        outputs = self._outputs(question, run_manager.get_sync())
+        while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
+            chunk = await run_in_executor(config, next, outputs, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    # -- Runnable interface --------------------------------------------------------
+
+    def invoke(
+        self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> DPRAGOutput:
+        """Answer one question (charged before retrieval); see the class docstring."""
+        return self._call_with_config(self._invoke, input, config, **kwargs)
+
+    def transform(
+        self,
+        input: Iterator[ChainInput],
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Iterator[DPRAGOutput]:
+        """Stream the answer to the (combined) input chunks."""
+        yield from self._transform_stream_with_config(input, self._transform, config, **kwargs)
+
+    def stream(
+        self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[DPRAGOutput]:
+        """Yield answer chunks as the mechanism releases them, then the privacy fields."""
+        yield from self.transform(iter([input]), config, **kwargs)
+
+    async def atransform(
+        self,
+        input: AsyncIterator[ChainInput],
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[DPRAGOutput]:
+        """Async :meth:`transform`."""
+        async for chunk in self._atransform_stream_with_config(
+            input, self._atransform, config, **kwargs
+        ):
+            yield chunk
+
+    async def astream(
+        self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[DPRAGOutput]:
+        """Async :meth:`stream`."""
+
+        async def single() -> AsyncIterator[ChainInput]:
+            yield input
+
+        async for chunk in self.atransform(single(), config, **kwargs):
+            yield chunk

@@ -1,0 +1,171 @@
+"""``DPRetriever``: DP document selection over any LangChain ``VectorStore`` with scores.
+
+Two selections, for chains that want the selection step on its own:
+
+- **DP threshold** (Grislain 2024): ``epsilon`` + ``accountant``. Fetch the top
+  ``fetch_k`` privacy units (each by its best chunk) with their similarities, draw
+  a threshold tau with the continuous exponential mechanism whose utility peaks
+  where exactly ``k`` candidates score above tau (``dprag_core.algorithms.threshold.DPThreshold``),
+  return every candidate above tau. Each query costs ``epsilon``, charged to the
+  accountant *before* the store is searched.
+- **MuRAG ledger filter** (MuRAG Alg. 1, lines 3-8): ``ledger`` + ``tau`` +
+  ``epsilon_query``. Every unit that scores above the public ``tau`` and still has
+  ``epsilon_query`` left is charged ``epsilon_query`` (all of them, not only the
+  ``k`` returned), *before* anything is returned; the best ``k`` are returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, model_validator
+from typing_extensions import Self
+
+from dprag_core._validation import positive_finite, positive_int
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
+from dprag_core.algorithms.murag import _charge_active
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.units import top_units
+from langchain_dprag._sealed import run_sealed
+from langchain_dprag.units import to_scored_document
+from langchain_dprag.vectorstores import COSINE, ScoreFunction, search_with_scores
+
+__all__ = ["DPRetriever"]
+
+
+class DPRetriever(BaseRetriever):
+    """Selects documents from ``vectorstore`` with a DP threshold or a MuRAG ledger filter.
+
+    **What it guarantees.** *Which* documents are selected is differentially
+    private: with the DP threshold, the threshold tau (hence the selected set,
+    given the corpus) is ``epsilon``-DP for add/remove of one privacy unit, and
+    the budget is charged before the store is searched; with the ledger filter,
+    no unit takes part in more queries than its ledger budget allows (every
+    relevant unit is charged ``epsilon_query`` before anything is returned), the
+    individual filter of MuRAG (Alg. 1), whose guarantee holds for the answers
+    of a ``epsilon_query``-DP generator fed with the selection.
+
+    **What it does not.** The *text* of the returned documents is private: this
+    retriever returns it in full (LangChain's own ``on_retriever_end`` callback
+    and ``astream_events`` carry it, as for any retriever). Pass the result only
+    to a DP generator (e.g. ``DPRAGChain(retriever=DPRetriever(...), mechanism=...)``,
+    which keeps it out of every trace), never to an ordinary LLM prompt or a UI.
+
+    ``k`` is the target number of documents: the DP threshold returns *about*
+    ``k`` (the count is randomised for privacy, and bounded by ``fetch_k``); the
+    ledger filter returns at most ``k``. Scores come from ``score_function``,
+    whose public range is the threshold's range; ``unit_key`` names the metadata
+    key of the privacy unit. ``rng`` is for tests only (default: OS entropy).
+
+    >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
+    >>> DPRetriever(vectorstore=store, ledger=InMemoryLedger(budget_per_unit=10.0),
+    ...             tau=0.3, epsilon_query=1.0, k=4)  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    vectorstore: VectorStore
+    k: int = 4
+    score_function: ScoreFunction = COSINE
+    unit_key: str | None = None
+    epsilon: float | None = None
+    accountant: CorpusAccountant | None = None
+    fetch_k: int = 20
+    ledger: Ledger | None = None
+    tau: float | None = None
+    epsilon_query: float | None = None
+    rng: RngLike = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        positive_int("k", self.k)
+        positive_int("fetch_k", self.fetch_k)
+        threshold = self.epsilon is not None or self.accountant is not None
+        ledger = self.ledger is not None or self.tau is not None or self.epsilon_query is not None
+        if threshold == ledger:
+            raise ValueError(
+                "pass either epsilon= and accountant= (DP threshold) "
+                "or ledger=, tau= and epsilon_query= (MuRAG ledger filter)"
+            )
+        if threshold:
+            positive_finite("epsilon", self.epsilon)
+            if not isinstance(self.accountant, CorpusAccountant):
+                raise TypeError("accountant must be a CorpusAccountant for the DP threshold")
+        else:
+            if not isinstance(self.ledger, Ledger):
+                raise TypeError("ledger must be a dprag Ledger for the ledger filter")
+            positive_finite("epsilon_query", self.epsilon_query)
+            low, high = self.score_function.bounds
+            if self.tau is None or not low <= self.tau <= high:
+                raise ValueError(f"tau must be a number in [{low}, {high}], got {self.tau!r}")
+        return self
+
+    def __repr_args__(self) -> Any:
+        yield "vectorstore", type(self.vectorstore).__name__
+        yield "k", self.k
+        yield "score_function", self.score_function.name
+        if self.ledger is None:
+            yield "epsilon", self.epsilon
+            yield "accountant", self.accountant
+        else:
+            yield "tau", self.tau
+            yield "epsilon_query", self.epsilon_query
+
+    def _searcher(self, found: dict[str, Document]) -> Retriever:
+        def search(query: str, k: int) -> list[ScoredDocument]:
+            pairs = run_sealed(search_with_scores, self.vectorstore, query, k, self.score_function)
+            scored = [to_scored_document(d, s, unit_key=self.unit_key) for d, s in pairs]
+            found.update((sd.id, doc) for sd, (doc, _) in zip(scored, pairs, strict=True))
+            return scored
+
+        return search
+
+    def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
+        from dprag_core.algorithms.threshold import DPThreshold
+
+        assert self.accountant is not None and self.epsilon is not None
+        selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function.bounds, k=k)
+        self.accountant.charge(selector.cost())
+        # the top units (best chunk each), not the top chunks: a unit with c chunks in a
+        # chunk-level top-N would push out up to c other units and move the count by c
+        candidates = search(query, max(self.fetch_k, k))
+        return list(selector.select(candidates, rng=self.rng))
+
+    def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
+        assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
+        relevant = retrieve_above(search, query, self.tau)
+        active = set(self.ledger.active(sorted({d.unit for d in relevant}), self.epsilon_query))
+        charged = [d for d in relevant if d.unit in active]
+        if charged:
+            result = self.ledger.charge(
+                f"dpretriever-{uuid.uuid4()}", sorted(active), self.epsilon_query
+            )
+            if not result.granted:
+                raise RuntimeError("lacking")
+        return sorted(charged, key=lambda d: d.score, reverse=True)[:k]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        k = self.k if k is None else positive_int("k", k)
+        found: dict[str, Document] = {}
+        if self.ledger is None:
+            selected = self._threshold(query, k, self._searcher(found))
+        else:
+            selected = self._ledger_filter(query, k, self._searcher(found))
+        return [
+            Document(
+                page_content=d.text,
+                id=found[d.id].id,
+                metadata={**found[d.id].metadata, "score": d.score},
+            )
+            for d in selected
+        ]

@@ -1,0 +1,279 @@
+"""Shared pieces of the LangChain adapter tests: a deterministic embedding, a private
+corpus with a canary, a worst-case (echoing) chat model, a recording callback handler,
+and every dprag mechanism that exists in the tree, built small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.documents import ScoredDocument
+
+SECRET = "zq7canary4417xylophone"
+QUESTION = "What is the access code of Zora Quillfeather?"
+
+PUBLIC_FACTS = [
+    ("Alice Martin was diagnosed with migraine and treated with aspirin.", "p1"),
+    ("Alice Martin takes aspirin when the migraine starts.", "p1"),
+    ("Bob Durand has asthma; his doctor prescribed salbutamol.", "p2"),
+    ("Chloe Lefevre suffers from diabetes and takes metformin.", "p3"),
+    ("David Moreau has hypertension and takes lisinopril.", "p4"),
+    ("Emma Petit was treated for migraine with ibuprofen.", "p5"),
+    ("Farid Benali has asthma and uses a salbutamol inhaler.", "p6"),
+    ("Gina Rossi takes metformin for her diabetes.", "p7"),
+    ("Hugo Blanc was treated with aspirin for a migraine.", "p8"),
+    ("Ines Garnier has hypertension; lisinopril was prescribed.", "p9"),
+]
+SECRET_DOC = (
+    f"Zora Quillfeather access code {SECRET}; Zora Quillfeather keeps the access code private.",
+    "p10",
+)
+
+
+def corpus() -> list[Document]:
+    """Eleven private records (two chunks of patient p1), one holding the canary."""
+    return [
+        Document(page_content=text, id=f"d{i}", metadata={"patient": unit})
+        for i, (text, unit) in enumerate([*PUBLIC_FACTS, SECRET_DOC])
+    ]
+
+
+class HashingEmbeddings(Embeddings):
+    """Deterministic bag-of-words embeddings (signed feature hashing), unit norm."""
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+
+    def embed_query(self, text: str) -> list[float]:
+        vec = [0.0] * self.dim
+        for word in re.findall(r"\w+", text.lower()):
+            h = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
+            vec[h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+        return [v / norm for v in vec]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(t) for t in texts]
+
+
+class EchoChatModel(BaseChatModel):
+    """The worst case for privacy: answers with its whole prompt (or fails quoting it)."""
+
+    fail: bool = False
+
+    @property
+    def _llm_type(self) -> str:
+        return "echo"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text = messages[-1].text
+        if self.fail:
+            raise ValueError(f"model rejected the prompt {text!r}")
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+class FailingTokenModel:
+    """A TokenModel whose prefill fails quoting its prompts (exception side door)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.eos_token_ids = inner.eos_token_ids
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.inner.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.inner.decode(ids))
+
+    def prefill(self, prompts: Sequence[str]) -> Any:
+        raise RuntimeError(f"cannot prefill {list(prompts)!r}")
+
+
+def _record(name: str) -> Callable[..., None]:
+    def method(self: RecordingHandler, *args: Any, **kwargs: Any) -> None:
+        self.records.append(f"{name} {args!r} {kwargs!r}")
+
+    return method
+
+
+class RecordingHandler(BaseCallbackHandler):
+    """Records the repr of every callback it receives."""
+
+    def __init__(self) -> None:
+        self.records: list[str] = []
+
+    def text(self) -> str:
+        return "\n".join(self.records)
+
+
+for _name in dir(BaseCallbackHandler):
+    if _name.startswith("on_"):
+        setattr(RecordingHandler, _name, _record(_name))
+
+
+def dump(obj: Any) -> str:
+    """Everything an object would show: json (repr for the rest) plus repr."""
+    return json.dumps(obj, default=repr) + repr(obj)
+
+
+class ToyMechanism(Mechanism):
+    """A stand-in: reports its candidate count, costs (1, 1e-6), streams word by word."""
+
+    name = "Toy"
+
+    def __init__(self, *, k: int = 4) -> None:
+        self.k = k
+        self.seen: list[int] = []
+
+    def candidates_needed(self) -> int:
+        return self.k
+
+    def query_cost(self) -> Budget:
+        return Budget(1.0, 1e-6)
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        real = [d for d in docs if not d.is_padding]
+        self.seen.append(len(real))
+        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, {"n": len(real)})
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        result = self.answer(question, docs, rng=rng)
+        for i, word in enumerate(result.text.split(" ")):
+            yield word if i == 0 else " " + word
+        yield result
+
+
+class LeakyMechanism(ToyMechanism):
+    """Deliberately broken: answers with its documents' text (the canary must see it)."""
+
+    name = "Leaky"
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
+
+
+@dataclass
+class Models:
+    """What a case may build on: a token model and a text model."""
+
+    token: Any
+    text: Any
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    module: str
+    build: Callable[[Any, Models], Mechanism]
+    private: bool = True  # False for the non-private baselines
+
+
+def _murag(mod: Any, inner: Mechanism) -> Mechanism:
+    from dprag_core.accounting.ledger import InMemoryLedger
+
+    return mod.MuRAG(
+        inner, ledger=InMemoryLedger(budget_per_unit=100.0), tau=-0.5, epsilon_query=2.0
+    )
+
+
+def _dpsparse(m: Models, **kw: Any) -> Any:
+    from dprag_core.algorithms.dpvote import DPSparseVote
+
+    args: dict[str, Any] = {"epsilon": 5.0, "delta": 1e-4, "epsilon_token": 1.0}
+    args.update(kw)
+    return DPSparseVote(m.token, m=3, k=2, max_new_tokens=4, **args)
+
+
+CASES: list[Case] = [
+    Case("Toy", "dprag_core.algorithms.base", lambda mod, m: ToyMechanism()),
+    Case(
+        "NonRAG",
+        "dprag_core.algorithms.baselines",
+        lambda mod, m: mod.NonRAG(m.token, max_new_tokens=4),
+        private=False,
+    ),
+    Case(
+        "RAG",
+        "dprag_core.algorithms.baselines",
+        lambda mod, m: mod.RAG(m.token, k=3, max_new_tokens=4),
+        private=False,
+    ),
+    Case(
+        "RAG-text",
+        "dprag_core.algorithms.baselines",
+        lambda mod, m: mod.RAG(m.text, k=3),
+        private=False,
+    ),
+    Case(
+        "VoteRAG",
+        "dprag_core.algorithms.baselines",
+        lambda mod, m: mod.VoteRAG(m.token, m=2, k=2, max_new_tokens=4),
+        private=False,
+    ),
+    Case(
+        "DPVote",
+        "dprag_core.algorithms.dpvote",
+        lambda mod, m: mod.DPVote(
+            m.token, m=3, k=2, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=4
+        ),
+    ),
+    Case("DPSparseVote", "dprag_core.algorithms.dpvote", lambda mod, m: _dpsparse(m)),
+    Case(
+        "DPKSA",
+        "dprag_core.algorithms.ksa",
+        lambda mod, m: mod.DPKSA(m.text, epsilon=5.0, delta=1e-4, n_docs=8),
+    ),
+    Case(
+        "KSA", "dprag_core.algorithms.ksa", lambda mod, m: mod.KSA(m.text, n_docs=8), private=False
+    ),
+    Case(
+        "DPICL",
+        "dprag_core.algorithms.icl",
+        lambda mod, m: mod.DPICL(m.token, epsilon=5.0, delta=1e-4, max_new_tokens=4),
+    ),
+    Case(
+        "MuRAG",
+        "dprag_core.algorithms.murag",
+        lambda mod, m: _murag(mod, _dpsparse(m, epsilon=2.0, delta=0.0, selection="exponential")),
+    ),
+]
+
+
+def build(case: Case, models: Models) -> Mechanism:
+    """The case's mechanism, or skip when its module is not in the tree yet."""
+    try:
+        mod = importlib.import_module(case.module)
+    except ModuleNotFoundError as exc:
+        pytest.skip(f"{case.module} not in the tree: {exc}")
+    return case.build(mod, models)

@@ -1,0 +1,244 @@
+"""DPRAGChain with real LangChain objects: LCEL, batch, streaming, async, events, budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda
+from langchain_core.vectorstores import InMemoryVectorStore
+from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, ToyMechanism, corpus
+
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
+from langchain_dprag.chain import PRIVACY_SPEND_EVENT
+from langchain_dprag.errors import PrivateDataError
+
+
+class CountingRetriever(BaseRetriever):
+    """A user's retriever (with scores in metadata) that counts its calls."""
+
+    store: Any
+    calls: int = 0
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+    ) -> list[Document]:
+        self.calls += 1
+        pairs = self.store.similarity_search_with_score(query, k=k)
+        return [
+            Document(page_content=d.page_content, id=d.id, metadata={**d.metadata, "score": s})
+            for d, s in pairs
+        ]
+
+
+def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
+    kw.setdefault("mechanism", ToyMechanism(k=3))
+    return DPRAGChain(vectorstore=store, **kw)
+
+
+def test_invoke_str_and_dict(store: InMemoryVectorStore) -> None:
+    acc = CorpusAccountant(Budget(10.0, 1e-3))
+    chain = _chain(store, accountant=acc)
+    out = chain.invoke(QUESTION)
+    assert isinstance(out, DPRAGOutput)
+    assert (out.answer, out.epsilon, out.delta, out.mechanism) == ("3 candidates", 1.0, 1e-6, "Toy")
+    assert out.details == {"n": 3}
+    assert chain.invoke({"question": QUESTION}).answer == "3 candidates"
+    assert acc.queries == 2 and acc.spent_epsilon == pytest.approx(2.0)
+
+
+def test_bad_input_spends_nothing(store: InMemoryVectorStore) -> None:
+    acc = CorpusAccountant(Budget(10.0, 1e-3))
+    chain = _chain(store, accountant=acc)
+    for bad in ("", "   ", {"query": QUESTION}, {"question": 3}):
+        with pytest.raises(ValueError, match="question"):
+            chain.invoke(bad)
+    assert acc.queries == 0
+
+
+def test_construction_errors(store: InMemoryVectorStore) -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        DPRAGChain(mechanism=ToyMechanism())
+    with pytest.raises(ValueError, match="exactly one"):
+        DPRAGChain(mechanism=ToyMechanism(), vectorstore=store, retriever=store.as_retriever())
+    with pytest.raises(ValueError):
+        DPRAGChain(mechanism="not a mechanism", vectorstore=store)  # type: ignore[arg-type]
+
+
+def test_lcel_pipeline_and_batch(store: InMemoryVectorStore) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "{question}")])
+    app = (
+        RunnableLambda(lambda q: {"question": q})
+        | prompt
+        | _chain(store)
+        | RunnableLambda(lambda out: out.answer)
+        | StrOutputParser()
+    )
+    assert app.invoke(QUESTION) == "3 candidates"
+    assert app.batch([QUESTION, "Who has asthma?"]) == ["3 candidates"] * 2
+
+
+async def test_abatch_and_ainvoke(store: InMemoryVectorStore) -> None:
+    chain = _chain(store)
+    outs = await chain.abatch([QUESTION, {"question": "Who has asthma?"}])
+    assert [o.answer for o in outs] == ["3 candidates"] * 2
+    assert (await chain.ainvoke(QUESTION)).epsilon == 1.0
+
+
+def test_stream_yields_chunks_that_add_up(store: InMemoryVectorStore) -> None:
+    chunks = list(_chain(store).stream(QUESTION))
+    assert [c.answer for c in chunks] == ["3", " candidates", ""]
+    assert chunks[-1].epsilon == 1.0 and chunks[0].epsilon is None
+    total = chunks[0]
+    for c in chunks[1:]:
+        total = total + c
+    assert total == _chain(store).invoke(QUESTION)
+
+
+async def test_astream(store: InMemoryVectorStore) -> None:
+    chunks = [c async for c in _chain(store).astream({"question": QUESTION})]
+    assert "".join(c.answer for c in chunks) == "3 candidates"
+    assert chunks[-1].mechanism == "Toy"
+
+
+async def test_astream_events_spend_event_and_nesting(store: InMemoryVectorStore) -> None:
+    chain = _chain(store).with_config(run_name="private_rag")
+    events = [e async for e in chain.astream_events(QUESTION, version="v2")]
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end"
+    assert "on_chain_stream" in kinds
+    spend = [e for e in events if e["event"] == "on_custom_event"]
+    assert len(spend) == 1 and spend[0]["name"] == PRIVACY_SPEND_EVENT
+    assert spend[0]["data"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy"}
+    chain_run = events[0]["run_id"]
+    retr = [e for e in events if e["event"].startswith("on_retriever")]
+    assert [e["event"] for e in retr] == ["on_retriever_start", "on_retriever_end"]
+    assert all(e["parent_ids"] == [chain_run] for e in retr)  # nested under the chain
+    assert retr[1]["data"]["output"] == []  # documents withheld
+
+
+def test_custom_event_reaches_callback_handler(store: InMemoryVectorStore) -> None:
+    handler = RecordingHandler()
+    _chain(store).invoke(QUESTION, {"callbacks": [handler]})
+    custom = [r for r in handler.records if r.startswith("on_custom_event")]
+    assert len(custom) == 1 and "'epsilon': 1.0" in custom[0]
+
+
+def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) -> None:
+    retriever = CountingRetriever(store=store)
+    acc = CorpusAccountant(Budget(1.5, 1e-3))
+    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(k=3), accountant=acc)
+    assert chain.invoke(QUESTION).answer == "3 candidates"
+    assert retriever.calls == 1
+    with pytest.raises(PrivacyBudgetExhausted):
+        chain.invoke(QUESTION)
+    with pytest.raises(PrivacyBudgetExhausted):
+        list(chain.stream(QUESTION))
+    assert retriever.calls == 1  # the retriever was never called after exhaustion
+    assert acc.queries == 1
+
+
+async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:
+    retriever = CountingRetriever(store=store)
+    acc = CorpusAccountant(Budget(0.5))
+    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(k=3), accountant=acc)
+    with pytest.raises(PrivacyBudgetExhausted):
+        await chain.ainvoke(QUESTION)
+    with pytest.raises(PrivacyBudgetExhausted):
+        _ = [c async for c in chain.astream(QUESTION)]
+    assert retriever.calls == 0
+
+
+def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
+    mech = ToyMechanism(k=5)
+    retriever = CountingRetriever(store=store)
+    chain = DPRAGChain(retriever=retriever, mechanism=mech, unit_key="patient")
+    assert chain.invoke(QUESTION).details == {"n": 5}  # k reached the user's retriever
+
+
+class AboveToy(ToyMechanism):
+    """Asks for every candidate above a public score (like MuRAG, DPICL)."""
+
+    def candidates_needed(self) -> None:
+        return None
+
+    def min_score(self) -> float:
+        return 0.0
+
+
+def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
+    plain = store.as_retriever()
+    assert DPRAGChain(retriever=plain, mechanism=ToyMechanism(k=2)).invoke(QUESTION).answer
+    with pytest.raises(ValueError, match="without metadata\\['score'\\]"):
+        DPRAGChain(retriever=plain, mechanism=AboveToy()).invoke(QUESTION)
+    with_scores = CountingRetriever(store=store)
+    n = DPRAGChain(retriever=with_scores, mechanism=AboveToy()).invoke(QUESTION).details["n"]
+    assert 1 <= n < len(corpus())
+
+
+def test_min_score_outside_range(store: InMemoryVectorStore) -> None:
+    from langchain_dprag import RELEVANCE
+
+    class Low(AboveToy):
+        def min_score(self) -> float:
+            return -0.5
+
+    with pytest.raises(ValueError, match="outside the score range"):
+        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=RELEVANCE)
+
+
+def test_mechanism_failure_is_withheld(store: InMemoryVectorStore) -> None:
+    class Broken(ToyMechanism):
+        def answer(self, question: str, docs: Any, *, rng: Any = None) -> Any:
+            raise KeyError(docs[0].text)
+
+    with pytest.raises(PrivateDataError, match="generation failed in Toy with KeyError") as info:
+        _chain(store, mechanism=Broken()).invoke(QUESTION)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+
+
+def test_repr_shows_no_documents(store: InMemoryVectorStore) -> None:
+    class DocsRetriever(CountingRetriever):
+        docs: list[Document]
+
+    retriever = DocsRetriever(store=store, docs=corpus())
+    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism())
+    for text in (repr(chain), str(chain), str(chain.to_json())):
+        assert "DocsRetriever" in text or "DPRAGChain" in text
+        assert "Alice" not in text and "aspirin" not in text
+
+
+def test_switch_mechanism_is_one_field(store: InMemoryVectorStore, models: Any) -> None:
+    """Moving between mechanisms changes only ``mechanism=`` (FakeListChatModel for DP-KSA)."""
+    ksa = pytest.importorskip("dprag_core.algorithms.ksa")
+    dpvote = pytest.importorskip("dprag_core.algorithms.dpvote")
+    fake = LangChainTextModel(FakeListChatModel(responses=["aspirin treats migraine"]))
+    mechanisms = [
+        dpvote.DPSparseVote(
+            models.token, m=2, k=2, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=3
+        ),
+        ksa.DPKSA(fake, epsilon=5.0, delta=1e-4, n_docs=4),
+    ]
+    for mechanism in mechanisms:
+        out = DPRAGChain(vectorstore=store, mechanism=mechanism).invoke(QUESTION)
+        assert out.mechanism == mechanism.name and 0 < out.epsilon <= 5.0 * 1.01
+
+
+def test_faiss_store(faiss_store: Any) -> None:
+    out = DPRAGChain(vectorstore=faiss_store, mechanism=ToyMechanism(k=4)).invoke(QUESTION)
+    assert out.details == {"n": 4}
+
+
+def test_other_store_embeddings() -> None:
+    vs = InMemoryVectorStore(HashingEmbeddings(dim=32))
+    assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2)).invoke(QUESTION).details == {
+        "n": 0
+    }
