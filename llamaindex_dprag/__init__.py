@@ -1,1 +1,28 @@
-"""LlamaIndex adapters for dprag (DP query engine, DP node postprocessors)."""
+"""LlamaIndex adapters for dprag: a DP query engine, DP node postprocessors, model adapters.
+
+>>> from llamaindex_dprag import DPQueryEngine
+>>> DPQueryEngine.__name__
+'DPQueryEngine'
+"""
+
+from llamaindex_dprag._quiet import PrivateStageError, private_section
+from llamaindex_dprag.llms import LlamaIndexTextModel
+from llamaindex_dprag.query_engine import DPQueryEngine, answer_metadata
+from llamaindex_dprag.sources import IndexSource, RetrieverSource
+from llamaindex_dprag.units import node_unit, to_scored_document, to_scored_documents
+from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
+
+__all__ = [
+    "COSINE_RANGE",
+    "DPQueryEngine",
+    "IndexSource",
+    "LlamaIndexTextModel",
+    "PrivateStageError",
+    "RetrieverSource",
+    "answer_metadata",
+    "cosine_faiss_store",
+    "node_unit",
+    "private_section",
+    "to_scored_document",
+    "to_scored_documents",
+]

@@ -1,0 +1,193 @@
+"""Keep private text out of LlamaIndex instrumentation, callbacks and exceptions.
+
+LlamaIndex reports every retrieval and every LLM call twice: to the
+instrumentation dispatcher (``RetrievalEndEvent`` carries the nodes,
+``LLMCompletionStartEvent`` the prompt, and every span handler receives the
+arguments and the return value of the decorated methods) and to the callback
+manager (``RETRIEVE`` / ``LLM`` events with nodes, prompts and completions).
+Inside a DP query those payloads are the private documents and the voters'
+outputs, so they must not reach any handler.
+
+The retriever also logs the start of every retrieved node at DEBUG
+(``llama_index.core.indices.utils``), so inside a private section the records
+of the ``llama_index.*`` loggers are dropped too (a filter on each of them that
+only acts while the section is active).
+
+The dispatcher has no per-call switch (``propagate`` is a per-dispatcher flag,
+global to the process), so :func:`private_section` sets a context variable and
+the first call installs a small guard on ``Dispatcher.event`` / ``aevent`` /
+``span_enter`` / ``span_exit`` / ``span_drop`` and on the callback manager's
+``on_event_start`` / ``on_event_end`` / ``start_trace`` / ``end_trace``: while
+the variable is set in the current context (thread or asyncio task), these
+return without calling any handler; everywhere else they behave exactly as
+before. The trade-off: the operator's traces show the DP query engine's own span
+(the question and the DP answer) but nothing of the private retrieval and
+generation inside it, including its LLM token usage.
+
+Exceptions raised by private code can quote it (an API error echoing the
+prompt), so :func:`call_sanitized` replaces them by :class:`PrivateStageError`, which
+names only the stage and the exception type.
+
+>>> from llama_index.core.instrumentation import get_dispatcher
+>>> with private_section():
+...     get_dispatcher().event  # doctest: +ELLIPSIS
+<bound method ...>
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from dprag_core.budget import PrivacyBudgetExhausted
+
+__all__ = ["PrivateStageError", "call_sanitized", "is_private", "private_section"]
+
+_PRIVATE: ContextVar[bool] = ContextVar("llamaindex_dprag_private", default=False)
+_GUARD_ATTR = "__llamaindex_dprag_guard__"
+_install_lock = threading.Lock()
+_T = TypeVar("_T")
+
+
+class PrivateStageError(RuntimeError):
+    """A failure inside the private part of a DP query, with its message withheld.
+
+    The original exception may quote private documents (an LLM provider echoing
+    the prompt, a tokenizer quoting text), so only the stage and its type are kept.
+    No budget is refunded: what was charged stays charged.
+    """
+
+
+def is_private() -> bool:
+    """True inside :func:`private_section` in the current thread or task.
+
+    >>> is_private()
+    False
+    """
+    return _PRIVATE.get()
+
+
+def _guard(original: Callable[..., Any], muted: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, _GUARD_ATTR, False):
+        return original
+
+    @functools.wraps(original)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _PRIVATE.get():
+            return muted(*args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    setattr(guarded, _GUARD_ATTR, True)
+    return guarded
+
+
+def _guard_async(original: Callable[..., Any]) -> Callable[..., Any]:
+    if getattr(original, _GUARD_ATTR, False):
+        return original
+
+    @functools.wraps(original)
+    async def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _PRIVATE.get():
+            return None
+        return await original(self, *args, **kwargs)
+
+    setattr(guarded, _GUARD_ATTR, True)
+    return guarded
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _event_id(*args: Any, event_id: str | None = None, **kwargs: Any) -> str:
+    return event_id or str(uuid.uuid4())
+
+
+def _install() -> None:
+    from llama_index.core.callbacks.base import CallbackManager
+    from llama_index_instrumentation.dispatcher import Dispatcher
+
+    with _install_lock:
+        for name in ("event", "span_enter", "span_exit", "span_drop"):
+            setattr(Dispatcher, name, _guard(getattr(Dispatcher, name), _nothing))
+        Dispatcher.aevent = _guard_async(Dispatcher.aevent)  # type: ignore[method-assign]
+        CallbackManager.on_event_start = _guard(  # type: ignore[method-assign]
+            CallbackManager.on_event_start, _event_id
+        )
+        for name in ("on_event_end", "start_trace", "end_trace"):
+            setattr(CallbackManager, name, _guard(getattr(CallbackManager, name), _nothing))
+
+
+class _PrivateRecordFilter(logging.Filter):
+    """Drops LlamaIndex log records emitted inside a private section."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _PRIVATE.get()
+
+
+_RECORD_FILTER = _PrivateRecordFilter()
+_filtered_count = -1
+
+
+def _filter_llamaindex_loggers() -> None:
+    global _filtered_count
+    loggers = logging.root.manager.loggerDict
+    if len(loggers) == _filtered_count:
+        return
+    with _install_lock:
+        for name, logger in list(loggers.items()):
+            is_llamaindex = name == "llama_index" or name.startswith("llama_index.")
+            if (
+                is_llamaindex
+                and isinstance(logger, logging.Logger)
+                and _RECORD_FILTER not in logger.filters
+            ):
+                logger.addFilter(_RECORD_FILTER)
+        _filtered_count = len(loggers)
+
+
+@contextmanager
+def private_section() -> Iterator[None]:
+    """Run a block without reporting anything to LlamaIndex handlers.
+
+    Applies to the current thread or asyncio task and to tasks it starts
+    (context variables are copied into them); ``asyncio.to_thread`` copies it too.
+
+    >>> with private_section():
+    ...     is_private()
+    True
+    """
+    _install()
+    _filter_llamaindex_loggers()
+    token = _PRIVATE.set(True)
+    try:
+        yield
+    finally:
+        _PRIVATE.reset(token)
+
+
+def call_sanitized(stage: str, fn: Callable[[], _T]) -> _T:
+    """Return ``fn()``; re-raise any exception as :class:`PrivateStageError` without its text.
+
+    :class:`PrivacyBudgetExhausted` passes through: its message is built from
+    budgets and counts only. The replacement is raised outside the ``except``
+    block, so it carries no ``__context__`` pointing at the original.
+
+    >>> call_sanitized("generation", lambda: 1 / 0)
+    Traceback (most recent call last):
+    ...
+    llamaindex_dprag._quiet.PrivateStageError: generation failed (ZeroDivisionError)
+    """
+    try:
+        return fn()
+    except (PrivacyBudgetExhausted, PrivateStageError):
+        raise
+    except Exception as exc:
+        failure = type(exc).__name__
+    raise PrivateStageError(f"{stage} failed ({failure})")

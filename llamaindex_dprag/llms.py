@@ -1,0 +1,134 @@
+"""Any LlamaIndex ``LLM`` as a dprag :class:`~dprag_core.models.base.TextModel`.
+
+Text-level mechanisms (DP-KSA, KSA and the text baselines) only need
+completions, so any LlamaIndex LLM works: ``OpenAI``, ``Ollama``, a
+``CustomLLM``... Each prompt (a user message with private documents in it) is
+sent with ``complete``; batches run concurrently through ``acomplete``
+(``max_concurrency`` at a time).
+
+The prompts and completions are private: the calls run inside
+:func:`~llamaindex_dprag._quiet.private_section`, so the LLM's
+``LLMCompletionStartEvent`` / ``EndEvent``, its spans and its callback-manager
+``LLM`` events reach no handler (which also means that token-usage handlers do
+not count these calls), and an error is re-raised as
+:class:`~llamaindex_dprag._quiet.PrivateStageError` without its message (a
+provider error can quote the prompt).
+
+>>> from llama_index.core.llms import MockLLM
+>>> LlamaIndexTextModel(MockLLM(max_tokens=2)).generate(["Question: x"])
+['text text']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.llms import LLM
+
+from dprag_core._validation import positive_int
+from llamaindex_dprag._quiet import PrivateStageError, call_sanitized, private_section
+
+__all__ = ["LlamaIndexTextModel"]
+
+
+class LlamaIndexTextModel:
+    """Wrap a LlamaIndex ``LLM`` as a dprag ``TextModel``.
+
+    ``max_tokens_kwarg``: the keyword (e.g. ``"max_tokens"``) under which this
+    LLM's ``complete`` accepts a per-call length limit; ``None`` (default)
+    leaves the limit to the LLM's own configuration, since LlamaIndex has no
+    common per-call keyword for it.
+
+    >>> from llama_index.core.llms import MockLLM
+    >>> model = LlamaIndexTextModel(MockLLM(max_tokens=1), max_concurrency=2)
+    >>> model.generate(["a", "b"])
+    ['text', 'text']
+    """
+
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        max_concurrency: int = 4,
+        max_tokens_kwarg: str | None = None,
+    ) -> None:
+        if not isinstance(llm, LLM):
+            raise TypeError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}")
+        if max_tokens_kwarg is not None and not isinstance(max_tokens_kwarg, str):
+            raise TypeError("max_tokens_kwarg must be a str or None")
+        self.llm = llm
+        self.max_concurrency = positive_int("max_concurrency", max_concurrency)
+        self.max_tokens_kwarg = max_tokens_kwarg
+
+    def _kwargs(self, max_new_tokens: int) -> dict[str, Any]:
+        return {} if self.max_tokens_kwarg is None else {self.max_tokens_kwarg: max_new_tokens}
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        """One completion per prompt, in order (concurrent when ``max_concurrency > 1``)."""
+        max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        prompts = list(prompts)
+        with private_section():
+            if self.max_concurrency == 1 or len(prompts) <= 1:
+                kwargs = self._kwargs(max_new_tokens)
+                return call_sanitized(
+                    "LLM completion",
+                    lambda: [self.llm.complete(p, **kwargs).text for p in prompts],
+                )
+            return call_sanitized(
+                "LLM completion", lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens))
+            )
+
+    async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        """Async :meth:`generate`: ``acomplete`` calls, ``max_concurrency`` at a time."""
+        max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        prompts = list(prompts)
+        with private_section():
+            try:
+                return await self._agenerate(prompts, max_new_tokens)
+            except Exception as exc:
+                failure = type(exc).__name__
+        # raised outside the except block: the original (maybe quoting the prompt) is dropped
+        raise PrivateStageError(f"LLM completion failed ({failure})")
+
+    async def _agenerate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        kwargs = self._kwargs(max_new_tokens)
+
+        async def one(prompt: str) -> str:
+            async with limit:
+                return (await self.llm.acomplete(prompt, **kwargs)).text
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    def __repr__(self) -> str:
+        llm = type(self.llm).__name__
+        return f"LlamaIndexTextModel(llm={llm}, max_concurrency={self.max_concurrency})"
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """Run ``coro`` to completion from sync code, even under a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # a loop is running in this thread: run in a helper thread (context copied)
+    result: list[Any] = []
+    errors: list[BaseException] = []
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            result.append(context.run(asyncio.run, coro))
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
+    return result[0]

@@ -1,0 +1,297 @@
+"""DP document selection as LlamaIndex node postprocessors.
+
+These compose with a user's own retriever and synthesizer::
+
+    retriever = index.as_retriever(similarity_top_k=50)
+    nodes = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), k=5,
+                                     budget=accountant).postprocess_nodes(retriever.retrieve(q))
+
+Read what each one guarantees **on its own** before using it: both choose *which*
+nodes go on, but the nodes they return still carry the private text (and their
+ids are private too). Whatever is done with them next must be a DP generator
+(DP-ICL, DPSparseVote, MuRAG's DP-RAG...) or the result is not private at all.
+They also sit in the user's pipeline, where the retriever has already reported
+the nodes to LlamaIndex's instrumentation: for a pipeline without side doors use
+:class:`~llamaindex_dprag.query_engine.DPQueryEngine`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, cast
+
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from dprag_core._validation import finite, positive_finite, positive_int
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.algorithms.murag import _charge_active
+from dprag_core.algorithms.threshold import DPThreshold
+from dprag_core.budget import Budget
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.threshold import Utility
+from dprag_core.retrieval.documents import ScoredDocument
+from llamaindex_dprag.units import (
+    check_direction,
+    check_score_range,
+    node_unit,
+    normalise_score,
+)
+
+__all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]
+
+
+def _scored(
+    nodes: Sequence[NodeWithScore],
+    *,
+    unit_key: str | None,
+    score_direction: str,
+    score_range: tuple[float, float] | None,
+) -> list[ScoredDocument]:
+    # text stays out: selection needs ids, scores and units only
+    return [
+        ScoredDocument(
+            id=n.node.node_id,
+            text="",
+            score=normalise_score(
+                n.score,
+                score_direction=check_direction(score_direction),
+                score_range=score_range,
+            ),
+            unit=node_unit(n.node, unit_key),
+        )
+        for n in nodes
+    ]
+
+
+def _pick(nodes: Sequence[NodeWithScore], chosen: Sequence[ScoredDocument]) -> list[NodeWithScore]:
+    by_id = {n.node.node_id: n for n in nodes}
+    return [by_id[d.id] for d in chosen if d.id in by_id]
+
+
+class DPThresholdPostprocessor(BaseNodePostprocessor):
+    """Keep the nodes scoring above a DP similarity threshold (Grislain's DP top-k / top-p).
+
+    Wraps :class:`dprag_core.algorithms.threshold.DPThreshold`: a threshold τ
+    is drawn with the continuous exponential mechanism over the public
+    ``score_range`` (scores are clipped into it; ``score_direction="distance"``
+    negates distances first) and the nodes scoring above τ are returned, best
+    first. Its cost (``epsilon``) is charged to ``budget`` (a :class:`Budget` or
+    a shared :class:`CorpusAccountant`) *before* anything is computed; an
+    exhausted budget raises :class:`PrivacyBudgetExhausted`.
+
+    Privacy units (``unit_key``, default: the node's source document) are
+    selected whole: a unit scores its best node, and all its nodes go on.
+
+    **What it guarantees on its own**: τ is ``epsilon``-DP (add/remove one
+    privacy unit), so *which* units are selected differs between neighbouring
+    corpora by at most the one unit: a downstream generator that is DP per unit
+    of its input composes with it. This holds only if the incoming nodes are
+    **every** node scoring above the lower end of ``score_range`` (a top-N
+    retriever's cut depends on the data): give the retriever a large top-k or a
+    score cut-off at that bound. **What it does not**: the selected nodes are the
+    private documents themselves; their text, ids, scores and even their number
+    are not DP and must not be shown to anyone. Only a DP generator may consume
+    them (as :class:`~dprag_core.algorithms.icl.DPICL` does inside the query
+    engine).
+
+    >>> from llama_index.core.schema import TextNode
+    >>> post = DPThresholdPostprocessor(epsilon=50.0, score_range=(0.0, 1.0), k=1,
+    ...                                 budget=Budget(100.0), rng=0)
+    >>> nodes = [NodeWithScore(node=TextNode(id_=i, text=""), score=s)
+    ...          for i, s in [("a", 0.9), ("b", 0.2)]]
+    >>> [n.node.node_id for n in post.postprocess_nodes(nodes)]
+    ['a']
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    epsilon: float
+    score_range: tuple[float, float]
+    score_direction: str = "similarity"
+    utility: str = "top_k"
+    k: int = 10
+    p: float = 0.5
+    alpha: float = 1.0
+    unit_key: str | None = None
+    accountant: CorpusAccountant = Field(exclude=True)
+
+    _threshold: Any = PrivateAttr()
+    _rng: Any = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        *,
+        epsilon: float,
+        score_range: tuple[float, float],
+        budget: Budget | CorpusAccountant,
+        score_direction: str = "similarity",
+        utility: str = "top_k",
+        k: int = 10,
+        p: float = 0.5,
+        alpha: float = 1.0,
+        unit_key: str | None = None,
+        rng: RngLike = None,
+    ) -> None:
+        direction = check_direction(score_direction)
+        checked = check_score_range(score_range)
+        if checked is None:
+            raise ValueError("score_range is required: the public (low, high) range of the scores")
+        low, high = checked
+        bounds = (-high, -low) if direction == "distance" else (low, high)
+        if utility not in ("top_k", "top_p"):
+            raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
+        threshold = DPThreshold(
+            epsilon=epsilon, bounds=bounds, utility=cast(Utility, utility), k=k, p=p, alpha=alpha
+        )
+        if isinstance(budget, Budget):
+            budget = CorpusAccountant(budget)
+        if not isinstance(budget, CorpusAccountant):
+            raise TypeError(
+                f"budget must be a Budget or a CorpusAccountant, got {type(budget).__name__}"
+            )
+        fields: dict[str, Any] = {
+            "epsilon": threshold.epsilon,
+            "score_range": (low, high),
+            "score_direction": direction,
+            "utility": utility,
+            "k": threshold.k,
+            "p": threshold.p,
+            "alpha": threshold.alpha,
+            "unit_key": unit_key,
+            "accountant": budget,
+        }
+        super().__init__(**fields)
+        self._threshold = threshold
+        self._rng = None if rng is None else make_rng(rng)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "DPThresholdPostprocessor"
+
+    def cost(self) -> Budget:
+        """The guarantee charged per call.
+
+        >>> DPThresholdPostprocessor(epsilon=0.5, score_range=(-1, 1), k=3,
+        ...                          budget=Budget(1.0)).cost()
+        Budget(epsilon=0.5, delta=0.0)
+        """
+        cost: Budget = self._threshold.cost()
+        return cost
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        self.accountant.charge(self.cost())
+        docs = _scored(
+            nodes,
+            unit_key=self.unit_key,
+            score_direction=self.score_direction,
+            score_range=self.score_range,
+        )
+        chosen = self._threshold.select(docs, rng=self._rng)
+        return _pick(nodes, sorted(chosen, key=lambda d: -d.score))
+
+    def __repr__(self) -> str:
+        return f"DPThresholdPostprocessor(epsilon={self.epsilon}, utility={self.utility!r})"
+
+
+class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
+    """MuRAG's per-document budget filter (Alg. 1, lines 3-6) as a node postprocessor.
+
+    Every privacy unit has ``budget_per_unit`` in ``ledger`` (MuRAG: M·ε_q).
+    For each call: units with less than ``epsilon_query`` left are dropped;
+    every remaining node scoring above the public ``tau`` (fixed before any data
+    is seen) has its unit charged ``epsilon_query`` atomically, in one ledger
+    charge, *before* anything is returned; the best ``k`` of them are returned.
+    ``score_direction`` / ``score_range`` convert store scores as elsewhere.
+
+    **What it guarantees on its own**: only accounting. No unit ever takes part
+    in more than ``budget_per_unit / epsilon_query`` answers, so if each answer
+    uses its documents through an ``epsilon_query``-DP generator, each unit's
+    total privacy loss stays within its budget (MuRAG's individual-DP
+    accounting). **What it does not**: the selection is not randomised and not
+    DP; the returned nodes (their text, ids, scores and number) are private, and
+    the charge is only meaningful if an ``epsilon_query``-DP generator consumes
+    them (e.g. DPSparseVote with that epsilon). Candidates the upstream
+    retriever did not return above ``tau`` are neither charged nor used: give it
+    a large enough top-k, or use ``MuRAG`` through
+    :class:`~llamaindex_dprag.query_engine.DPQueryEngine`, which fetches every
+    candidate above ``tau``.
+
+    >>> from dprag_core.accounting.ledger import InMemoryLedger
+    >>> from llama_index.core.schema import TextNode
+    >>> post = PrivacyBudgetPostprocessor(ledger=InMemoryLedger(budget_per_unit=1.0),
+    ...                                   epsilon_query=1.0, tau=0.5, k=2)
+    >>> nodes = [NodeWithScore(node=TextNode(id_="a", text=""), score=0.9)]
+    >>> len(post.postprocess_nodes(nodes)), len(post.postprocess_nodes(nodes))
+    (1, 0)
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    epsilon_query: float
+    tau: float
+    k: int
+    unit_key: str | None = None
+    score_direction: str = "similarity"
+    score_range: tuple[float, float] | None = None
+    ledger: Any = Field(exclude=True)
+
+    def __init__(
+        self,
+        *,
+        ledger: Any,
+        epsilon_query: float,
+        tau: float,
+        k: int,
+        unit_key: str | None = None,
+        score_direction: str = "similarity",
+        score_range: tuple[float, float] | None = None,
+    ) -> None:
+        for method in ("charge", "active"):
+            if not callable(getattr(ledger, method, None)):
+                raise TypeError(f"ledger must be a dprag Ledger, got {type(ledger).__name__}")
+        fields: dict[str, Any] = {
+            "epsilon_query": positive_finite("epsilon_query", epsilon_query),
+            "tau": finite("tau", tau),
+            "k": positive_int("k", k),
+            "unit_key": unit_key,
+            "score_direction": check_direction(score_direction),
+            "score_range": check_score_range(score_range),
+            "ledger": ledger,
+        }
+        super().__init__(**fields)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PrivacyBudgetPostprocessor"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        docs = _scored(
+            nodes,
+            unit_key=self.unit_key,
+            score_direction=self.score_direction,
+            score_range=self.score_range,
+        )
+        relevant = [d for d in docs if d.score > self.tau]
+        # MuRAG's own step: one atomic charge of every relevant unit that can afford it
+        charged = set(
+            _charge_active(
+                self.ledger, f"llamaindex-{uuid.uuid4()}", [d.unit for d in relevant],
+                self.epsilon_query,
+            )
+        )  # fmt: skip
+        usable = [d for d in relevant if d.unit in charged]
+        best = sorted(usable, key=lambda d: (-d.score, d.id))[: self.k]
+        return _pick(nodes, best)
+
+    def __repr__(self) -> str:
+        return (
+            f"PrivacyBudgetPostprocessor(epsilon_query={self.epsilon_query}, tau={self.tau}, "
+            f"k={self.k})"
+        )

@@ -1,0 +1,339 @@
+"""A LlamaIndex query engine that answers with a dprag mechanism (DESIGN §7).
+
+One line turns an index into a DP query engine::
+
+    engine = DPQueryEngine.from_index(index, mechanism=DPSparseVote(model, ...),
+                                      budget=Budget(10.0, 1e-5))
+    response = engine.query("Which treatment did Alice receive?")
+    response.metadata["epsilon"], response.metadata["delta"]
+
+Every query follows :mod:`dprag_core.pipeline`'s order: validate the question,
+charge the mechanism's fixed cost to the corpus budget (a query that would
+overspend raises :class:`PrivacyBudgetExhausted` before anything is retrieved),
+retrieve exactly the candidates the mechanism asks for, then answer. The
+privacy logic is the mechanism's; the engine only translates.
+
+What leaves the engine: the DP answer and its guarantee (``Response.metadata``:
+``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``).
+``source_nodes`` is empty, unless ``source_ids=True``: then it lists the
+retrieved node ids as empty text nodes, and those ids are **not** covered by the
+DP guarantee (which documents match a question is itself private). Retrieval
+and generation run inside :func:`~llamaindex_dprag._quiet.private_section`, so
+instrumentation and callback handlers see the engine's span (question, DP
+answer) and nothing of the documents, and their exceptions surface as
+:class:`~llamaindex_dprag._quiet.PrivateStageError` without their message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from typing import Any, TypeVar
+
+from llama_index.core.base.response.schema import (
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
+from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.query_engine import CustomQueryEngine
+from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+from dprag_core._validation import positive_int
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.pipeline import charge_query, check_question, retrieve_for
+from dprag_core.retrieval.above import Retriever
+from dprag_core.retrieval.documents import ScoredDocument
+from llamaindex_dprag._quiet import call_sanitized, private_section
+from llamaindex_dprag.sources import CandidateSource, IndexSource, RetrieverSource
+
+__all__ = ["DPQueryEngine", "answer_metadata"]
+
+_T = TypeVar("_T")
+_END = object()
+
+
+def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
+    """The publishable facts of a DP answer, as ``Response.metadata``.
+
+    >>> answer_metadata(DPAnswer("x", Budget(1.0), "DPSparseVote"))["epsilon"]
+    1.0
+    """
+    return {
+        "epsilon": answer.epsilon,
+        "delta": answer.delta,
+        "mechanism": answer.mechanism,
+        "details": dict(answer.details),
+        "uses_corpus": answer.uses_corpus,
+    }
+
+
+def _private(stage: str, fn: Callable[[], _T]) -> _T:
+    with private_section():
+        return call_sanitized(stage, fn)
+
+
+def _accountant(budget: Budget | CorpusAccountant | None) -> CorpusAccountant | None:
+    if budget is None or isinstance(budget, CorpusAccountant):
+        return budget
+    if isinstance(budget, Budget):
+        return CorpusAccountant(budget)
+    raise TypeError(
+        f"budget must be a Budget, a CorpusAccountant or None, got {type(budget).__name__}"
+    )
+
+
+class DPQueryEngine(CustomQueryEngine):
+    """Answer questions over a private index with a dprag mechanism.
+
+    Build it with :meth:`from_index` or :meth:`from_retriever`. ``budget`` (a
+    :class:`Budget` or a shared :class:`CorpusAccountant`) is the corpus-level
+    allowance each query's fixed cost is charged against; MuRAG-style
+    mechanisms charge their own per-unit ledger instead. ``streaming=True``
+    returns a ``StreamingResponse`` that yields text as the mechanism releases
+    it (token by token for DPSparseVote); its metadata is filled in when the
+    stream ends. ``rng``: a seed or generator for tests only (one generator is
+    made once and reused; default: OS entropy per query).
+
+    >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=Budget(10, 1e-5))
+    >>> # print(engine.query("Which treatment did Alice receive?"))
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    mechanism: Mechanism
+    accountant: CorpusAccountant | None = None
+    streaming: bool = False
+    source_ids: bool = False
+    similarity_top_k: int | None = Field(default=None, exclude=True)
+
+    _source: CandidateSource = PrivateAttr()
+    _rng: Any = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        *,
+        mechanism: Mechanism,
+        source: CandidateSource,
+        budget: Budget | CorpusAccountant | None = None,
+        streaming: bool = False,
+        source_ids: bool = False,
+        similarity_top_k: int | None = None,
+        rng: RngLike = None,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if not isinstance(mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
+        if not callable(getattr(source, "bind", None)):
+            raise TypeError("source must have bind(question) -> retriever")
+        needed = mechanism.candidates_needed()
+        if needed is None and mechanism.min_score() is None:
+            raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+        if similarity_top_k is not None:
+            similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
+            if needed is not None and similarity_top_k != needed:
+                raise ValueError(
+                    f"similarity_top_k must be None or {needed} (what {mechanism.name} "
+                    f"needs: its analysis assumes exactly that many), got {similarity_top_k}"
+                )
+        fields: dict[str, Any] = {
+            "mechanism": mechanism,
+            "accountant": _accountant(budget),
+            "streaming": bool(streaming),
+            "source_ids": bool(source_ids),
+            "similarity_top_k": similarity_top_k,
+            "callback_manager": callback_manager or CallbackManager([]),
+        }
+        super().__init__(**fields)
+        self._source = source
+        self._rng = None if rng is None else make_rng(rng)
+
+    @classmethod
+    def from_index(
+        cls,
+        index: Any,
+        *,
+        mechanism: Mechanism,
+        budget: Budget | CorpusAccountant | None = None,
+        similarity_top_k: int | None = None,
+        score_direction: str = "similarity",
+        score_range: tuple[float, float] | None = None,
+        unit_key: str | None = None,
+        metadata_mode: MetadataMode = MetadataMode.LLM,
+        embed_model: Any = None,
+        filters: Any = None,
+        streaming: bool = False,
+        source_ids: bool = False,
+        rng: RngLike = None,
+    ) -> DPQueryEngine:
+        """A DP query engine over a ``VectorStoreIndex`` (its store queried directly).
+
+        ``similarity_top_k``: ``None`` asks the store for exactly the mechanism's
+        ``candidates_needed()`` (any other value is refused); for threshold
+        mechanisms (MuRAG, DPICL), which get every candidate above their public
+        ``min_score()`` by a growing search, it is the least k of each store query.
+        ``score_direction``: ``"distance"`` for stores that return distances
+        (negated, so higher = more relevant). ``score_range``: the public range
+        of the store's scores (e.g. ``(-1, 1)`` for
+        :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`); scores are
+        clipped into it. ``unit_key``: metadata key naming the privacy unit
+        (default: the node's source document).
+
+        >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=Budget(10, 1e-5))
+        """
+        source = IndexSource(
+            index,
+            embed_model=embed_model,
+            unit_key=unit_key,
+            score_direction=score_direction,
+            score_range=score_range,
+            metadata_mode=metadata_mode,
+            filters=filters,
+        )
+        return cls(
+            mechanism=mechanism,
+            source=source,
+            budget=budget,
+            streaming=streaming,
+            source_ids=source_ids,
+            similarity_top_k=similarity_top_k,
+            rng=rng,
+        )
+
+    @classmethod
+    def from_retriever(
+        cls,
+        retriever: Any,
+        *,
+        mechanism: Mechanism,
+        budget: Budget | CorpusAccountant | None = None,
+        similarity_top_k: int | None = None,
+        score_direction: str = "similarity",
+        score_range: tuple[float, float] | None = None,
+        unit_key: str | None = None,
+        metadata_mode: MetadataMode = MetadataMode.LLM,
+        streaming: bool = False,
+        source_ids: bool = False,
+        rng: RngLike = None,
+    ) -> DPQueryEngine:
+        """A DP query engine over a LlamaIndex retriever.
+
+        A ``VectorIndexRetriever`` is replaced by a direct query of its index's
+        store with its filters and mode (so exactly ``candidates_needed()`` come
+        back, and nothing is logged). Any other ``BaseRetriever`` is called once
+        per question inside a private section and cut to the best candidates;
+        configure it to return at least ``mechanism.candidates_needed()`` nodes.
+
+        >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech)
+        """
+        from llama_index.core.indices.vector_store.retrievers.retriever import (
+            VectorIndexRetriever,
+        )
+
+        conversion: dict[str, Any] = {
+            "unit_key": unit_key,
+            "score_direction": score_direction,
+            "score_range": score_range,
+            "metadata_mode": metadata_mode,
+        }
+        source: CandidateSource
+        if isinstance(retriever, VectorIndexRetriever):
+            source = IndexSource.from_vector_retriever(retriever, **conversion)
+        else:
+            source = RetrieverSource(retriever, **conversion)
+        return cls(
+            mechanism=mechanism,
+            source=source,
+            budget=budget,
+            streaming=streaming,
+            source_ids=source_ids,
+            similarity_top_k=similarity_top_k,
+            rng=rng,
+        )
+
+    # -- the query path: validate, charge, retrieve, answer -------------------
+
+    def _retriever(self, question: str) -> Retriever:
+        bound = self._source.bind(question)
+        first_k = self.similarity_top_k
+        if first_k is None or self.mechanism.candidates_needed() is not None:
+            return bound
+        return lambda q, k: bound(q, max(k, first_k))
+
+    def _prepare(self, query_str: str) -> list[ScoredDocument]:
+        question = check_question(query_str)
+        charge_query(self.mechanism, self.accountant)
+        retriever = self._retriever(question)
+        return _private("retrieval", lambda: retrieve_for(self.mechanism, retriever, question))
+
+    def _source_nodes(self, docs: Sequence[ScoredDocument]) -> list[NodeWithScore]:
+        if not self.source_ids:
+            return []
+        return [NodeWithScore(node=TextNode(id_=d.id, text="")) for d in docs if not d.is_padding]
+
+    def _chunks(
+        self, question: str, docs: Sequence[ScoredDocument], metadata: dict[str, Any]
+    ) -> Generator[str, None, None]:
+        stream = self.mechanism.stream(question, docs, rng=self._rng)
+        while True:
+            item = _private("generation", lambda: next(stream, _END))
+            if item is _END:
+                return
+            if isinstance(item, DPAnswer):
+                metadata.update(answer_metadata(item))
+            elif item:
+                yield str(item)
+
+    def _run(self, query_str: str) -> Response | StreamingResponse:
+        docs = self._prepare(query_str)
+        if self.streaming:
+            metadata: dict[str, Any] = {"mechanism": self.mechanism.name}
+            return StreamingResponse(
+                response_gen=self._chunks(query_str, docs, metadata),
+                source_nodes=self._source_nodes(docs),
+                metadata=metadata,
+            )
+        answer = _private(
+            "generation", lambda: self.mechanism.answer(query_str, docs, rng=self._rng)
+        )
+        return Response(
+            response=answer.text,
+            source_nodes=self._source_nodes(docs),
+            metadata=answer_metadata(answer),
+        )
+
+    def custom_query(self, query_str: str) -> Response | StreamingResponse:
+        """Answer one question (``Response``, or ``StreamingResponse`` when streaming)."""
+        return self._run(query_str)
+
+    async def acustom_query(self, query_str: str) -> Response | AsyncStreamingResponse:
+        """Async :meth:`custom_query`: the work runs in a worker thread.
+
+        Streaming engines return an ``AsyncStreamingResponse``.
+        """
+        result = await asyncio.to_thread(self._run, query_str)
+        if isinstance(result, StreamingResponse):
+            return AsyncStreamingResponse(
+                response_gen=_async_chunks(result.response_gen),
+                source_nodes=result.source_nodes,
+                metadata=result.metadata,
+            )
+        return result
+
+    def __repr__(self) -> str:
+        return (
+            f"DPQueryEngine(mechanism={self.mechanism!r}, accountant={self.accountant!r}, "
+            f"streaming={self.streaming}, source_ids={self.source_ids})"
+        )
+
+
+async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncGenerator[str, None]:
+    while True:
+        item = await asyncio.to_thread(next, chunks, _END)
+        if item is _END:
+            return
+        yield str(item)

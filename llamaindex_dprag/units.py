@@ -1,0 +1,153 @@
+"""LlamaIndex nodes -> dprag :class:`ScoredDocument` with ids, scores and privacy units.
+
+The privacy unit is one individual. In LlamaIndex a ``Document`` is split into
+nodes (chunks), so by default a node's unit is its source document
+(``node.ref_doc_id``), falling back to the node id for nodes without a source.
+When one individual owns several documents, name the metadata key that
+identifies them (``unit_key="patient_id"``): every node must then carry it.
+
+Scores: dprag wants "higher = more relevant". Stores that return distances
+(FAISS ``IndexFlatL2``) declare ``score_direction="distance"`` and their score
+becomes ``-distance``; a public ``score_range`` (in the store's own units) clips
+scores into it.
+
+>>> from llama_index.core.schema import NodeWithScore, TextNode
+>>> n = NodeWithScore(node=TextNode(id_="n1", text="x", metadata={"patient": 7}), score=0.5)
+>>> d = to_scored_document(n, unit_key="patient")
+>>> (d.id, d.unit, d.score)
+('n1', '7', 0.5)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
+
+from dprag_core._validation import finite
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = [
+    "ScoreDirection",
+    "check_direction",
+    "check_score_range",
+    "node_unit",
+    "normalise_score",
+    "to_scored_document",
+    "to_scored_documents",
+]
+
+ScoreDirection = Literal["similarity", "distance"]
+
+
+def node_unit(node: BaseNode, unit_key: str | None = None) -> str:
+    """The privacy unit of ``node``: ``metadata[unit_key]``, else its source document id.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> node_unit(TextNode(id_="n1", text="x"))
+    'n1'
+    """
+    if unit_key is None:
+        return str(node.ref_doc_id or node.node_id)
+    if unit_key not in node.metadata:
+        # the message names the key only: node ids and text stay out of errors
+        raise KeyError(f"a node lacks the privacy-unit metadata key {unit_key!r}")
+    return str(node.metadata[unit_key])
+
+
+def check_score_range(score_range: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Validate a public score range ``(low, high)`` with ``low < high``.
+
+    >>> check_score_range((-1, 1))
+    (-1.0, 1.0)
+    """
+    if score_range is None:
+        return None
+    if not isinstance(score_range, Sequence) or len(score_range) != 2:
+        raise TypeError("score_range must be a pair (low, high) or None")
+    low = finite("score_range[0]", score_range[0])
+    high = finite("score_range[1]", score_range[1])
+    if not low < high:
+        raise ValueError(f"score_range must satisfy low < high, got ({low}, {high})")
+    return (low, high)
+
+
+def check_direction(score_direction: str) -> ScoreDirection:
+    """Validate ``score_direction``: ``"similarity"`` or ``"distance"``."""
+    if score_direction == "similarity":
+        return "similarity"
+    if score_direction == "distance":
+        return "distance"
+    raise ValueError(f"score_direction must be 'similarity' or 'distance', got {score_direction!r}")
+
+
+def normalise_score(
+    score: float | None,
+    *,
+    score_direction: ScoreDirection = "similarity",
+    score_range: tuple[float, float] | None = None,
+) -> float:
+    """A store score as a dprag score: clipped into ``score_range``, negated for distances.
+
+    >>> normalise_score(0.3, score_direction="distance", score_range=(0.0, 2.0))
+    -0.3
+    """
+    if score is None or not math.isfinite(float(score)):
+        raise ValueError("every retrieved node needs a finite score")
+    value = float(score)
+    if score_range is not None:
+        value = min(max(value, score_range[0]), score_range[1])
+    return -value if score_direction == "distance" else value
+
+
+def to_scored_document(
+    node: NodeWithScore,
+    *,
+    unit_key: str | None = None,
+    score_direction: ScoreDirection = "similarity",
+    score_range: tuple[float, float] | None = None,
+    metadata_mode: MetadataMode = MetadataMode.LLM,
+) -> ScoredDocument:
+    """Convert one scored node (text = ``node.get_content(metadata_mode)``).
+
+    >>> from llama_index.core.schema import TextNode
+    >>> to_scored_document(NodeWithScore(node=TextNode(id_="a", text="t"), score=1.0)).id
+    'a'
+    """
+    return ScoredDocument(
+        id=node.node.node_id,
+        text=node.node.get_content(metadata_mode=metadata_mode),
+        score=normalise_score(node.score, score_direction=score_direction, score_range=score_range),
+        unit=node_unit(node.node, unit_key),
+    )
+
+
+def to_scored_documents(
+    nodes: Sequence[NodeWithScore],
+    *,
+    unit_key: str | None = None,
+    score_direction: ScoreDirection = "similarity",
+    score_range: tuple[float, float] | None = None,
+    metadata_mode: MetadataMode = MetadataMode.LLM,
+) -> list[ScoredDocument]:
+    """Convert scored nodes and sort them best first (stable).
+
+    >>> from llama_index.core.schema import TextNode
+    >>> pairs = [("a", 0.1), ("b", 0.9)]
+    >>> ns = [NodeWithScore(node=TextNode(id_=i, text=""), score=s) for i, s in pairs]
+    >>> [d.id for d in to_scored_documents(ns)]
+    ['b', 'a']
+    """
+    docs = [
+        to_scored_document(
+            n,
+            unit_key=unit_key,
+            score_direction=score_direction,
+            score_range=score_range,
+            metadata_mode=metadata_mode,
+        )
+        for n in nodes
+    ]
+    return sorted(docs, key=lambda d: -d.score)

@@ -1,0 +1,129 @@
+"""DPThresholdPostprocessor and PrivacyBudgetPostprocessor on real nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import InMemoryLedger
+from dprag_core.algorithms.threshold import DPThreshold
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.retrieval.documents import ScoredDocument
+from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
+
+
+def nodes(scores: dict[str, float], units: dict[str, str] | None = None) -> list[NodeWithScore]:
+    units = units or {}
+    return [
+        NodeWithScore(
+            node=TextNode(id_=i, text=f"private {i}", metadata={"who": units.get(i, i)}), score=s
+        )
+        for i, s in scores.items()
+    ]
+
+
+SCORES = {"a": 0.9, "b": 0.8, "c": 0.3, "d": -0.2, "e": 0.85}
+
+
+def test_threshold_matches_the_core_mechanism() -> None:
+    """Same seed, same scores: exactly DPThreshold's selection (no logic of its own)."""
+    post = DPThresholdPostprocessor(
+        epsilon=1.0, score_range=(-1.0, 1.0), k=2, budget=Budget(100.0), rng=11
+    )
+    core = DPThreshold(epsilon=1.0, bounds=(-1.0, 1.0), k=2)
+    gen = np.random.default_rng(11)
+    docs = [ScoredDocument(id=i, text="", score=s) for i, s in SCORES.items()]
+    for _ in range(30):
+        got = [n.node.node_id for n in post.postprocess_nodes(nodes(SCORES))]
+        assert got == [d.id for d in core.select(docs, rng=gen)]
+
+
+def test_threshold_charges_before_returning() -> None:
+    accountant = CorpusAccountant(Budget(1.0))
+    post = DPThresholdPostprocessor(
+        epsilon=0.6, score_range=(-1.0, 1.0), k=2, budget=accountant, rng=0
+    )
+    assert post.cost() == Budget(0.6)
+    post.postprocess_nodes(nodes(SCORES))
+    assert accountant.spent_epsilon == pytest.approx(0.6)
+    with pytest.raises(PrivacyBudgetExhausted):
+        post.postprocess_nodes(nodes(SCORES))
+    assert accountant.queries == 1
+
+
+def test_threshold_high_epsilon_picks_top_k_units_whole() -> None:
+    post = DPThresholdPostprocessor(
+        epsilon=500.0, score_range=(-1.0, 1.0), k=2, budget=Budget(1e4), unit_key="who", rng=1
+    )
+    # b and c belong to one unit: it scores 0.8 (its best) and is kept whole
+    picked = post.postprocess_nodes(nodes(SCORES, units={"b": "u", "c": "u"}))
+    assert [n.node.node_id for n in picked] == ["a", "e"]
+    picked = post.postprocess_nodes(nodes({"a": 0.9, "b": 0.8, "c": 0.3}, {"b": "u", "c": "u"}))
+    assert [n.node.node_id for n in picked] == ["a", "b", "c"]
+
+
+def test_threshold_on_distances() -> None:
+    post = DPThresholdPostprocessor(
+        epsilon=500.0,
+        score_range=(0.0, 4.0),
+        score_direction="distance",
+        k=2,
+        budget=Budget(1e4),
+        rng=2,
+    )
+    picked = post.postprocess_nodes(nodes({"far": 3.5, "near": 0.1, "mid": 0.4, "x": 2.0}))
+    assert [n.node.node_id for n in picked] == ["near", "mid"]
+
+
+def test_threshold_validation() -> None:
+    with pytest.raises(ValueError, match="score_range is required"):
+        DPThresholdPostprocessor(epsilon=1.0, score_range=None, budget=Budget(1.0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+        DPThresholdPostprocessor(epsilon=-1.0, score_range=(-1, 1), budget=Budget(1.0))
+    with pytest.raises(ValueError, match="utility must be"):
+        DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=Budget(1.0), utility="x")
+    with pytest.raises(TypeError, match="budget must be a Budget or a CorpusAccountant"):
+        DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=1.0)  # type: ignore[arg-type]
+    post = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=Budget(5.0))
+    with pytest.raises(ValueError, match="finite score"):
+        post.postprocess_nodes([NodeWithScore(node=TextNode(id_="a", text=""), score=None)])
+    assert "private" not in repr(post)
+
+
+def test_budget_filter_charges_every_relevant_active_unit() -> None:
+    ledger = InMemoryLedger(budget_per_unit=2.0)
+    post = PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=1.0, tau=0.5, k=1)
+    picked = post.postprocess_nodes(nodes(SCORES))
+    assert [n.node.node_id for n in picked] == ["a"]  # the top k=1
+    # every unit above tau paid, not only the top k; those below tau did not
+    assert ledger.remaining(["a", "b", "e", "c", "d"]) == {
+        "a": 1.0, "b": 1.0, "e": 1.0, "c": 2.0, "d": 2.0,
+    }  # fmt: skip
+    post.postprocess_nodes(nodes(SCORES))
+    assert post.postprocess_nodes(nodes(SCORES)) == []  # a, b, e exhausted: dropped
+    assert ledger.remaining(["a", "b", "e"]) == {"a": 0.0, "b": 0.0, "e": 0.0}
+
+
+def test_budget_filter_charges_a_unit_once() -> None:
+    ledger = InMemoryLedger(budget_per_unit=1.0)
+    post = PrivacyBudgetPostprocessor(
+        ledger=ledger, epsilon_query=1.0, tau=0.0, k=5, unit_key="who"
+    )
+    picked = post.postprocess_nodes(nodes({"a": 0.9, "b": 0.8}, units={"a": "u", "b": "u"}))
+    assert [n.node.node_id for n in picked] == ["a", "b"]
+    assert ledger.remaining(["u"]) == {"u": 0.0}  # one unit, charged once
+    assert post.postprocess_nodes(nodes({"a": 0.9}, units={"a": "u"})) == []
+
+
+def test_budget_filter_validation() -> None:
+    with pytest.raises(TypeError, match="ledger must be a dprag Ledger"):
+        PrivacyBudgetPostprocessor(ledger=object(), epsilon_query=1.0, tau=0.1, k=2)
+    ledger: Any = InMemoryLedger(budget_per_unit=1.0)
+    with pytest.raises(ValueError, match="epsilon_query must be a finite number > 0"):
+        PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=0.0, tau=0.1, k=2)
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=1.0, tau=0.1, k=0)
