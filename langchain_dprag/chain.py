@@ -48,7 +48,7 @@ from typing_extensions import Self
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.pipeline import charge_query, check_question, retrieve_for
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag._retrieval import DocumentSource
@@ -145,7 +145,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     for text-level ones); ``accountant`` (the corpus budget each query's fixed
     cost is charged to; MuRAG carries its own ledger); ``unit_key`` (metadata key
     naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
-    for tests and benchmarks only: a fixed seed repeats the noise of every query).
+    for tests and benchmarks only: the seed starts one generator that every query
+    draws from, so queries never reuse noise).
 
     Input: a string, ``{"question": ...}`` or a prompt value. Output: a
     :class:`DPRAGOutput`. ``stream``/``astream`` yield answer chunks as the
@@ -182,6 +183,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
                 f"the mechanism's min_score {tau!r} lies outside the score range "
                 f"[{low}, {high}] of score_function {self.score_function.name!r}"
             )
+        if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
+            object.__setattr__(self, "rng", make_rng(self.rng))
         return self
 
     def __repr_args__(self) -> Any:

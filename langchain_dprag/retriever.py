@@ -29,11 +29,11 @@ from typing_extensions import Self
 from dprag_core._validation import positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
-from dprag_core.algorithms.murag import _charge_active
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.algorithms.murag import charge_active
+from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.units import top_units
+from dprag_core.retrieval.units import best_chunk_per_unit, top_units
 from langchain_dprag._sealed import run_sealed
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, search_with_scores
@@ -106,6 +106,8 @@ class DPRetriever(BaseRetriever):
             low, high = self.score_function.bounds
             if self.tau is None or not low <= self.tau <= high:
                 raise ValueError(f"tau must be a number in [{low}, {high}], got {self.tau!r}")
+        if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
+            object.__setattr__(self, "rng", make_rng(self.rng))
         return self
 
     def __repr_args__(self) -> Any:
@@ -136,21 +138,24 @@ class DPRetriever(BaseRetriever):
         self.accountant.charge(selector.cost())
         # the top units (best chunk each), not the top chunks: a unit with c chunks in a
         # chunk-level top-N would push out up to c other units and move the count by c
-        candidates = search(query, max(self.fetch_k, k))
+        candidates = top_units(search, query, max(self.fetch_k, k))
         return list(selector.select(candidates, rng=self.rng))
 
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
         relevant = retrieve_above(search, query, self.tau)
-        active = set(self.ledger.active(sorted({d.unit for d in relevant}), self.epsilon_query))
-        charged = [d for d in relevant if d.unit in active]
-        if charged:
-            result = self.ledger.charge(
-                f"dpretriever-{uuid.uuid4()}", sorted(active), self.epsilon_query
+        # MuRAG's own step: units without budget (also those a concurrent query just
+        # spent) drop out silently; an error naming them would signal their exhaustion
+        active = set(
+            charge_active(
+                self.ledger,
+                f"dpretriever-{uuid.uuid4()}",
+                sorted({d.unit for d in relevant}),
+                self.epsilon_query,
             )
-            if not result.granted:
-                raise RuntimeError("lacking")
-        return sorted(charged, key=lambda d: d.score, reverse=True)[:k]
+        )
+        # one best chunk per unit, as MuRAG's TOP-K: a unit must not take several slots
+        return best_chunk_per_unit(d for d in relevant if d.unit in active)[:k]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None

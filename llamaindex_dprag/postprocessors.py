@@ -27,12 +27,13 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.algorithms.murag import _charge_active
+from dprag_core.algorithms.murag import charge_active
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.units import best_chunk_per_unit
 from llamaindex_dprag.units import (
     check_direction,
     check_score_range,
@@ -281,13 +282,13 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
         relevant = [d for d in docs if d.score > self.tau]
         # MuRAG's own step: one atomic charge of every relevant unit that can afford it
         charged = set(
-            _charge_active(
+            charge_active(
                 self.ledger, f"llamaindex-{uuid.uuid4()}", [d.unit for d in relevant],
                 self.epsilon_query,
             )
         )  # fmt: skip
-        usable = [d for d in relevant if d.unit in charged]
-        best = sorted(usable, key=lambda d: (-d.score, d.id))[: self.k]
+        # one best chunk per unit, as MuRAG's TOP-K: a unit must not take several slots
+        best = best_chunk_per_unit(d for d in relevant if d.unit in charged)[: self.k]
         return _pick(nodes, best)
 
     def __repr__(self) -> str:

@@ -100,3 +100,9 @@ def test_retrieve_above_grows_k() -> None:
     found = retrieve_above(retriever, "q", 0.8995, initial_k=8)
     assert [d.id for d in found] == [d.id for d in docs if d.score > 0.8995]
     assert calls == [8, 16, 32, 64, 128]
+
+
+def test_reserved_padding_prefix_is_refused_for_real_documents() -> None:
+    with pytest.raises(ValueError, match="id"):
+        ScoredDocument(id="__dprag_padding__7", text="a real record", score=0.3)
+    assert ScoredDocument.padding(7).is_padding

@@ -25,11 +25,14 @@ is ε-DP with ε = M·ε_q = ``ledger.budget_per_unit`` with respect to adding o
 removing one privacy unit, because each unit is charged exactly the privacy loss
 it can incur in each query (0 when it is not relevant/visited, else ε_q, ε_thr,
 ε_RAG) and takes part only while its remaining budget covers that loss.
-Each :class:`~dprag_core.budget.DPAnswer` reports ``guarantee = Budget(ε_q)``
-(the most any unit can lose in that query) and the per-unit total in
-``details["per_unit_budget"]``. A unit's exhaustion is never signalled (that
-would leak): its documents silently stop being used, so answers fall back
-towards the non-RAG answer. The ledger must be the *only* ledger of the corpus
+Each :class:`~dprag_core.budget.DPAnswer` therefore reports
+``guarantee = Budget(M·ε_q)``: the guarantee of the whole transcript, this
+answer included, which is what the theorem proves. The most any unit can lose
+in this one query, ε_q, is in ``details["epsilon_query"]``; it is a bound
+*conditional on the earlier transcript* (the ledger state depends on past
+answers), not a stand-alone guarantee of the answer. A unit's exhaustion is
+never signalled (that would leak): its documents silently stop being used, so
+answers fall back towards the non-RAG answer. The ledger must be the *only* ledger of the corpus
 and charges are recorded before the answer exists (a crash loses budget, never
 privacy). Units are the ``ScoredDocument.unit`` ids; a unit whose chunks fall in
 several bins belongs to the bin of its best chunk.
@@ -62,8 +65,9 @@ from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.pipeline import check_question
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.units import best_chunk_per_unit
 
-__all__ = ["MuRAG", "MuRAGAda", "NaiveMulti"]
+__all__ = ["MuRAG", "MuRAGAda", "NaiveMulti", "charge_active"]
 
 _REL = 1e-9  # float slack when comparing epsilons (e.g. M = budget / eps_q)
 
@@ -106,12 +110,17 @@ def _check_ledger(ledger: object, epsilon_query: float) -> tuple[Ledger, float]:
     return ledger, m
 
 
-def _charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: float) -> list[str]:
+def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: float) -> list[str]:
     """Charge ``cost`` to every unit that can afford it; return those charged.
 
     One atomic charge; if some units lack budget (possibly spent by a concurrent
     query) they are dropped and the rest is charged again. Budgets only go down,
     so the result is exactly the units with >= cost left at the commit.
+
+    >>> from dprag_core.accounting.ledger import InMemoryLedger
+    >>> ledger = InMemoryLedger(budget_per_unit=1.0)
+    >>> charge_active(ledger, "q1", ["a"], 1.0), charge_active(ledger, "q2", ["a", "b"], 1.0)
+    (['a'], ['b'])
     """
     todo = list(dict.fromkeys(units))
     while todo:
@@ -132,10 +141,7 @@ def _top_k_padded(docs: Sequence[ScoredDocument], k: int) -> list[ScoredDocument
     displace c other units' documents (c voters of ``inner``), while ``inner`` is
     ε_q-DP only for one substituted slot.
     """
-    best: dict[str, ScoredDocument] = {}
-    for d in sorted(docs, key=lambda d: (-d.score, d.id)):
-        best.setdefault(d.unit, d)  # the first seen is the unit's best chunk
-    top = list(best.values())[:k]
+    top = best_chunk_per_unit(docs)[:k]
     return top + [ScoredDocument.padding(i) for i in range(k - len(top))]
 
 
@@ -182,7 +188,8 @@ class _Individual(Mechanism):
             **extra,
             "query_id": query_id,
         }
-        return DPAnswer(inner_answer.text, Budget(self.epsilon_query), self.name, details)
+        guarantee = Budget(self.ledger.budget_per_unit)
+        return DPAnswer(inner_answer.text, guarantee, self.name, details)
 
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -259,7 +266,7 @@ class MuRAG(_Individual):
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
         relevant = _relevant(docs, self.tau)
         charged = set(
-            _charge_active(self.ledger, query_id, (d.unit for d in relevant), self.epsilon_query)
+            charge_active(self.ledger, query_id, (d.unit for d in relevant), self.epsilon_query)
         )
         top_k = _top_k_padded([d for d in relevant if d.unit in charged], self.k)
         return top_k, {"tau": self.tau}
@@ -335,12 +342,12 @@ class MuRAGAda(_Individual):
 
         def counts() -> Iterator[int]:
             for units in per_bin:  # charged only when the walk reaches the bin
-                charged = _charge_active(self.ledger, query_id, units, self.epsilon_threshold)
+                charged = charge_active(self.ledger, query_id, units, self.epsilon_threshold)
                 found.extend(charged)
                 yield len(charged)
 
         visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
-        usable = set(_charge_active(self.ledger, query_id, found, self.epsilon_rag))
+        usable = set(charge_active(self.ledger, query_id, found, self.epsilon_rag))
         top_k = _top_k_padded([d for d in relevant if d.unit in usable], self.k)
         return top_k, {"bins_visited": visited, "threshold": self.edges[visited]}
 

@@ -50,6 +50,8 @@ class ScoredDocument:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ValueError("id must be a non-empty string")
+        if self.id.startswith(PADDING_PREFIX) and (self.text or self.score != float("-inf")):
+            raise ValueError(f"id must not start with the reserved prefix {PADDING_PREFIX!r}")
         if not self.unit:
             object.__setattr__(self, "unit", self.id)
 

@@ -22,20 +22,27 @@ exhausted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from dprag_core._validation import positive_int
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.documents import ScoredDocument
 
-__all__ = ["top_units"]
+__all__ = ["best_chunk_per_unit", "top_units"]
 
 
-def _best_per_unit(docs: list[ScoredDocument]) -> list[ScoredDocument]:
+def best_chunk_per_unit(docs: Iterable[ScoredDocument]) -> list[ScoredDocument]:
+    """Each privacy unit's best chunk, best first (ties broken by id).
+
+    >>> docs = [ScoredDocument(id="a", text="", score=0.2, unit="u"),
+    ...         ScoredDocument(id="b", text="", score=0.9, unit="u")]
+    >>> [d.id for d in best_chunk_per_unit(docs)]
+    ['b']
+    """
     best: dict[str, ScoredDocument] = {}
-    for doc in docs:
-        kept = best.get(doc.unit)
-        if kept is None or doc.score > kept.score:
-            best[doc.unit] = doc
-    return sorted(best.values(), key=lambda d: d.score, reverse=True)
+    for doc in sorted(docs, key=lambda d: (-d.score, d.id)):
+        best.setdefault(doc.unit, doc)
+    return list(best.values())
 
 
 def top_units(
@@ -46,7 +53,7 @@ def top_units(
     k = n
     while True:
         docs = list(retriever(question, k))
-        units = _best_per_unit(docs)
+        units = best_chunk_per_unit(docs)
         if len(units) >= n or len(docs) < k or k >= max_k:
             return units[:n]
         k = min(2 * k, max_k)

@@ -115,8 +115,8 @@ def test_every_relevant_active_unit_is_charged_before_inner_runs(ledger_for) -> 
     answer = murag.answer("q", docs, rng=0)
     assert answer.text == "d1,d2"  # top-2 only ...
     assert spend_by_unit(ledger) == {"d1": 2.0, "d2": 2.0, "d3": 2.0}  # ... all 3 units charged
-    assert answer.guarantee == Budget(2.0)
-    assert answer.details["per_unit_budget"] == 4.0
+    assert answer.guarantee == Budget(4.0)  # the whole transcript's individual guarantee
+    assert answer.details["epsilon_query"] == 2.0 and answer.details["per_unit_budget"] == 4.0
     assert answer.details["max_retrievals_per_unit"] == 2.0
     assert answer.details["inner_detail"] == 1 and answer.details["inner"] == "EchoInner"
     assert set(answer.details) >= {"query_id", "tau", "accounting"}
@@ -177,7 +177,7 @@ def test_100_queries_under_total_epsilon_10_verified_from_the_audit_log(tmp_path
     murag = MuRAG(inner, ledger=ledger, tau=0.6, epsilon_query=2.0, score_bounds=(-1.0, 1.0))
     rag = PrivateRAG(murag, corpus.as_retriever(lambda q: questions[q]))
     answers = [rag.answer(q, rng=i) for i, q in enumerate(questions)]
-    assert all(a.epsilon == 2.0 and a.details["per_unit_budget"] == 10.0 for a in answers)
+    assert all(a.epsilon == 10.0 and a.details["epsilon_query"] == 2.0 for a in answers)
     spent = spend_by_unit(ledger)
     assert max(spent.values()) <= 10.0 + 1e-9  # the total guarantee: epsilon <= 10
     assert sum(spent.values()) == pytest.approx(ledger.total_spent())

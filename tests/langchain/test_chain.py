@@ -242,3 +242,30 @@ def test_other_store_embeddings() -> None:
     assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2)).invoke(QUESTION).details == {
         "n": 0
     }
+
+
+def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
+    """A fixed seed must not hand every query the same coins (composition needs fresh noise)."""
+    import numpy as np
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from dprag_core.algorithms.base import Mechanism
+    from dprag_core.budget import DPAnswer
+
+    class Draw(Mechanism):
+        name = "Draw"
+
+        def candidates_needed(self) -> int:
+            return 0
+
+        def answer(self, question, docs, *, rng=None):  # type: ignore[no-untyped-def]
+            from dprag_core.mechanisms._rng import make_rng
+
+            return DPAnswer(str(make_rng(rng).integers(10**9)), None, self.name)
+
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7)
+    draws = {chain.invoke("q").answer for _ in range(3)}
+    assert len(draws) == 3
+    assert isinstance(chain.rng, np.random.Generator)
