@@ -19,7 +19,10 @@ from typing import Any
 
 from dprag_core._validation import positive_finite, probability
 
-__all__ = ["Budget", "DPAnswer", "PrivacyBudgetExhausted"]
+__all__ = ["FIT_SLACK", "Budget", "DPAnswer", "PrivacyBudgetExhausted"]
+
+FIT_SLACK = 1e-12
+"""Relative slack for 'fits within a budget' checks: 100 steps of 0.1 fit in 10."""
 
 
 @dataclass(frozen=True, order=True)
@@ -49,8 +52,8 @@ class Budget:
         >>> Budget(1.0, 1e-6).covers(Budget(0.5, 1e-7))
         True
         """
-        return other.epsilon <= self.epsilon * (1 + 1e-12) and other.delta <= self.delta * (
-            1 + 1e-12
+        return other.epsilon <= self.epsilon * (1 + FIT_SLACK) and other.delta <= self.delta * (
+            1 + FIT_SLACK
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.retrieval.above import Retriever, retrieve_above
@@ -21,13 +21,6 @@ from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import top_units
 
 __all__ = ["PrivateRAG", "charge_query", "check_question", "retrieve_for"]
-
-
-def check_question(question: object) -> str:
-    """Validate a question: a non-empty string."""
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("question must be a non-empty string")
-    return question
 
 
 def charge_query(mechanism: Mechanism, accountant: CorpusAccountant | None) -> None:

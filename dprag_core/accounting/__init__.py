@@ -10,11 +10,13 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.calibration import per_token_epsilon
 from dprag_core.accounting.composition import (
     BOUNDS,
+    FIT_SLACK,
     MAX_COUNT,
     CompositionCount,
     advanced_composition,
     composition_fits,
     max_compositions,
+    max_rdp_compositions,
     optimal_composition,
     rdp_composition,
     sequential_composition,
@@ -31,6 +33,7 @@ from dprag_core.accounting.rdp import (
 __all__ = [
     "BOUNDS",
     "DEFAULT_ORDERS",
+    "FIT_SLACK",
     "MAX_COUNT",
     "CompositionCount",
     "CorpusAccountant",
@@ -40,6 +43,7 @@ __all__ = [
     "composition_fits",
     "gaussian_rdp",
     "max_compositions",
+    "max_rdp_compositions",
     "optimal_composition",
     "per_token_epsilon",
     "pure_dp_rdp",

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import threading
 
-from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted
 
 __all__ = ["CorpusAccountant"]
 
-_SLACK = 1e-12
-
 
 class CorpusAccountant:
-    """Holds a total :class:`Budget` and refuses any charge that would exceed it."""
+    """Holds a total :class:`Budget` and refuses any charge that would exceed it.
+
+    >>> acc = CorpusAccountant(Budget(1.0))
+    >>> acc.charge(Budget(0.6)); acc.can_afford(Budget(0.6)), acc.queries
+    (False, 1)
+    """
 
     def __init__(self, total: Budget) -> None:
         if not isinstance(total, Budget):
@@ -67,8 +70,8 @@ class CorpusAccountant:
             return self._fits(cost)
 
     def _fits(self, cost: Budget) -> bool:
-        eps_ok = self._epsilon_spent + cost.epsilon <= self.total.epsilon * (1 + _SLACK)
-        delta_ok = self._delta_spent + cost.delta <= self.total.delta * (1 + _SLACK)
+        eps_ok = self._epsilon_spent + cost.epsilon <= self.total.epsilon * (1 + FIT_SLACK)
+        delta_ok = self._delta_spent + cost.delta <= self.total.delta * (1 + FIT_SLACK)
         return eps_ok and delta_ok
 
     def charge(self, cost: Budget) -> None:

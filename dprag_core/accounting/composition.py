@@ -20,9 +20,13 @@ takes the maximum and reports which bound won:
 - ``bounded_range_rdp``: c × min(αε₀²/8, RR(ε₀, α)), only for steps that are
   exponential mechanisms (``bounded_range=True``, δ₀ = 0).
 
-A composed guarantee "fits" a total budget with the same relative slack of
-1e-12 as :meth:`dprag_core.budget.Budget.covers` and the corpus accountant, so
-that 100 steps of ε₀ = 0.1 fit ε = 10 (in floating point 10 // 0.1 == 99).
+A composed guarantee "fits" a total budget with the relative slack
+:data:`FIT_SLACK` (1e-12, as :meth:`dprag_core.budget.Budget.covers`), shared by
+the corpus accountant and the other calibrations, so that 100 steps of ε₀ = 0.1
+fit ε = 10 (in floating point 10 // 0.1 == 99).
+
+:func:`max_rdp_compositions` is the same search for any step given by its RDP
+curve (e.g. DPSparseVote's SVT + exponential-mechanism step).
 
 Regression (total ε = 10, δ = 1e-6, ε₀ = 0.1): sequential 100, advanced 216,
 rdp 313, optimal 346, bounded_range_rdp 1231.
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaln
 
 from dprag_core._validation import positive_int, probability
@@ -52,15 +57,17 @@ from dprag_core.accounting.rdp import (
     pure_dp_rdp,
     rdp_to_dp,
 )
-from dprag_core.budget import Budget
+from dprag_core.budget import FIT_SLACK, Budget
 
 __all__ = [
     "BOUNDS",
+    "FIT_SLACK",
     "MAX_COUNT",
     "CompositionCount",
     "advanced_composition",
     "composition_fits",
     "max_compositions",
+    "max_rdp_compositions",
     "optimal_composition",
     "rdp_composition",
     "sequential_composition",
@@ -70,7 +77,7 @@ __all__ = [
 BOUNDS = ("sequential", "advanced", "optimal", "rdp", "bounded_range_rdp")
 #: Counts are searched up to this value (a larger answer is reported as MAX_COUNT).
 MAX_COUNT = 10**9
-_SLACK = 1e-12
+#: Relative slack of every "fits within a budget" comparison in the accounting.
 
 
 def _budget(name: str, value: object) -> Budget:
@@ -246,11 +253,15 @@ def composition_fits(bound: str, step: Budget, count: int, total: Budget) -> boo
     t = _budget("total", total)
     c = positive_int("count", count)
     eps, delta = _composed(bound, s, c, t.delta)
-    return eps <= t.epsilon * (1 + _SLACK) and delta <= t.delta * (1 + _SLACK)
+    return eps <= t.epsilon * (1 + FIT_SLACK) and delta <= t.delta * (1 + FIT_SLACK)
 
 
 def _fits_count(bound: str, step: Budget, total: Budget, count: int) -> bool:
     return composition_fits(bound, step, count, total)
+
+
+def _rdp_fits(curve: NDArray[np.float64], total: Budget, count: int) -> bool:
+    return rdp_to_dp(count * curve, delta=total.delta) <= total.epsilon * (1 + FIT_SLACK)
 
 
 def _largest(fits: Callable[[int], bool]) -> int:
@@ -299,3 +310,26 @@ def max_compositions(
     counts = {b: _largest(functools.partial(_fits_count, b, s, t)) for b in bounds}
     best = max(bounds, key=lambda b: counts[b])  # first maximal bound wins a tie
     return CompositionCount(counts[best], best, counts)
+
+
+def max_rdp_compositions(curve: ArrayLike, total: Budget) -> int:
+    """The largest c such that c adaptive steps with RDP ``curve`` stay within ``total``.
+
+    ``curve`` is one step's RDP ε at each of :data:`~dprag_core.accounting.rdp.DEFAULT_ORDERS`;
+    c × curve is converted with the improved conversion at ``total.delta``. Returns
+    0 when ``total.delta`` is 0 (RDP certifies no pure guarantee) or one step does
+    not fit; at most :data:`MAX_COUNT`.
+
+    >>> max_rdp_compositions(pure_dp_rdp(0.1, DEFAULT_ORDERS), Budget(10.0, 1e-6))
+    313
+    """
+    t = _budget("total", total)
+    c = np.asarray(curve, dtype=np.float64)
+    if c.shape != DEFAULT_ORDERS.shape or not np.all(c >= 0):
+        raise ValueError(
+            f"curve must hold one value >= 0 per order of DEFAULT_ORDERS "
+            f"({DEFAULT_ORDERS.size}), got shape {c.shape}"
+        )
+    if t.delta == 0:
+        return 0
+    return _largest(functools.partial(_rdp_fits, c, t))

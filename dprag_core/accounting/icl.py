@@ -27,6 +27,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
 from dprag_core._validation import positive_finite, positive_int
+from dprag_core.accounting.composition import FIT_SLACK
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, rdp_to_dp
 from dprag_core.budget import Budget
 
@@ -35,7 +36,6 @@ __all__ = ["ICL_BOUNDS", "ICLParameters", "calibrate_icl", "icl_epsilon"]
 ICL_BOUNDS = ("sequential", "bounded_range_rdp", "pld")
 _PLD_INTERVAL = 1e-3
 _RELATIVE_PRECISION = 1e-4
-_SLACK = 1e-12
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _largest_fitting(bound: str, total: Budget, e_sel: float, tokens: int, lo: f
         eps = icl_epsilon(
             bound, epsilon_token=e_tok, selection_epsilon=e_sel, tokens=tokens, delta=total.delta
         )
-        return eps <= total.epsilon * (1 + _SLACK)
+        return eps <= total.epsilon * (1 + FIT_SLACK)
 
     hi = total.epsilon - e_sel
     if fits(hi):

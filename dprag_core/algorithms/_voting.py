@@ -4,7 +4,7 @@ One batched prefill of the m voter prompts (+ the public prompt when the
 mechanism uses it), then per token: each row's greedy token, the voters' vote
 histogram, the mechanism's choice, and ONE batched ``session.step(token)``
 appending the chosen token to every row (DESIGN §6). Released text is streamed
-as it is decoded (multi-byte characters are held back until complete).
+as it is decoded (:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
 """
 
 from __future__ import annotations
@@ -17,31 +17,23 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core._validation import positive_int
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms._decoding import IncrementalDecoder
+from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.models.base import TokenModel
-from dprag_core.prompts import join_context
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
 
 __all__ = [
     "Choice",
-    "IncrementalDecoder",
     "VotingMechanism",
-    "check_question",
     "check_template",
     "check_token_model",
     "greedy_tokens",
     "vote_histogram",
 ]
-
-
-def check_question(question: object) -> str:
-    """A question must be a non-empty string (its text is never echoed in errors)."""
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("question must be a non-empty string")
-    return question
 
 
 def check_template(name: str, template: object, fields: Sequence[str]) -> str:
@@ -63,14 +55,23 @@ def check_template(name: str, template: object, fields: Sequence[str]) -> str:
 
 
 def check_token_model(model: object) -> TokenModel:
-    """Reject objects that are not token models (no ``prefill``/``vocab_size``)."""
+    """Reject objects that are not token models (no ``prefill``/``vocab_size``).
+
+    >>> check_token_model(object())
+    Traceback (most recent call last):
+    TypeError: model must implement the TokenModel protocol, got object
+    """
     if not isinstance(model, TokenModel):
         raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
     return model
 
 
 def greedy_tokens(logprobs: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
-    """Each row's argmax token (ties to the lower id)."""
+    """Each row's argmax token (ties to the lower id).
+
+    >>> greedy_tokens(np.array([[0.1, 0.5, 0.5], [0.9, 0.0, 0.1]])).tolist()
+    [1, 0]
+    """
     return np.asarray(np.argmax(logprobs, axis=1), dtype=np.intp)
 
 
@@ -83,61 +84,28 @@ def vote_histogram(votes: npt.NDArray[np.intp], vocab_size: int) -> npt.NDArray[
     return np.bincount(votes, minlength=vocab_size).astype(np.int64)
 
 
-class IncrementalDecoder:
-    """Turns a growing token list into text chunks, never splitting a character.
-
-    A chunk is released only when the decoded text extends what was released and
-    does not end in U+FFFD (an incomplete multi-byte sequence).
-
-    >>> class Bytes:
-    ...     def decode(self, ids): return bytes(ids).decode("utf-8", errors="replace")
-    >>> d = IncrementalDecoder(Bytes())
-    >>> [d.push(b) for b in "é!".encode()], d.text
-    (['', 'é', '!'], 'é!')
-    """
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._ids: list[int] = []
-        self._released = ""
-
-    def push(self, token: int) -> str:
-        """Add one token; return the newly releasable text ('' if none yet)."""
-        self._ids.append(int(token))
-        text = str(self._model.decode(self._ids))
-        if text.endswith("\ufffd") or not text.startswith(self._released):
-            return ""
-        chunk = text[len(self._released) :]
-        self._released = text
-        return chunk
-
-    def flush(self) -> str:
-        """Release whatever is left at the end of generation."""
-        text = str(self._model.decode(self._ids))
-        chunk = text[len(self._released) :] if text.startswith(self._released) else ""
-        self._released = text
-        return chunk
-
-    @property
-    def text(self) -> str:
-        """The full decoded text so far."""
-        return str(self._model.decode(self._ids))
-
-
 @dataclass(frozen=True)
 class Choice:
-    """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget."""
+    """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget.
+
+    >>> Choice(None, True).token is None
+    True
+    """
 
     token: int | None
     private: bool
 
 
-class VotingMechanism(Mechanism):
+class VotingMechanism(StreamingMechanism):
     """Base of the token-voting mechanisms: partition, prefill, one step per token.
 
     Subclasses implement :meth:`_start` (fresh per-answer state) and
     :meth:`_choose` (the token rule), and set ``uses_public`` when they need the
-    public (no-context) prompt as the last row.
+    public (no-context) prompt as the last row. The constructor is VoteRAG's.
+
+    >>> from dprag_core.algorithms import VoteRAG
+    >>> issubclass(VoteRAG, VotingMechanism), VotingMechanism.uses_public
+    (True, False)
     """
 
     uses_public: bool = False
@@ -148,9 +116,9 @@ class VotingMechanism(Mechanism):
         *,
         m: int,
         k: int,
-        max_new_tokens: int,
-        template: str,
-        public_template: str,
+        max_new_tokens: int = 64,
+        template: str = RAG_TEMPLATE,
+        public_template: str = NO_CONTEXT_TEMPLATE,
     ) -> None:
         self.model = check_token_model(model)
         self.m = positive_int("m", m)
@@ -194,17 +162,6 @@ class VotingMechanism(Mechanism):
         if self.uses_public:
             rows.append(self.public_template.format(question=question))
         return rows
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        """Generate the whole answer (see :meth:`stream`) and return the DPAnswer."""
-        result: DPAnswer | None = None
-        for item in self.stream(question, docs, rng=rng):
-            if isinstance(item, DPAnswer):
-                result = item
-        assert result is not None
-        return result
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

@@ -15,7 +15,18 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 
-__all__ = ["Mechanism"]
+__all__ = ["Mechanism", "StreamingMechanism", "check_question"]
+
+
+def check_question(question: object) -> str:
+    """A question must be a non-empty string (its text is never echoed in errors).
+
+    >>> check_question("Who treats headache?")
+    'Who treats headache?'
+    """
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question must be a non-empty string")
+    return question
 
 
 class Mechanism(ABC):
@@ -61,3 +72,36 @@ class Mechanism(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class StreamingMechanism(Mechanism):
+    """A mechanism that generates by streaming: :meth:`answer` is the last item of :meth:`stream`.
+
+    Subclasses implement :meth:`stream` only (text chunks, then one
+    :class:`DPAnswer` last), so that both entry points release exactly the same.
+
+    >>> class Echo(StreamingMechanism):
+    ...     def stream(self, question, docs, *, rng=None):
+    ...         yield question
+    ...         yield DPAnswer(question, None, "Echo")
+    >>> Echo().answer("hi", []).text
+    'hi'
+    """
+
+    @abstractmethod
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        """Yield released text chunks, then the final :class:`DPAnswer` last."""
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        """Run :meth:`stream` to the end and return its :class:`DPAnswer`."""
+        result: DPAnswer | None = None
+        for item in self.stream(question, docs, rng=rng):
+            if isinstance(item, DPAnswer):
+                result = item
+        if result is None:
+            raise RuntimeError(f"{self.name}.stream ended without a DPAnswer")
+        return result

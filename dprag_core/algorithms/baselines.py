@@ -22,14 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core._validation import positive_int
-from dprag_core.algorithms._voting import (
-    Choice,
-    IncrementalDecoder,
-    VotingMechanism,
-    check_question,
-    check_template,
-)
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms._decoding import IncrementalDecoder
+from dprag_core.algorithms._voting import Choice, VotingMechanism, check_template
+from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
@@ -64,7 +59,7 @@ def _greedy_stream(model: TokenModel, prompt: str, max_new_tokens: int) -> Itera
         yield tail
 
 
-class _SinglePrompt(Mechanism):
+class _SinglePrompt(StreamingMechanism):
     """One prompt, greedy: shared by NonRAG and RAG."""
 
     uses_corpus = True
@@ -100,17 +95,6 @@ class _SinglePrompt(Mechanism):
         if text:
             yield text
         yield self._answer(text)
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        """Generate greedily and return the (non-private) answer."""
-        result = None
-        for item in self.stream(question, docs, rng=rng):
-            if isinstance(item, DPAnswer):
-                result = item
-        assert result is not None
-        return result
 
 
 class NonRAG(_SinglePrompt):
@@ -193,25 +177,6 @@ class VoteRAG(VotingMechanism):
     """
 
     name = "VoteRAG"
-
-    def __init__(
-        self,
-        model: TokenModel,
-        *,
-        m: int,
-        k: int,
-        max_new_tokens: int = 64,
-        template: str = RAG_TEMPLATE,
-        public_template: str = NO_CONTEXT_TEMPLATE,
-    ) -> None:
-        super().__init__(
-            model,
-            m=m,
-            k=k,
-            max_new_tokens=max_new_tokens,
-            template=template,
-            public_template=public_template,
-        )
 
     def _choose(
         self,

@@ -23,7 +23,7 @@ monotone). Every mechanism below is calibrated for that relation.
   ε_token/2 (SVT) + ε_token/2 (selection), δ_token; a trailing run without a spend
   fits in one of the unused slots. At most c_max spends.
 
-c_max comes from :func:`~dprag_core.algorithms._token_budget.token_limit`: the
+c_max comes from :func:`~dprag_core.accounting.token_budget.token_limit`: the
 tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
 and for the exponential variant the mixed SVT + bounded-range RDP curve);
 ``details["c_max_bound"]`` says which won. The guarantee of every answer is the
@@ -49,14 +49,18 @@ from dprag_core._validation import (
     positive_int,
     probability,
 )
-from dprag_core.accounting.composition import CompositionCount
-from dprag_core.algorithms._token_budget import default_delta_token, token_limit
+from dprag_core.accounting.composition import FIT_SLACK, CompositionCount
+from dprag_core.accounting.token_budget import default_delta_token, token_limit
 from dprag_core.algorithms._voting import Choice, VotingMechanism
 from dprag_core.budget import Budget
-from dprag_core.mechanisms import exponential as _em
-from dprag_core.mechanisms import limited_domain as _ld
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.mechanisms.sparse_vector import _BatchedAboveThreshold
+from dprag_core.mechanisms.exponential import exponential_logits, gumbel_max
+from dprag_core.mechanisms.limited_domain import (
+    BOTTOM,
+    limited_domain_candidates,
+    limited_domain_sample,
+)
+from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
 
@@ -66,7 +70,6 @@ Selection = Literal["limited_domain", "exponential"]
 _SELECTIONS = ("limited_domain", "exponential")
 #: One voter's vote moving from token a to token b changes 2 counts (substitution).
 _MAX_CHANGED = 2
-_BOTTOM = -1
 
 
 def _select(
@@ -89,9 +92,9 @@ def _select(
         utilities = counts.astype(np.float64)
         if allowed is not None:
             utilities[~allowed] = -np.inf
-        logits = _em._logits(utilities, epsilon=epsilon, sensitivity=1.0, monotone=False)
-        return _em._sample(logits, size, rng)
-    prep = _ld._prepare(
+        logits = exponential_logits(utilities, epsilon=epsilon, sensitivity=1.0, monotone=False)
+        return gumbel_max(logits, size=size, rng=rng)
+    candidates = limited_domain_candidates(
         counts,
         epsilon=epsilon,
         delta=delta,
@@ -99,7 +102,7 @@ def _select(
         max_changed=_MAX_CHANGED,
         monotone=False,
     )
-    return _ld._sample(prep, size, rng)
+    return limited_domain_sample(candidates, size=size, rng=rng)
 
 
 class SparseVoteRule:
@@ -138,7 +141,7 @@ class SparseVoteRule:
         self._rng = make_rng(rng)
         # Koga's test  count + Lap(4/e) <= tau + Lap(2/e)  is AboveThreshold on -count vs -tau
         # (Laplace noise is symmetric), sensitivity 1.
-        self._svt = _BatchedAboveThreshold(
+        self._svt = AboveThresholdBatch(
             threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
         )
         self._runs = runs
@@ -165,35 +168,21 @@ class SparseVoteRule:
         return tokens, spend
 
 
-def _check_budget(
-    epsilon: float, delta: float, epsilon_token: float, *, needs_delta: bool
-) -> tuple[float, float, float]:
-    eps = positive_finite("epsilon", epsilon)
-    dlt = probability("delta", delta, allow_zero=not needs_delta)
-    eps_tok = positive_finite("epsilon_token", epsilon_token)
-    if eps_tok > eps * (1 + 1e-12):
-        raise ValueError(f"epsilon_token must be <= epsilon ({eps:g}), got {epsilon_token!r}")
-    return eps, dlt, eps_tok
-
-
 def _check_delta_token(
-    delta_token: float | None, *, eps: float, dlt: float, eps_tok: float
+    delta_token: float | None, *, eps: float, dlt: float, eps_tok: float, pure: bool
 ) -> float:
+    if pure:
+        if delta_token not in (None, 0, 0.0):
+            raise ValueError(
+                f"delta_token must be 0 with selection='exponential', got {delta_token!r}"
+            )
+        return 0.0
     if delta_token is None:
         return default_delta_token(epsilon=eps, delta=dlt, epsilon_token=eps_tok)
     d_tok = probability("delta_token", delta_token, allow_zero=False)
     if d_tok > dlt:
         raise ValueError(f"delta_token must be in (0, delta={dlt:g}], got {delta_token!r}")
     return d_tok
-
-
-def _check_limit(limit: CompositionCount) -> CompositionCount:
-    if limit.count < 1:
-        raise ValueError(
-            "epsilon_token/delta_token leave no private token within (epsilon, delta): "
-            "lower epsilon_token or delta_token"
-        )
-    return limit
 
 
 class _DPVotingBase(VotingMechanism):
@@ -204,6 +193,42 @@ class _DPVotingBase(VotingMechanism):
     epsilon_token: float
     delta_token: float
     limit: CompositionCount
+
+    def _set_budget(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        epsilon_token: float,
+        delta_token: float | None,
+        pure: bool,
+    ) -> None:
+        """Validate the query and per-token budgets and compute c_max (module docstring).
+
+        ``pure``: the exponential-selection variant (δ may be 0, δ_token must be 0).
+        """
+        self.epsilon = positive_finite("epsilon", epsilon)
+        self.delta = probability("delta", delta, allow_zero=pure)
+        self.epsilon_token = positive_finite("epsilon_token", epsilon_token)
+        if self.epsilon_token > self.epsilon * (1 + FIT_SLACK):
+            raise ValueError(
+                f"epsilon_token must be <= epsilon ({self.epsilon:g}), got {epsilon_token!r}"
+            )
+        self.delta_token = _check_delta_token(
+            delta_token, eps=self.epsilon, dlt=self.delta, eps_tok=self.epsilon_token, pure=pure
+        )
+        self.limit = token_limit(
+            epsilon=self.epsilon,
+            delta=self.delta,
+            epsilon_token=self.epsilon_token,
+            delta_token=self.delta_token,
+            exponential_svt=pure,
+        )
+        if self.limit.count < 1:
+            raise ValueError(
+                "epsilon_token/delta_token leave no private token within (epsilon, delta): "
+                "lower epsilon_token or delta_token"
+            )
 
     def query_cost(self) -> Budget:
         """The (epsilon, delta) guarantee of one answer, charged before retrieval."""
@@ -259,19 +284,12 @@ class DPVote(_DPVotingBase):
             template=template,
             public_template=public_template,
         )
-        self.epsilon, self.delta, self.epsilon_token = _check_budget(
-            epsilon, delta, epsilon_token, needs_delta=True
-        )
-        self.delta_token = _check_delta_token(
-            delta_token, eps=self.epsilon, dlt=self.delta, eps_tok=self.epsilon_token
-        )
-        self.limit = _check_limit(
-            token_limit(
-                epsilon=self.epsilon,
-                delta=self.delta,
-                epsilon_token=self.epsilon_token,
-                delta_token=self.delta_token,
-            )
+        self._set_budget(
+            epsilon=epsilon,
+            delta=delta,
+            epsilon_token=epsilon_token,
+            delta_token=delta_token,
+            pure=False,
         )
 
     def _choose(
@@ -292,7 +310,7 @@ class DPVote(_DPVotingBase):
                 rng=rng,
             )[0]
         )
-        return Choice(None if pick == _BOTTOM else pick, True)
+        return Choice(None if pick == BOTTOM else pick, True)
 
     def __repr__(self) -> str:
         return (
@@ -347,34 +365,18 @@ class DPSparseVote(_DPVotingBase):
         if selection not in _SELECTIONS:
             raise ValueError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
         self.selection: Selection = selection
-        pure = selection == "exponential"
-        self.epsilon, self.delta, self.epsilon_token = _check_budget(
-            epsilon, delta, epsilon_token, needs_delta=not pure
+        self._set_budget(
+            epsilon=epsilon,
+            delta=delta,
+            epsilon_token=epsilon_token,
+            delta_token=delta_token,
+            pure=selection == "exponential",
         )
-        if pure:
-            if delta_token not in (None, 0, 0.0):
-                raise ValueError(
-                    f"delta_token must be 0 with selection='exponential', got {delta_token!r}"
-                )
-            self.delta_token = 0.0
-        else:
-            self.delta_token = _check_delta_token(
-                delta_token, eps=self.epsilon, dlt=self.delta, eps_tok=self.epsilon_token
-            )
         self.threshold = (
             self.m / 2 if threshold is None else nonnegative_finite("threshold", threshold)
         )
         if self.threshold > self.m:
             raise ValueError(f"threshold must be in [0, m={self.m}], got {threshold!r}")
-        self.limit = _check_limit(
-            token_limit(
-                epsilon=self.epsilon,
-                delta=self.delta,
-                epsilon_token=self.epsilon_token,
-                delta_token=self.delta_token,
-                exponential_svt=pure,
-            )
-        )
 
     def _start(
         self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]
@@ -401,7 +403,7 @@ class DPSparseVote(_DPVotingBase):
         assert public is not None
         tokens, spent = state.decide(counts, public=public)
         pick = int(tokens[0])
-        return Choice(None if pick == _BOTTOM else pick, bool(spent[0]))
+        return Choice(None if pick == BOTTOM else pick, bool(spent[0]))
 
     def _details(self) -> Mapping[str, Any]:
         return {**super()._details(), "selection": self.selection, "threshold": self.threshold}

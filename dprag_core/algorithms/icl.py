@@ -42,7 +42,8 @@ import numpy as np
 
 from dprag_core._validation import nonnegative_finite, positive_finite, positive_int
 from dprag_core.accounting.icl import ICLParameters, calibrate_icl
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms._decoding import IncrementalDecoder
+from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
@@ -55,7 +56,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 __all__ = ["DPICL"]
 
 
-class DPICL(Mechanism):
+class DPICL(StreamingMechanism):
     """Grislain's DP-RAG: DP threshold retrieval + DP in-context token generation.
 
     Privacy: ``epsilon``, ``delta`` per query; ``selection_share`` of ε goes to
@@ -154,8 +155,9 @@ class DPICL(Mechanism):
         session = self.model.prefill(self._prompts(question, docs, gen))
         logprobs = np.asarray(session.logprobs, dtype=np.float64)
         eos = self.model.eos_token_ids
-        tokens: list[int] = []
-        emitted, stopped = "", False
+        decoder = IncrementalDecoder(self.model)
+        tokens = 0
+        stopped = False
         for step in range(self.parameters.max_new_tokens):
             token = dp_icl_token(
                 logprobs[:-1],
@@ -169,37 +171,21 @@ class DPICL(Mechanism):
             if token in eos:
                 stopped = True
                 break
-            tokens.append(token)
-            text = self.model.decode(tokens)
-            if (
-                text.startswith(emitted)
-                and not text.endswith("\ufffd")
-                and len(text) > len(emitted)
-            ):
-                yield text[len(emitted) :]
-                emitted = text
+            tokens += 1
+            chunk = decoder.push(token)
+            if chunk:
+                yield chunk
             if step + 1 < self.parameters.max_new_tokens:
                 logprobs = np.asarray(session.step(token), dtype=np.float64)
-        final = self.model.decode(tokens)
-        if final.startswith(emitted) and len(final) > len(emitted):
-            yield final[len(emitted) :]
+        tail = decoder.flush()
+        if tail:
+            yield tail
         details = {
-            "tokens": len(tokens),
+            "tokens": tokens,
             "max_new_tokens": self.parameters.max_new_tokens,
             "stopped_at_eos": stopped,
         }
-        yield DPAnswer(final, self.parameters.achieved, self.name, details)
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        """Generate the whole answer (the last item of :meth:`stream`)."""
-        result: DPAnswer | None = None
-        for item in self.stream(question, docs, rng=rng):
-            if isinstance(item, DPAnswer):
-                result = item
-        assert result is not None
-        return result
+        yield DPAnswer(decoder.text, self.parameters.achieved, self.name, details)
 
     def __repr__(self) -> str:
         b = self.parameters.achieved

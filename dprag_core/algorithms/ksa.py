@@ -158,22 +158,22 @@ def _unit_contexts(docs: Sequence[ScoredDocument], n_docs: int) -> list[str]:
 
 
 class _KeywordAnswerer(Mechanism):
-    """Shared steps of KSA and DP-KSA: responses, histogram, final prompt."""
+    """Shared steps of KSA and DP-KSA: responses, histogram, final prompt (KSA's constructor)."""
 
     def __init__(
         self,
         model: TextModel,
         *,
-        n_docs: int,
-        k_min: int,
-        k_max: int,
-        extractor: KeywordExtractor | None,
-        drop_question_words: bool,
-        response_template: str,
-        answer_template: str,
-        zero_shot_template: str,
-        response_tokens: int,
-        answer_tokens: int,
+        n_docs: int = 80,
+        k_min: int = 1,
+        k_max: int = 20,
+        extractor: KeywordExtractor | None = None,
+        drop_question_words: bool = True,
+        response_template: str = RAG_TEMPLATE,
+        answer_template: str = KEYWORDS_TEMPLATE,
+        zero_shot_template: str = NO_CONTEXT_TEMPLATE,
+        response_tokens: int = 64,
+        answer_tokens: int = 64,
     ) -> None:
         if not callable(getattr(model, "generate", None)):
             raise TypeError("model must be a TextModel (with generate(prompts, max_new_tokens=))")
@@ -312,35 +312,6 @@ class KSA(_KeywordAnswerer):
     """
 
     name = "KSA"
-
-    def __init__(
-        self,
-        model: TextModel,
-        *,
-        n_docs: int = 80,
-        k_min: int = 1,
-        k_max: int = 20,
-        extractor: KeywordExtractor | None = None,
-        drop_question_words: bool = True,
-        response_template: str = RAG_TEMPLATE,
-        answer_template: str = KEYWORDS_TEMPLATE,
-        zero_shot_template: str = NO_CONTEXT_TEMPLATE,
-        response_tokens: int = 64,
-        answer_tokens: int = 64,
-    ) -> None:
-        super().__init__(
-            model,
-            n_docs=n_docs,
-            k_min=k_min,
-            k_max=k_max,
-            extractor=extractor,
-            drop_question_words=drop_question_words,
-            response_template=response_template,
-            answer_template=answer_template,
-            zero_shot_template=zero_shot_template,
-            response_tokens=response_tokens,
-            answer_tokens=answer_tokens,
-        )
 
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

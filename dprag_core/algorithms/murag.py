@@ -59,11 +59,10 @@ from typing import Any
 from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
-from dprag_core.pipeline import check_question
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
 
@@ -149,7 +148,7 @@ def _relevant(docs: Sequence[ScoredDocument], floor: float) -> list[ScoredDocume
     return [d for d in docs if not d.is_padding and d.score > floor]
 
 
-class _Individual(Mechanism):
+class _Individual(StreamingMechanism):
     """Shared plumbing of MuRAG and MuRAG-Ada: charge, select, run inner, wrap."""
 
     inner: Mechanism
@@ -190,17 +189,6 @@ class _Individual(Mechanism):
         }
         guarantee = Budget(self.ledger.budget_per_unit)
         return DPAnswer(inner_answer.text, guarantee, self.name, details)
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        """Charge the ledger, then answer with ``inner`` on the padded top-k (module doc)."""
-        result: DPAnswer | None = None
-        for item in self.stream(question, docs, rng=rng):
-            if isinstance(item, DPAnswer):
-                result = item
-        assert result is not None
-        return result
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -366,7 +354,7 @@ class MuRAGAda(_Individual):
         )
 
 
-class NaiveMulti(Mechanism):
+class NaiveMulti(StreamingMechanism):
     """NAIVE-MULTI-RAG (multi-query DP RAG paper, Alg. 4): sequential composition.
 
     Each query is charged ``inner.query_cost()`` to ``accountant`` (the corpus-level
@@ -410,17 +398,6 @@ class NaiveMulti(Mechanism):
     def query_cost(self) -> Budget | None:
         """None: the query is charged to this mechanism's own accountant in :meth:`answer`."""
         return None
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        """Charge the accountant (or raise PrivacyBudgetExhausted), then run ``inner``."""
-        result: DPAnswer | None = None
-        for item in self.stream(question, docs, rng=rng):
-            if isinstance(item, DPAnswer):
-                result = item
-        assert result is not None
-        return result
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

@@ -125,6 +125,24 @@ def _check_labels(labels: npt.ArrayLike, n: int, num_classes: int) -> IntArray:
     return y.astype(np.int64)
 
 
+def _hash_pairs(
+    keys: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    *,
+    num_classes: int,
+    tables: int,
+    bits: int,
+    seed: int,
+) -> tuple[SimHashIndex, IntArray, IntArray]:
+    """Validate (key, label) pairs and hash the keys: the index, buckets [N, L], labels [N]."""
+    x = np.asarray(keys, dtype=np.float32)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"keys must be a non-empty 2-D array [n, dim], got shape {x.shape}")
+    y = _check_labels(labels, x.shape[0], num_classes)
+    index = SimHashIndex.from_seed(dim=x.shape[1], tables=tables, bits=bits, seed=seed)
+    return index, index.buckets(x), y
+
+
 def _sparse_threshold(*, tables: int, scale: float, delta: float) -> int:
     """Smallest tau with L * P[DLap(scale) >= tau - 1] <= delta."""
     p = math.exp(-1.0 / scale)
@@ -185,15 +203,10 @@ class DPSimHashDatastore:
         """
         epsilon = positive_finite("epsilon", epsilon)
         num_classes = positive_int("num_classes", num_classes, minimum=2)
-        x = np.asarray(keys, dtype=np.float32)
-        if x.ndim != 2 or x.shape[0] == 0:
-            raise ValueError(f"keys must be a non-empty 2-D array [n, dim], got shape {x.shape}")
-        y = _check_labels(labels, x.shape[0], num_classes)
-        index = SimHashIndex.from_seed(
-            dim=x.shape[1], tables=tables, bits=bits, seed=hyperplane_seed
+        index, buckets, y = _hash_pairs(
+            keys, labels, num_classes=num_classes, tables=tables, bits=bits, seed=hyperplane_seed
         )
         generator = make_rng(rng)
-        buckets = index.buckets(x)
         if not sparse:
             if delta != 0.0:
                 raise ValueError("delta must be 0 for the pure (sparse=False) release")
@@ -246,14 +259,10 @@ class DPSimHashDatastore:
     ) -> DPSimHashDatastore:
         """The exact (NOT private) datastore, for baselines and attack evaluation only."""
         num_classes = positive_int("num_classes", num_classes, minimum=2)
-        x = np.asarray(keys, dtype=np.float32)
-        if x.ndim != 2 or x.shape[0] == 0:
-            raise ValueError(f"keys must be a non-empty 2-D array [n, dim], got shape {x.shape}")
-        y = _check_labels(labels, x.shape[0], num_classes)
-        index = SimHashIndex.from_seed(
-            dim=x.shape[1], tables=tables, bits=bits, seed=hyperplane_seed
+        index, buckets, y = _hash_pairs(
+            keys, labels, num_classes=num_classes, tables=tables, bits=bits, seed=hyperplane_seed
         )
-        counts = _dense_counts(index.buckets(x), y, index, num_classes)
+        counts = _dense_counts(buckets, y, index, num_classes)
         return cls(index, num_classes=num_classes, guarantee=None, dense=counts)
 
     # ------------------------------------------------------------------ query

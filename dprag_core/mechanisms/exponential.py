@@ -27,15 +27,35 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dprag_core._validation import positive_finite
+from dprag_core._validation import positive_finite, positive_int
 from dprag_core.mechanisms._rng import RngLike, make_rng
 
-__all__ = ["exponential_mechanism", "exponential_probabilities"]
+__all__ = [
+    "exponential_logits",
+    "exponential_mechanism",
+    "exponential_probabilities",
+    "gumbel_max",
+]
 
 
-def _logits(
-    utilities: ArrayLike, *, epsilon: float, sensitivity: float, monotone: bool
+def exponential_logits(
+    utilities: ArrayLike,
+    *,
+    epsilon: float,
+    sensitivity: float = 1.0,
+    monotone: bool = False,
 ) -> NDArray[np.float64]:
+    """Validated logits ε·u/(2Δ) (ε·u/Δ when ``monotone``) of the exponential mechanism.
+
+    The data-dependent half of :func:`exponential_mechanism`, public so that a
+    caller drawing many samples from one utility vector (a vectorised audit, or
+    DPSparseVote's batched rule) runs exactly the production code: sampling
+    :func:`gumbel_max` of these logits is ε-DP (and ε²/8-zCDP) as in the module
+    docstring. -inf utilities stay -inf (never chosen).
+
+    >>> exponential_logits([0.0, 2.0, -np.inf], epsilon=1.0).tolist()
+    [0.0, 1.0, -inf]
+    """
     eps = positive_finite("epsilon", epsilon)
     delta_u = positive_finite("sensitivity", sensitivity)
     u = np.asarray(utilities, dtype=np.float64)
@@ -49,9 +69,19 @@ def _logits(
     return u * factor  # -inf stays -inf
 
 
-def _sample(logits: NDArray[np.float64], size: int, rng: np.random.Generator) -> NDArray[np.intp]:
-    """``size`` independent Gumbel-max draws (indices) for one logit vector."""
-    noisy = logits[np.newaxis, :] + rng.gumbel(size=(size, logits.size))
+def gumbel_max(logits: ArrayLike, *, size: int = 1, rng: RngLike = None) -> NDArray[np.intp]:
+    """``size`` independent draws of argmax_i(logits_i + G_i), G_i i.i.d. standard Gumbel.
+
+    Each draw is distributed exactly as softmax(``logits``); on
+    :func:`exponential_logits` it is one run of the exponential mechanism (same
+    claim). Sampling in log space: large or -inf logits never overflow.
+
+    >>> gumbel_max(np.array([0.0, 50.0, -np.inf]), size=3, rng=0).tolist()
+    [1, 1, 1]
+    """
+    n = positive_int("size", size)
+    logits = np.asarray(logits, dtype=np.float64)
+    noisy = logits[np.newaxis, :] + make_rng(rng).gumbel(size=(n, logits.size))
     return np.asarray(np.argmax(noisy, axis=1), dtype=np.intp)
 
 
@@ -67,7 +97,9 @@ def exponential_probabilities(
     >>> exponential_probabilities([1.0, 1.0], epsilon=1.0).tolist()
     [0.5, 0.5]
     """
-    logits = _logits(utilities, epsilon=epsilon, sensitivity=sensitivity, monotone=monotone)
+    logits = exponential_logits(
+        utilities, epsilon=epsilon, sensitivity=sensitivity, monotone=monotone
+    )
     top = np.max(logits)
     shifted = np.exp(logits - top)  # exp(-inf) = 0
     return np.asarray(shifted / shifted.sum(), dtype=np.float64)
@@ -86,5 +118,7 @@ def exponential_mechanism(
     >>> exponential_mechanism([0.0, 100.0, 0.0], epsilon=1.0, rng=0)
     1
     """
-    logits = _logits(utilities, epsilon=epsilon, sensitivity=sensitivity, monotone=monotone)
-    return int(_sample(logits, 1, make_rng(rng))[0])
+    logits = exponential_logits(
+        utilities, epsilon=epsilon, sensitivity=sensitivity, monotone=monotone
+    )
+    return int(gumbel_max(logits, rng=rng)[0])

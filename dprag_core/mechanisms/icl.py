@@ -32,9 +32,16 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from dprag_core._validation import nonnegative_finite, positive_finite
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.exponential import gumbel_max
 
-__all__ = ["clipped_contributions", "dp_icl_probabilities", "dp_icl_token", "icl_utility"]
+__all__ = [
+    "clipped_contributions",
+    "dp_icl_logits",
+    "dp_icl_probabilities",
+    "dp_icl_token",
+    "icl_utility",
+]
 
 
 def _rows(voter_logprobs: ArrayLike, vocab: int) -> NDArray[np.float64]:
@@ -107,7 +114,7 @@ def icl_utility(
     return np.asarray(public + contrib, dtype=np.float64)
 
 
-def _logits(
+def dp_icl_logits(
     voter_logprobs: ArrayLike,
     public_logprobs: ArrayLike,
     *,
@@ -116,6 +123,14 @@ def _logits(
     clip: float,
     theta: float,
 ) -> NDArray[np.float64]:
+    """The token logits ε·U/(2C); :func:`~dprag_core.mechanisms.exponential.gumbel_max` of
+    them is one DP-ICL token (ε-DP, module docstring). Public so that vectorised audits
+    draw many tokens through the production code.
+
+    >>> dp_icl_logits(np.zeros((0, 2)), [0.0, -np.inf], epsilon=1.0, alpha=1.0, clip=1.0,
+    ...               theta=1.0).tolist()
+    [0.0, -inf]
+    """
     eps = positive_finite("epsilon", epsilon)
     c = positive_finite("clip", clip)
     u = icl_utility(voter_logprobs, public_logprobs, alpha=alpha, clip=c, theta=theta)
@@ -137,18 +152,10 @@ def dp_icl_probabilities(
     ...                      clip=1.0, theta=1.0).tolist()
     [1.0, 0.0]
     """
-    logits = _logits(
+    logits = dp_icl_logits(
         voter_logprobs, public_logprobs, epsilon=epsilon, alpha=alpha, clip=clip, theta=theta
     )
     return np.asarray(np.exp(logits - logsumexp(logits)), dtype=np.float64)
-
-
-def _sample_tokens(
-    logits: NDArray[np.float64], *, size: int, rng: np.random.Generator
-) -> NDArray[np.int64]:
-    """``size`` independent Gumbel-max draws over the full vocabulary."""
-    noisy = logits[np.newaxis, :] + rng.gumbel(size=(size, logits.size))
-    return np.asarray(np.argmax(noisy, axis=1), dtype=np.int64)
 
 
 def dp_icl_token(
@@ -170,7 +177,7 @@ def dp_icl_token(
     ...              clip=1.0, theta=200.0, rng=0)
     0
     """
-    logits = _logits(
+    logits = dp_icl_logits(
         voter_logprobs, public_logprobs, epsilon=epsilon, alpha=alpha, clip=clip, theta=theta
     )
-    return int(_sample_tokens(logits, size=1, rng=make_rng(rng))[0])
+    return int(gumbel_max(logits, rng=rng)[0])

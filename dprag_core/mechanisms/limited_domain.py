@@ -50,15 +50,29 @@ from numpy.typing import ArrayLike, NDArray
 from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.mechanisms._rng import RngLike, make_rng
 
-__all__ = ["limited_domain_top1"]
+__all__ = [
+    "BOTTOM",
+    "LimitedDomainCandidates",
+    "limited_domain_candidates",
+    "limited_domain_sample",
+    "limited_domain_top1",
+]
 
 BOTTOM = -1
-"""Sentinel used by the batched sampler for ⊥."""
+"""What :func:`limited_domain_sample` returns for ⊥."""
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """The data-dependent part of one LimitedDomain run: candidates and threshold."""
+class LimitedDomainCandidates:
+    """The data-dependent part of LimitedDomain: the top-k̄ candidates and the threshold h⊥.
+
+    Built by :func:`limited_domain_candidates`; private (holds true counts): pass
+    it only to :func:`limited_domain_sample`, whose output carries the claim.
+
+    >>> c = limited_domain_candidates([4, 9], epsilon=1.0, delta=0.5, k_bar=1)
+    >>> c.indices.tolist(), c.counts.tolist(), c.scale
+    ([1], [9.0], 1.0)
+    """
 
     indices: NDArray[np.intp]  # the top-k̄ items (positions in the histogram)
     counts: NDArray[np.float64]  # their true counts
@@ -78,15 +92,26 @@ def _top_k(counts: NDArray[np.float64], k: int) -> tuple[NDArray[np.intp], float
     return np.concatenate([above, tied]), next_value
 
 
-def _prepare(
+def limited_domain_candidates(
     counts: ArrayLike,
     *,
     epsilon: float,
     delta: float,
     k_bar: int,
-    max_changed: int | None,
-    monotone: bool,
-) -> _Prepared:
+    max_changed: int | None = None,
+    monotone: bool = True,
+) -> LimitedDomainCandidates:
+    """Validate the parameters and compute the top-k̄ candidates and h⊥ (module docstring).
+
+    Together with :func:`limited_domain_sample` this is :func:`limited_domain_top1`
+    split in two, so that many independent runs on one histogram (DPSparseVote's
+    batched rule, vectorised audits) execute the production code; each run is
+    (ε, δ)-DP as claimed in the module docstring.
+
+    >>> c = limited_domain_candidates([0, 5, 3], epsilon=1.0, delta=0.5, k_bar=2)
+    >>> sorted(c.indices.tolist()), round(c.h_bottom, 4)  # h[3] = 0, + 1 + ln(2/0.5)
+    ([1, 2], 2.3863)
+    """
     eps = positive_finite("epsilon", epsilon)
     dlt = probability("delta", delta, allow_zero=False)
     k = positive_int("k_bar", k_bar)
@@ -99,16 +124,28 @@ def _prepare(
     indices, next_value = _top_k(h, k)
     scale, offset = (1.0 / eps, 1.0) if monotone else (2.0 / eps, 2.0)
     h_bottom = next_value + offset + scale * math.log(min(changed, k) / dlt)
-    return _Prepared(indices, h[indices], h_bottom, scale)
+    return LimitedDomainCandidates(indices, h[indices], h_bottom, scale)
 
 
-def _sample(prep: _Prepared, size: int, rng: np.random.Generator) -> NDArray[np.intp]:
-    """``size`` independent runs; returns histogram positions, ``BOTTOM`` (-1) for ⊥."""
-    noisy = prep.counts[np.newaxis, :] + rng.gumbel(0.0, prep.scale, (size, prep.counts.size))
-    noisy_bottom = prep.h_bottom + rng.gumbel(0.0, prep.scale, size)
+def limited_domain_sample(
+    candidates: LimitedDomainCandidates, *, size: int = 1, rng: RngLike = None
+) -> NDArray[np.intp]:
+    """``size`` independent LimitedDomain runs: histogram positions, :data:`BOTTOM` for ⊥.
+
+    Each run is (ε, δ)-DP (module docstring) for the parameters ``candidates`` was built with.
+
+    >>> c = limited_domain_candidates([0, 40, 3], epsilon=1.0, delta=1e-5, k_bar=2)
+    >>> limited_domain_sample(c, size=2, rng=0).tolist()
+    [1, 1]
+    """
+    n = positive_int("size", size)
+    gen = make_rng(rng)
+    c = candidates
+    noisy = c.counts[np.newaxis, :] + gen.gumbel(0.0, c.scale, (n, c.counts.size))
+    noisy_bottom = c.h_bottom + gen.gumbel(0.0, c.scale, n)
     best = np.argmax(noisy, axis=1)
-    wins = noisy[np.arange(size), best] > noisy_bottom
-    return np.where(wins, prep.indices[best], BOTTOM)
+    wins = noisy[np.arange(n), best] > noisy_bottom
+    return np.where(wins, c.indices[best], BOTTOM)
 
 
 def limited_domain_top1(
@@ -129,7 +166,7 @@ def limited_domain_top1(
     >>> limited_domain_top1([5, 0, 30, 1], epsilon=2.0, delta=1e-6, k_bar=3, rng=1)
     2
     """
-    prep = _prepare(
+    candidates = limited_domain_candidates(
         counts,
         epsilon=epsilon,
         delta=delta,
@@ -137,5 +174,5 @@ def limited_domain_top1(
         max_changed=max_changed,
         monotone=monotone,
     )
-    choice = int(_sample(prep, 1, make_rng(rng))[0])
+    choice = int(limited_domain_sample(candidates, rng=rng)[0])
     return None if choice == BOTTOM else choice

@@ -28,13 +28,21 @@ from numpy.typing import ArrayLike, NDArray
 from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.mechanisms._rng import RngLike, make_rng
 
-__all__ = ["AboveThreshold"]
+__all__ = ["AboveThreshold", "AboveThresholdBatch"]
 
 
-class _BatchedAboveThreshold:
+class AboveThresholdBatch:
     """``runs`` independent AboveThreshold instances answered in lockstep (vectorised).
 
-    :class:`AboveThreshold` is the case ``runs == 1``; audits use many runs at once.
+    Each run has the claim of the module docstring (ε-DP per run, one run per
+    "above", threshold re-drawn after every "above"); ``above_counts[i]`` is run
+    i's number of "above" answers. :class:`AboveThreshold` is the case
+    ``runs == 1``; DPSparseVote's batched rule and the audits use many runs at once.
+    The noisy thresholds are private state.
+
+    >>> batch = AboveThresholdBatch(threshold=0.0, epsilon=1.0, runs=3, rng=0)
+    >>> batch.test(1e6).tolist(), batch.above_counts.tolist()
+    ([True, True, True], [1, 1, 1])
     """
 
     def __init__(
@@ -42,9 +50,9 @@ class _BatchedAboveThreshold:
         *,
         threshold: float,
         epsilon: float,
-        sensitivity: float,
-        runs: int,
-        rng: np.random.Generator,
+        sensitivity: float = 1.0,
+        runs: int = 1,
+        rng: RngLike = None,
     ) -> None:
         self._threshold = finite("threshold", threshold)
         eps = positive_finite("epsilon", epsilon)
@@ -52,7 +60,7 @@ class _BatchedAboveThreshold:
         self._runs = positive_int("runs", runs)
         self._threshold_scale = 2.0 * delta_q / eps
         self._query_scale = 4.0 * delta_q / eps
-        self._rng = rng
+        self._rng = make_rng(rng)
         self._noisy_threshold = self._draw_thresholds(self._runs)
         self.above_counts = np.zeros(self._runs, dtype=np.int64)
 
@@ -60,7 +68,14 @@ class _BatchedAboveThreshold:
         return self._threshold + self._rng.laplace(0.0, self._threshold_scale, n)
 
     def test(self, values: ArrayLike) -> NDArray[np.bool_]:
-        """Answer one query per run; re-draw the noisy threshold of every run that said above."""
+        """Answer one query per run; re-draw the noisy threshold of every run that said above.
+
+        ``values`` is one value for all runs or one per run.
+
+        >>> batch = AboveThresholdBatch(threshold=0.0, epsilon=1.0, runs=2, rng=0)
+        >>> batch.test([-1e6, 1e6]).tolist()
+        [False, True]
+        """
         q = np.broadcast_to(np.asarray(values, dtype=np.float64), (self._runs,))
         if not np.all(np.isfinite(q)):
             raise ValueError("value must be a finite number")
@@ -91,12 +106,8 @@ class AboveThreshold:
         sensitivity: float = 1.0,
         rng: RngLike = None,
     ) -> None:
-        self._core = _BatchedAboveThreshold(
-            threshold=threshold,
-            epsilon=epsilon,
-            sensitivity=sensitivity,
-            runs=1,
-            rng=make_rng(rng),
+        self._core = AboveThresholdBatch(
+            threshold=threshold, epsilon=epsilon, sensitivity=sensitivity, runs=1, rng=rng
         )
         self._public = (float(threshold), float(epsilon), float(sensitivity))
 

@@ -47,6 +47,7 @@ from scipy.special import logsumexp
 
 from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
 from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.exponential import gumbel_max
 
 __all__ = [
     "ThresholdIntervals",
@@ -156,6 +157,9 @@ class ThresholdIntervals:
 
     Interval j is (edges[j], edges[j+1]); ``utilities[j]`` is u there and
     ``selected[j]`` the number of scores above any τ inside it.
+
+    >>> threshold_intervals([0.5], epsilon=1.0, bounds=(0.0, 1.0), k=1).edges.tolist()
+    [0.0, 0.5, 1.0]
     """
 
     edges: NDArray[np.float64]
@@ -219,8 +223,7 @@ def _sample_tau(
     law: ThresholdIntervals, *, size: int, rng: np.random.Generator
 ) -> NDArray[np.float64]:
     """``size`` independent thresholds from ``law`` (Gumbel-max interval, then uniform)."""
-    noisy = law.log_weights[np.newaxis, :] + rng.gumbel(size=(size, law.log_weights.size))
-    j = np.argmax(noisy, axis=1)
+    j = gumbel_max(law.log_weights, size=size, rng=rng)
     left, right = law.edges[j], law.edges[j + 1]
     return np.asarray(left + rng.random(size) * (right - left), dtype=np.float64)
 

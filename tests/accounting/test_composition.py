@@ -18,10 +18,12 @@ from dprag_core.accounting.composition import (
     advanced_composition,
     composition_fits,
     max_compositions,
+    max_rdp_compositions,
     optimal_composition,
     rdp_composition,
     sequential_composition,
 )
+from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, pure_dp_rdp
 from dprag_core.budget import Budget
 
 TOTAL = Budget(10.0, 1e-6)
@@ -194,3 +196,16 @@ def test_fewer_steps_always_fit_when_more_do(
     if composition_fits(bound, step, count, total):
         assert composition_fits(bound, step, max(1, count // 2), total)
         assert composition_fits(bound, step, max(1, count - 1), total)
+
+
+@pytest.mark.parametrize("eps0", sorted(PINNED))
+def test_max_rdp_compositions_is_the_rdp_search_for_any_curve(eps0: float) -> None:
+    assert max_rdp_compositions(pure_dp_rdp(eps0, DEFAULT_ORDERS), TOTAL) == PINNED[eps0]["rdp"]
+    br = bounded_range_rdp(eps0, DEFAULT_ORDERS)
+    assert max_rdp_compositions(br, TOTAL) == PINNED[eps0]["bounded_range_rdp"]
+    assert max_rdp_compositions(br, Budget(10.0)) == 0  # no pure guarantee from RDP
+
+
+def test_max_rdp_compositions_rejects_a_curve_of_the_wrong_shape() -> None:
+    with pytest.raises(ValueError, match="curve must hold one value >= 0 per order"):
+        max_rdp_compositions(np.ones(3), TOTAL)

@@ -1,31 +1,27 @@
 """Shared pieces of the LangChain adapter tests: a deterministic embedding, a private
 corpus with a canary, a worst-case (echoing) chat model, a recording callback handler,
-and every dprag mechanism that exists in the tree, built small.
+and every dprag mechanism, built small (doubles and :class:`Case` in toy_mechanisms).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from toy_mechanisms import Case, ToyMechanism
 
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike
-from dprag_core.retrieval.documents import ScoredDocument
 
 SECRET = "zq7canary4417xylophone"
 QUESTION = "What is the access code of Zora Quillfeather?"
@@ -141,62 +137,12 @@ def dump(obj: Any) -> str:
     return json.dumps(obj, default=repr) + repr(obj)
 
 
-class ToyMechanism(Mechanism):
-    """A stand-in: reports its candidate count, costs (1, 1e-6), streams word by word."""
-
-    name = "Toy"
-
-    def __init__(self, *, k: int = 4) -> None:
-        self.k = k
-        self.seen: list[int] = []
-
-    def candidates_needed(self) -> int:
-        return self.k
-
-    def query_cost(self) -> Budget:
-        return Budget(1.0, 1e-6)
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        real = [d for d in docs if not d.is_padding]
-        self.seen.append(len(real))
-        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, {"n": len(real)})
-
-    def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> Iterator[str | DPAnswer]:
-        result = self.answer(question, docs, rng=rng)
-        for i, word in enumerate(result.text.split(" ")):
-            yield word if i == 0 else " " + word
-        yield result
-
-
-class LeakyMechanism(ToyMechanism):
-    """Deliberately broken: answers with its documents' text (the canary must see it)."""
-
-    name = "Leaky"
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
-
-
 @dataclass
 class Models:
     """What a case may build on: a token model and a text model."""
 
     token: Any
     text: Any
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    module: str
-    build: Callable[[Any, Models], Mechanism]
-    private: bool = True  # False for the non-private baselines
 
 
 def _murag(mod: Any, inner: Mechanism) -> Mechanism:
@@ -268,12 +214,3 @@ CASES: list[Case] = [
         lambda mod, m: _murag(mod, _dpsparse(m, epsilon=2.0, delta=0.0, selection="exponential")),
     ),
 ]
-
-
-def build(case: Case, models: Models) -> Mechanism:
-    """The case's mechanism, or skip when its module is not in the tree yet."""
-    try:
-        mod = importlib.import_module(case.module)
-    except ModuleNotFoundError as exc:
-        pytest.skip(f"{case.module} not in the tree: {exc}")
-    return case.build(mod, models)

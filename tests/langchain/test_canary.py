@@ -27,15 +27,13 @@ from lc_support import (
     CASES,
     QUESTION,
     SECRET,
-    Case,
     EchoChatModel,
     FailingTokenModel,
-    LeakyMechanism,
     Models,
     RecordingHandler,
-    build,
     dump,
 )
+from toy_mechanisms import Case, LeakyMechanism, build
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget

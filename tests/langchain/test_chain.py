@@ -13,7 +13,8 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, ToyMechanism, corpus
+from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
+from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted

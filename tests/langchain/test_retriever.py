@@ -161,7 +161,8 @@ def test_repr_hides_documents() -> None:
 
 def test_dp_retriever_inside_chain_is_sealed() -> None:
     """A DPRetriever feeding DPRAGChain: its documents stay out of the events."""
-    from lc_support import SECRET, ToyMechanism, dump
+    from lc_support import SECRET, dump
+    from toy_mechanisms import ToyMechanism
 
     retriever = DPRetriever(
         vectorstore=_store(), epsilon=1.0, accountant=CorpusAccountant(Budget(10.0))

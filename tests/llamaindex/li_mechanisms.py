@@ -1,62 +1,19 @@
-"""Every dprag mechanism that exists in the tree, built small for the adapter tests.
+"""Every dprag mechanism, built small for the adapter tests.
 
-A case whose module has not landed is skipped with its reason; the canary test
-is parametrised over :data:`CASES`.
+The canary test is parametrised over :data:`CASES` (:class:`toy_mechanisms.Case`),
+in the modes each case lists.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import pytest
+from toy_mechanisms import Case, ToyMechanism
 
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike
-from dprag_core.retrieval.documents import ScoredDocument
-
-
-class ToyMechanism(Mechanism):
-    """A stand-in: counts its candidates, costs (1, 1e-6), streams word by word."""
-
-    name = "Toy"
-
-    def __init__(self, *, k: int = 4) -> None:
-        self.k = k
-
-    def candidates_needed(self) -> int:
-        return self.k
-
-    def query_cost(self) -> Budget:
-        return Budget(1.0, 1e-6)
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        real = [d for d in docs if not d.is_padding]
-        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, {"n": len(real)})
-
-    def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> Iterator[str | DPAnswer]:
-        result = self.answer(question, docs, rng=rng)
-        for i, word in enumerate(result.text.split(" ")):
-            yield word if i == 0 else " " + word
-        yield result
-
-
-class LeakyMechanism(ToyMechanism):
-    """Deliberately broken: answers with its documents' text (the canary must see it)."""
-
-    name = "Leaky"
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
+from dprag_core.budget import Budget
 
 
 class Models:
@@ -70,15 +27,6 @@ class Models:
     @property
     def token(self) -> Any:
         return self._token()
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    module: str
-    build: Callable[[Any, Models], Mechanism]
-    private: bool = True  # False for the non-private baselines
-    modes: tuple[str, ...] = ("query", "stream")  # the async paths: on a few cases
 
 
 ALL_MODES = ("query", "stream", "aquery", "astream")
@@ -161,12 +109,3 @@ def mechanism_classes() -> set[str]:
 def case_modes() -> list[tuple[Case, str]]:
     """(case, mode) pairs for the canary."""
     return [(c, mode) for c in CASES for mode in c.modes]
-
-
-def build(case: Case, models: Models) -> Mechanism:
-    """The case's mechanism, or skip when its module is not in the tree yet."""
-    try:
-        mod = importlib.import_module(case.module)
-    except ModuleNotFoundError as exc:
-        pytest.skip(f"{case.module} not in the tree: {exc}")
-    return case.build(mod, models)

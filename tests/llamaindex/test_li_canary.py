@@ -17,16 +17,8 @@ from typing import Any
 
 import pytest
 from li_helpers import CANARY, QUESTION, FailingLLM, QuestionLLM, leaks
-from li_mechanisms import (
-    CASES,
-    Case,
-    LeakyMechanism,
-    Models,
-    ToyMechanism,
-    build,
-    case_modes,
-    mechanism_classes,
-)
+from li_mechanisms import CASES, Models, case_modes, mechanism_classes
+from toy_mechanisms import Case, LeakyMechanism, ToyMechanism, build
 
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel, PrivateStageError, _quiet

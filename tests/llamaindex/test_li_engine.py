@@ -9,7 +9,6 @@ from typing import Any
 import faiss
 import pytest
 from li_helpers import DIM, QUESTION, HashEmbedding, corpus_nodes
-from li_mechanisms import ToyMechanism
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.response.schema import (
     AsyncStreamingResponse,
@@ -17,6 +16,7 @@ from llama_index.core.base.response.schema import (
     StreamingResponse,
 )
 from llama_index.vector_stores.faiss import FaissVectorStore
+from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted

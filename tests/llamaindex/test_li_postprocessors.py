@@ -114,7 +114,7 @@ def test_budget_filter_charges_a_unit_once() -> None:
         ledger=ledger, epsilon_query=1.0, tau=0.0, k=5, unit_key="who"
     )
     picked = post.postprocess_nodes(nodes({"a": 0.9, "b": 0.8}, units={"a": "u", "b": "u"}))
-    assert [n.node.node_id for n in picked] == ["a", "b"]
+    assert [n.node.node_id for n in picked] == ["a"]  # one slot per unit: its best chunk
     assert ledger.remaining(["u"]) == {"u": 0.0}  # one unit, charged once
     assert post.postprocess_nodes(nodes({"a": 0.9}, units={"a": "u"})) == []
 

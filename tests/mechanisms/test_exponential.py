@@ -8,10 +8,10 @@ from scipy import special, stats
 
 from dprag_core.eval.audit import run_audit
 from dprag_core.mechanisms.exponential import (
-    _logits,
-    _sample,
+    exponential_logits,
     exponential_mechanism,
     exponential_probabilities,
+    gumbel_max,
 )
 
 TRIALS = 200_000
@@ -47,8 +47,10 @@ def test_probabilities_log_space_and_minus_inf() -> None:
 def test_gumbel_max_matches_softmax_by_chi_square() -> None:
     u = np.array([0.0, 1.0, 2.0, 2.5, -1.0, 0.5])
     probs = exponential_probabilities(u, epsilon=1.0)
-    draws = _sample(
-        _logits(u, epsilon=1.0, sensitivity=1.0, monotone=False), TRIALS, np.random.default_rng(5)
+    draws = gumbel_max(
+        exponential_logits(u, epsilon=1.0, sensitivity=1.0, monotone=False),
+        size=TRIALS,
+        rng=np.random.default_rng(5),
     )
     counts = np.bincount(draws, minlength=u.size)
     assert stats.chisquare(counts, probs * TRIALS).pvalue > 1e-3
@@ -64,7 +66,8 @@ def test_public_function_returns_python_int_in_range() -> None:
 
 def em_sampler(*, monotone: bool):
     def sample(u: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-        return _sample(_logits(u, epsilon=EPSILON, sensitivity=1.0, monotone=monotone), n, gen)
+        logits = exponential_logits(u, epsilon=EPSILON, sensitivity=1.0, monotone=monotone)
+        return gumbel_max(logits, size=n, rng=gen)
 
     return sample
 

@@ -8,10 +8,10 @@ from scipy import special, stats
 
 from dprag_core.eval.audit import run_audit
 from dprag_core.mechanisms import icl
+from dprag_core.mechanisms.exponential import gumbel_max
 from dprag_core.mechanisms.icl import (
-    _logits,
-    _sample_tokens,
     clipped_contributions,
+    dp_icl_logits,
     dp_icl_probabilities,
     dp_icl_token,
     icl_utility,
@@ -57,7 +57,7 @@ def test_sampler_matches_probabilities() -> None:
     pub = np.log(rng.dirichlet(np.ones(5)))
     kw = {"epsilon": 2.0, "alpha": 1.0, "clip": 0.3, "theta": 1.0}
     probs = dp_icl_probabilities(lp, pub, **kw)
-    draws = _sample_tokens(_logits(lp, pub, **kw), size=TRIALS, rng=np.random.default_rng(2))
+    draws = gumbel_max(dp_icl_logits(lp, pub, **kw), size=TRIALS, rng=np.random.default_rng(2))
     assert stats.chisquare(np.bincount(draws, minlength=5), probs * TRIALS).pvalue > 1e-4
 
 
@@ -130,8 +130,8 @@ PUBLIC = np.log(np.full(3, 1 / 3))
 
 
 def _token_sampler(rows: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-    logits = icl._logits(rows, PUBLIC, epsilon=EPSILON, alpha=1.0, clip=CLIP, theta=0.0)
-    return icl._sample_tokens(logits, size=n, rng=gen)
+    logits = icl.dp_icl_logits(rows, PUBLIC, epsilon=EPSILON, alpha=1.0, clip=CLIP, theta=0.0)
+    return icl.gumbel_max(logits, size=n, rng=gen)
 
 
 def test_exact_loss_within_claim() -> None:
@@ -158,7 +158,7 @@ def test_mutation_without_clipping_fails(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_mutation_top_k_warper_after_dp_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     # The reference code's bug: HF's default top_k warper runs after the DP logits, so the
     # support becomes data-dependent (here top-2 of 3 tokens): token 0 is impossible under D.
-    real = icl._sample_tokens
+    real = icl.gumbel_max
 
     def warped(logits: np.ndarray, *, size: int, rng: np.random.Generator) -> np.ndarray:
         keep = np.argsort(-logits, kind="stable")[:2]
@@ -166,6 +166,6 @@ def test_mutation_top_k_warper_after_dp_fails(monkeypatch: pytest.MonkeyPatch) -
         masked[keep] = logits[keep]
         return real(masked, size=size, rng=rng)
 
-    monkeypatch.setattr(icl, "_sample_tokens", warped)
+    monkeypatch.setattr(icl, "gumbel_max", warped)
     result = run_audit(_token_sampler, ROWS_D, ROWS_D_PRIME, trials=TRIALS, rng=7)
     assert result.epsilon_lower_bound > EPSILON

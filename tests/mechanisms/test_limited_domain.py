@@ -11,10 +11,10 @@ from scipy import stats
 from dprag_core.eval.audit import run_audit
 from dprag_core.mechanisms.limited_domain import (
     BOTTOM,
-    _prepare,
-    _Prepared,
-    _sample,
+    LimitedDomainCandidates,
     _top_k,
+    limited_domain_candidates,
+    limited_domain_sample,
     limited_domain_top1,
 )
 
@@ -24,14 +24,18 @@ EPSILON, DELTA = 1.0, 0.05  # a large δ makes the δ-part of the claim testable
 
 def test_threshold_formula_monotone() -> None:
     counts = [9, 0, 4, 7, 4, 1]
-    prep = _prepare(counts, epsilon=2.0, delta=1e-5, k_bar=3, max_changed=2, monotone=True)
+    prep = limited_domain_candidates(
+        counts, epsilon=2.0, delta=1e-5, k_bar=3, max_changed=2, monotone=True
+    )
     assert sorted(prep.indices.tolist()) == [0, 2, 3]  # 9, 7, and the lower-index 4
     assert prep.h_bottom == 4 + 1 + math.log(2 / 1e-5) / 2.0
     assert prep.scale == 0.5
 
 
 def test_threshold_formula_non_monotone_and_padding() -> None:
-    prep = _prepare([3, 5], epsilon=2.0, delta=1e-3, k_bar=4, max_changed=None, monotone=False)
+    prep = limited_domain_candidates(
+        [3, 5], epsilon=2.0, delta=1e-3, k_bar=4, max_changed=None, monotone=False
+    )
     assert sorted(prep.indices.tolist()) == [0, 1]  # fewer than k̄ items: all of them, h[k̄+1] = 0
     assert prep.h_bottom == 0 + 2 + (2 / 2.0) * math.log(4 / 1e-3)
     assert prep.scale == 1.0
@@ -51,8 +55,10 @@ def test_vocab_sized_histogram() -> None:
 
 def test_distribution_is_gumbel_max_over_counts_and_bottom() -> None:
     counts = np.array([2.0, 3.0, 0.0])
-    prep = _prepare(counts, epsilon=1.0, delta=0.3, k_bar=3, max_changed=1, monotone=True)
-    draws = _sample(prep, TRIALS, np.random.default_rng(40))
+    prep = limited_domain_candidates(
+        counts, epsilon=1.0, delta=0.3, k_bar=3, max_changed=1, monotone=True
+    )
+    draws = limited_domain_sample(prep, size=TRIALS, rng=np.random.default_rng(40))
     logits = np.append(prep.counts, prep.h_bottom) / prep.scale
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
@@ -62,10 +68,10 @@ def test_distribution_is_gumbel_max_over_counts_and_bottom() -> None:
 
 def ld_sampler(*, monotone: bool, epsilon: float = EPSILON, k_bar: int = 1):
     def sample(counts: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-        prep = _prepare(
+        prep = limited_domain_candidates(
             counts, epsilon=epsilon, delta=DELTA, k_bar=k_bar, max_changed=None, monotone=monotone
         )
-        return _sample(prep, n, gen)
+        return limited_domain_sample(prep, size=n, rng=gen)
 
     return sample
 
@@ -74,9 +80,12 @@ def broken_ld_sampler(*, offset: float, log_scale: float, scale: float):
     """MUTATION: h⊥ = h[k̄+1] + offset + log_scale·ln(1/δ) with k̄ = 1 and Gumbel(scale) noise."""
 
     def sample(counts: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-        good = _prepare(counts, epsilon=1.0, delta=DELTA, k_bar=1, max_changed=None, monotone=True)
+        good = limited_domain_candidates(
+            counts, epsilon=1.0, delta=DELTA, k_bar=1, max_changed=None, monotone=True
+        )
         h_bottom = float(np.sort(counts)[-2]) + offset + log_scale * math.log(1 / DELTA)
-        return _sample(_Prepared(good.indices, good.counts, h_bottom, scale), n, gen)
+        broken = LimitedDomainCandidates(good.indices, good.counts, h_bottom, scale)
+        return limited_domain_sample(broken, size=n, rng=gen)
 
     return sample
 
@@ -127,10 +136,10 @@ DELTA_EPS = 1e-3
 
 def eps_part_sampler(*, monotone: bool):
     def sample(counts: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-        prep = _prepare(
+        prep = limited_domain_candidates(
             counts, epsilon=EPSILON, delta=DELTA_EPS, k_bar=1, max_changed=2, monotone=monotone
         )
-        return _sample(prep, n, gen)
+        return limited_domain_sample(prep, size=n, rng=gen)
 
     return sample
 

@@ -6,7 +6,7 @@ import numpy as np
 from scipy import stats
 
 from dprag_core.eval.audit import run_audit
-from dprag_core.mechanisms.sparse_vector import AboveThreshold, _BatchedAboveThreshold
+from dprag_core.mechanisms.sparse_vector import AboveThreshold, AboveThresholdBatch
 
 TRIALS = 200_000
 EPSILON = 1.0
@@ -22,7 +22,7 @@ def first_above(answers: np.ndarray) -> np.ndarray:
 
 
 def svt_sampler(queries: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-    svt = _BatchedAboveThreshold(
+    svt = AboveThresholdBatch(
         threshold=THRESHOLD, epsilon=EPSILON, sensitivity=1.0, runs=n, rng=gen
     )
     return first_above(np.stack([svt.test(q) for q in queries], axis=1))
@@ -55,7 +55,7 @@ def test_first_above_law_matches_exact_integral() -> None:
 
 
 def test_threshold_is_redrawn_after_above_only() -> None:
-    svt = _BatchedAboveThreshold(
+    svt = AboveThresholdBatch(
         threshold=0.0, epsilon=1.0, sensitivity=1.0, runs=4, rng=np.random.default_rng(0)
     )
     before = svt._noisy_threshold.copy()

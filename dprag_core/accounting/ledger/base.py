@@ -62,6 +62,9 @@ class LedgerUnavailable(RuntimeError):
     """The ledger's storage cannot be reached or used; nothing was charged or released.
 
     The message never contains a DSN, a password or a unit id.
+
+    >>> issubclass(LedgerUnavailable, RuntimeError)
+    True
     """
 
 
@@ -125,14 +128,22 @@ def from_units(units: int) -> float:
 
 
 def check_query_id(query_id: object) -> str:
-    """A query id is a non-empty string (not only whitespace)."""
+    """A query id is a non-empty string (not only whitespace).
+
+    >>> check_query_id("q1")
+    'q1'
+    """
     if not isinstance(query_id, str) or not _QUERY_ID.search(query_id):
         raise ValueError("query_id must be a non-empty string")
     return query_id
 
 
 def check_units(units: Iterable[str]) -> list[str]:
-    """Unit ids as a sorted, de-duplicated list (one debit per unit per charge)."""
+    """Unit ids as a sorted, de-duplicated list (one debit per unit per charge).
+
+    >>> check_units(["b", "a", "b"])
+    ['a', 'b']
+    """
     if isinstance(units, (str, bytes)):
         raise TypeError("units must be an iterable of unit-id strings, not a single string")
     out = set()

@@ -12,7 +12,9 @@ bound (Koga et al. used max(sequential, advanced); we are at least as tight):
   ε_token/2 (pure, *not* bounded-range) plus an exponential mechanism with
   ε_token/2 (bounded-range). Valid bounds: the generic pure (ε_token, 0) step
   above, and the mixed RDP curve c·(RR(ε_token/2, α) + min(αε_token²/32,
-  RR(ε_token/2, α))) (``"mixed_rdp"``); the larger count wins.
+  RR(ε_token/2, α))) (``"mixed_rdp"``,
+  :func:`~dprag_core.accounting.composition.max_rdp_compositions`); the larger
+  count wins.
 
 >>> token_limit(epsilon=10.0, delta=1e-4, epsilon_token=1.0, delta_token=5e-6).count
 10
@@ -22,13 +24,16 @@ from __future__ import annotations
 
 import math
 
-from dprag_core.accounting.composition import CompositionCount, max_compositions
-from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, pure_dp_rdp, rdp_to_dp
+from dprag_core.accounting.composition import (
+    FIT_SLACK,
+    CompositionCount,
+    max_compositions,
+    max_rdp_compositions,
+)
+from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, pure_dp_rdp
 from dprag_core.budget import Budget
 
 __all__ = ["default_delta_token", "token_limit"]
-
-_SLACK = 1e-12
 
 
 def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -> float:
@@ -38,25 +43,8 @@ def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -
     >>> default_delta_token(epsilon=10.0, delta=1e-4, epsilon_token=1.0)
     5e-06
     """
-    sequential = max(1, math.floor(epsilon / epsilon_token * (1 + _SLACK)))
+    sequential = max(1, math.floor(epsilon / epsilon_token * (1 + FIT_SLACK)))
     return delta / (2 * sequential)
-
-
-def _mixed_fits(count: int, half: float, total: Budget) -> bool:
-    curve = pure_dp_rdp(half, DEFAULT_ORDERS) + bounded_range_rdp(half, DEFAULT_ORDERS)
-    return rdp_to_dp(count * curve, delta=total.delta) <= total.epsilon * (1 + _SLACK)
-
-
-def _mixed_count(half: float, total: Budget) -> int:
-    if total.delta == 0 or not _mixed_fits(1, half, total):
-        return 0
-    good, bad = 1, 2
-    while _mixed_fits(bad, half, total):
-        good, bad = bad, 2 * bad
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if _mixed_fits(mid, half, total) else (good, mid)
-    return good
 
 
 def token_limit(
@@ -83,7 +71,9 @@ def token_limit(
     base = max_compositions(Budget(epsilon_token, delta_token), total)
     if not exponential_svt:
         return base
-    mixed = _mixed_count(epsilon_token / 2, total)
+    half = epsilon_token / 2
+    curve = pure_dp_rdp(half, DEFAULT_ORDERS) + bounded_range_rdp(half, DEFAULT_ORDERS)
+    mixed = max_rdp_compositions(curve, total)
     counts = {**base.counts, "mixed_rdp": mixed}
     if mixed > base.count:
         return CompositionCount(mixed, "mixed_rdp", counts)

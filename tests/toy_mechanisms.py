@@ -1,0 +1,74 @@
+"""Mechanism doubles and the case table shared by the LangChain and LlamaIndex adapter tests.
+
+:class:`ToyMechanism` stands in for a DP mechanism (fixed cost, no model);
+:class:`LeakyMechanism` is deliberately broken so that the canary tests can show
+they catch a leak; :class:`Case` / :func:`build` build each real mechanism small.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.documents import ScoredDocument
+
+
+class ToyMechanism(Mechanism):
+    """A stand-in: reports its candidate count, costs (1, 1e-6), streams word by word."""
+
+    name = "Toy"
+
+    def __init__(self, *, k: int = 4) -> None:
+        self.k = k
+
+    def candidates_needed(self) -> int:
+        return self.k
+
+    def query_cost(self) -> Budget:
+        return Budget(1.0, 1e-6)
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        real = [d for d in docs if not d.is_padding]
+        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, {"n": len(real)})
+
+    def stream(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Iterator[str | DPAnswer]:
+        result = self.answer(question, docs, rng=rng)
+        for i, word in enumerate(result.text.split(" ")):
+            yield word if i == 0 else " " + word
+        yield result
+
+
+class LeakyMechanism(ToyMechanism):
+    """Deliberately broken: answers with its documents' text (the canary must see it)."""
+
+    name = "Leaky"
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One mechanism of the canary tables: ``build(module, models)`` makes it small."""
+
+    name: str
+    module: str
+    build: Callable[[Any, Any], Mechanism]
+    private: bool = True  # False for the non-private baselines
+    modes: tuple[str, ...] = ("query", "stream")  # LlamaIndex: the async paths on a few cases
+
+
+def build(case: Case, models: Any) -> Mechanism:
+    """The case's mechanism, built from its module."""
+    return case.build(importlib.import_module(case.module), models)
