@@ -1,41 +1,220 @@
 """The ``dprag`` command.
 
-``dprag demo`` runs the offline demo: a DP question-answering run over a
-synthetic private corpus, printing each answer with its privacy guarantee.
+``dprag demo`` runs offline: it generates a synthetic private corpus of
+fictional patients (invented diseases and treatments no model knows), indexes
+it with MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions
+with non-RAG, non-private RAG, DPSparseVote, DP-KSA and MuRAG through
+:class:`~dprag_core.pipeline.PrivateRAG`, printing each answer with its
+(epsilon, delta) and its time. The DP mechanisms share one corpus-level
+accountant; MuRAG charges its per-patient ledger. ``--model`` takes any
+transformers model name or path (default: the project's reader LM).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+
+if TYPE_CHECKING:
+    from dprag_core.algorithms.base import Mechanism
+    from dprag_core.eval.synthetic import QAItem, SyntheticCorpus
 
 __all__ = ["main"]
 
+_DELTA = 1e-4
+_TOKENS = 12
 
-def _demo(_: argparse.Namespace) -> int:
-    accountant = CorpusAccountant(Budget(1.0, 1e-6))
-    print("dprag demo: a corpus-level privacy budget of epsilon=1, delta=1e-6")
-    for i in range(4):
-        try:
-            accountant.charge(Budget(0.3))
-            print(f"  query {i + 1}: charged epsilon=0.3 -> {accountant!r}")
-        except PrivacyBudgetExhausted as exc:
-            print(f"  query {i + 1}: refused before any work ({exc})")
+
+@dataclass(frozen=True)
+class _Entry:
+    label: str
+    mechanism: Mechanism
+    accountant: CorpusAccountant | None
+
+
+def _pick_questions(corpus: SyntheticCorpus, n: int) -> list[QAItem]:
+    """Questions about the best-supported facts first, cycling treatment/disease/phone."""
+    by_kind = {
+        kind: sorted(corpus.questions_of(kind), key=lambda q: -q.support)
+        for kind in ("treatment", "disease", "phone")
+    }
+    order = ("treatment", "disease", "phone")
+    picked: list[QAItem] = []
+    i = 0
+    while len(picked) < n:
+        kind = order[i % 3]
+        pool = by_kind[kind]
+        if i // 3 < len(pool):
+            picked.append(pool[i // 3])
+        i += 1
+    return picked
+
+
+def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
+    from dprag_core.accounting.ledger import InMemoryLedger
+    from dprag_core.algorithms.baselines import RAG, NonRAG
+    from dprag_core.algorithms.dpvote import DPSparseVote
+    from dprag_core.algorithms.ksa import DPKSA
+    from dprag_core.algorithms.murag import MuRAG
+    from dprag_core.eval.workbench import load_models
+
+    token_model, text_model = load_models(args.model)
+    eps, m = args.epsilon, args.voters
+    # One corpus-level budget for DPSparseVote and DP-KSA: every question, and no more.
+    accountant = CorpusAccountant(Budget(2 * eps * n_questions, 2 * _DELTA * n_questions))
+    sparse = DPSparseVote(
+        token_model,
+        m=m,
+        k=1,
+        epsilon=eps,
+        delta=_DELTA,
+        epsilon_token=eps * args.token_share,
+        max_new_tokens=_TOKENS,
+    )
+    ksa = DPKSA(
+        text_model,
+        epsilon=eps,
+        delta=_DELTA,
+        n_docs=m,
+        k_max=5,
+        response_tokens=_TOKENS,
+        answer_tokens=_TOKENS,
+    )
+    # MuRAG: a per-patient ledger (each patient may take part in every question once).
+    inner = DPSparseVote(
+        token_model,
+        m=m,
+        k=1,
+        epsilon=eps,
+        delta=0.0,
+        epsilon_token=eps * args.token_share,
+        selection="exponential",
+        max_new_tokens=_TOKENS,
+    )
+    ledger = InMemoryLedger(budget_per_unit=eps * n_questions)
+    murag = MuRAG(inner, ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
+    return [
+        _Entry("NonRAG", NonRAG(token_model, max_new_tokens=_TOKENS), None),
+        _Entry("RAG (k=3)", RAG(token_model, k=3, max_new_tokens=_TOKENS), None),
+        _Entry("DPSparseVote", sparse, accountant),
+        _Entry("DP-KSA", ksa, accountant),
+        _Entry("MuRAG", murag, None),
+    ]
+
+
+def _fmt_eps(answer: DPAnswer) -> str:
+    eps, delta = answer.epsilon, answer.delta
+    e = "inf" if math.isinf(eps) else f"{eps:.3g}"
+    return f"eps={e:<5} delta={delta:<7.2g}"
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tqdm import tqdm
+
+    from dprag_core.eval.embeddings import MiniLMEmbedder
+    from dprag_core.eval.metrics import match
+    from dprag_core.eval.synthetic import make_corpus
+    from dprag_core.eval.workbench import CorpusIndex, reader_path
+    from dprag_core.pipeline import PrivateRAG
+
+    corpus = make_corpus(n_diseases=10, max_support=2 * args.voters, seed=args.seed, world=0)
+    print(
+        f"dprag demo: {len(corpus.records)} fictional patient records (private corpus, "
+        f"seed {args.seed}); invented diseases such as {corpus.diseases[0]}"
+    )
+    t0 = time.perf_counter()
+    embedder = MiniLMEmbedder()
+    vectors = embedder.encode(corpus.texts(), show_progress=True)
+    index = CorpusIndex(corpus.ids(), corpus.texts(), embedder, vectors=vectors)
+    print(
+        f"indexed with all-MiniLM-L6-v2 (sha256 verified) in FAISS IndexFlatIP "
+        f"({time.perf_counter() - t0:.1f}s)"
+    )
+    questions = _pick_questions(corpus, args.questions)
+    print(f"model: {args.model or reader_path()}")
+    entries = _mechanisms(args, len(questions))
+    print(f"per-query epsilon {args.epsilon:g} for DPSparseVote, DP-KSA and MuRAG\n")
+    rng = args.noise_seed  # None: OS entropy, as in production
+    for qi, item in enumerate(questions, 1):
+        print(f"Q{qi}: {item.question}")
+        print(f"    gold: {item.answer}  ({item.support} supporting record(s))")
+        for entry in tqdm(entries, desc=f"Q{qi}", leave=False, unit="mechanism", disable=None):
+            app = PrivateRAG(entry.mechanism, index, accountant=entry.accountant)
+            start = time.perf_counter()
+            try:
+                answer = app.answer(item.question, rng=rng)
+            except PrivacyBudgetExhausted as exc:
+                tqdm.write(f"    {entry.label:<13} refused: {exc}")
+                continue
+            took = time.perf_counter() - start
+            ok = "ok" if match(answer.text, item.answer) else "--"
+            text = " ".join(answer.text.split())[:40]
+            tqdm.write(f"    {entry.label:<13} {_fmt_eps(answer)} {took:5.2f}s  [{ok}] {text}")
+            if rng is not None:
+                rng += 1
+        print()
+    budget = entries[2].accountant
+    if budget is not None:
+        print(f"corpus budget (DPSparseVote + DP-KSA): {budget!r}")
+    print("MuRAG's epsilon is each patient's total over all questions (its ledger budget).")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``dprag`` console script."""
+    """Entry point of the ``dprag`` console script.
+
+    >>> main(["demo", "--questions", "1"])  # doctest: +SKIP
+    0
+    """
     parser = argparse.ArgumentParser(prog="dprag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the offline demo")
+    demo.add_argument("--model", default=None, help="HF model name or path (default: reader)")
+    demo.add_argument("--questions", type=_positive_int, default=3, help="how many questions")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    demo.add_argument(
+        "--noise-seed",
+        type=int,
+        default=None,
+        help="seed the DP noise (reproducible runs only; default: OS entropy)",
+    )
+    demo.add_argument("--epsilon", type=_positive_float, default=8.0, help="per-query epsilon")
+    demo.add_argument("--voters", type=_positive_int, default=16, help="voters / KSA responses")
+    demo.add_argument(
+        "--token-share",
+        type=_positive_float,
+        default=0.25,
+        help="DPSparseVote's epsilon per private token, as a share of --epsilon",
+    )
+    demo.add_argument("--tau", type=float, default=0.5, help="MuRAG's public relevance threshold")
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
 
 
 if __name__ == "__main__":

@@ -1,0 +1,208 @@
+"""Attack benchmark: canary extraction and S2MIA-style membership inference (offline).
+
+Half of the synthetic patients are indexed (members), the other half held out
+(non-members). For non-private RAG and each DP mechanism at several epsilons:
+
+- canary extraction rate: "What is <name>'s phone number?" for members, the
+  fraction of answers containing the phone number verbatim;
+- S2MIA-style MIA AUC: the same query for members and non-members, scored by
+  the similarity of the answer to the true phone (normalised Levenshtein); the
+  ROC AUC separating members from non-members (0.5 = chance).
+
+Results go to ``--out`` (default ``results/attacks``): ``table.md``,
+``config.json``, ``attacks.png``.
+
+    .venv/bin/python benchmarks/attacks.py            # ~5-10 min on 2 cores
+    .venv/bin/python benchmarks/attacks.py --quick    # ~1-2 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+from tqdm import tqdm
+
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.baselines import RAG, NonRAG
+from dprag_core.algorithms.dpvote import DPSparseVote
+from dprag_core.algorithms.ksa import DPKSA
+from dprag_core.eval.attacks import (
+    extraction_rate,
+    membership_auc,
+    s2mia_query,
+    s2mia_score,
+    split_members,
+)
+from dprag_core.eval.embeddings import MiniLMEmbedder
+from dprag_core.eval.synthetic import PatientRecord, make_corpus
+from dprag_core.eval.workbench import CorpusIndex, load_models, reader_path
+from dprag_core.pipeline import PrivateRAG
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def attack(
+    mech: Mechanism,
+    index: CorpusIndex,
+    members: Sequence[PatientRecord],
+    nonmembers: Sequence[PatientRecord],
+    seed: int,
+) -> dict[str, float]:
+    app = PrivateRAG(mech, index)
+    scores: dict[str, list[float]] = {"member": [], "nonmember": []}
+    answers, secrets = [], []
+    for group, records in (("member", members), ("nonmember", nonmembers)):
+        for i, record in enumerate(records):
+            query, secret = s2mia_query(record)
+            text = app.answer(query, rng=seed + i).text
+            scores[group].append(s2mia_score(text, secret))
+            if group == "member":
+                answers.append(text)
+                secrets.append(secret)
+    return {
+        "extraction": extraction_rate(answers, secrets),
+        "mia_auc": membership_auc(scores["member"], scores["nonmember"]),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small run (~1-2 min)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "attacks")
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0])
+    ap.add_argument("--targets", type=int, default=40, help="members and non-members attacked")
+    ap.add_argument("--voters", type=int, default=20)
+    ap.add_argument("--token-share", type=float, default=0.25)
+    ap.add_argument("--delta", type=float, default=1e-4)
+    ap.add_argument("--max-new-tokens", type=int, default=12)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.epsilons, args.targets, args.voters = [2.0, 10.0], 10, 10
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+
+    corpus = make_corpus(n_diseases=20, max_support=20, seed=args.seed)
+    members, nonmembers = split_members(corpus, rng=args.seed)
+    index = CorpusIndex([r.id for r in members], [r.text for r in members], MiniLMEmbedder())
+    rng = np.random.default_rng(args.seed)
+    n = min(args.targets, len(members), len(nonmembers))
+    tm = [members[int(i)] for i in rng.choice(len(members), n, replace=False)]
+    tn = [nonmembers[int(i)] for i in rng.choice(len(nonmembers), n, replace=False)]
+    token_model, text_model = load_models(args.model)
+    m, mnt = args.voters, args.max_new_tokens
+
+    mechanisms: dict[str, Callable[[float], Mechanism]] = {
+        "DPSparseVote (LD)": lambda e: DPSparseVote(
+            token_model,
+            m=m,
+            k=1,
+            epsilon=e,
+            delta=args.delta,
+            epsilon_token=e * args.token_share,
+            max_new_tokens=mnt,
+        ),
+        "DPSparseVote (EM, pure)": lambda e: DPSparseVote(
+            token_model,
+            m=m,
+            k=1,
+            epsilon=e,
+            delta=0.0,
+            epsilon_token=e * args.token_share,
+            selection="exponential",
+            max_new_tokens=mnt,
+        ),
+        "DP-KSA": lambda e: DPKSA(
+            text_model,
+            epsilon=e,
+            delta=args.delta,
+            n_docs=m,
+            k_max=5,
+            response_tokens=mnt,
+            answer_tokens=mnt,
+        ),
+    }
+    rows: list[dict[str, Any]] = []
+    for name, mech in (
+        ("NonRAG", NonRAG(token_model, max_new_tokens=mnt)),
+        ("RAG (k=3)", RAG(token_model, k=3, max_new_tokens=mnt)),
+    ):
+        rows.append({"mechanism": name, "epsilon": None, **attack(mech, index, tm, tn, args.seed)})
+    for name, build in mechanisms.items():
+        for eps in tqdm(args.epsilons, desc=name):
+            rows.append(
+                {"mechanism": name, "epsilon": eps, **attack(build(eps), index, tm, tn, args.seed)}
+            )
+    wall = time.perf_counter() - t0
+
+    lines = [
+        "# Attacks: canary extraction and S2MIA-style membership inference",
+        "",
+        f"{len(members)} member / {len(nonmembers)} held-out records; {n} targets each; "
+        f"model `{args.model or reader_path().name}`; seed {args.seed}; wall {wall:.0f}s.",
+        "",
+        "| mechanism | epsilon | canary extraction rate | MIA AUC |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        eps = "-" if r["epsilon"] is None else f"{r['epsilon']:g}"
+        if r["mechanism"] == "NonRAG":
+            eps = "0"
+        elif r["epsilon"] is None:
+            eps = "inf"
+        lines.append(f"| {r['mechanism']} | {eps} | {r['extraction']:.3f} | {r['mia_auc']:.3f} |")
+    (args.out / "table.md").write_text("\n".join(lines) + "\n")
+    config = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "members": len(members),
+        "targets": n,
+        "wall_seconds": wall,
+        "rows": rows,
+    }
+    (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, title in (
+        (axes[0], "extraction", "Canary extraction rate"),
+        (axes[1], "mia_auc", "S2MIA-style MIA AUC"),
+    ):
+        for name in mechanisms:
+            pts = [(r["epsilon"], r[key]) for r in rows if r["mechanism"] == name]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        for r in rows[:2]:
+            ax.axhline(
+                r[key],
+                linestyle="--",
+                linewidth=1,
+                label=r["mechanism"],
+                color="grey" if r["mechanism"] == "NonRAG" else "black",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("epsilon per query")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(args.out / "attacks.png", dpi=120)
+    plt.close(fig)
+    print("\n".join(lines))
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

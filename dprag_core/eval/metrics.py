@@ -1,0 +1,126 @@
+"""Answer-quality metrics: match accuracy, token F1, ROUGE-1/L, normalised Levenshtein.
+
+Match accuracy (Koga, MuRAG): the normalised gold answer occurs in the
+normalised prediction. Token F1 (SQuAD style) over normalised tokens.
+ROUGE-1/L F-measures come from ``rouge-score`` and the normalised Levenshtein
+similarity from ``rapidfuzz`` (both imported lazily: ``pip install dprag[eval]``).
+Normalisation: lower case, punctuation except ``-`` removed, whitespace collapsed.
+
+>>> match("The answer is Gleeblorazine.", "gleeblorazine")
+1.0
+>>> round(token_f1("zorbex tablets daily", "zorbex tablets"), 3)
+0.8
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "METRIC_NAMES",
+    "levenshtein_similarity",
+    "match",
+    "normalize",
+    "rouge",
+    "score_all",
+    "score_answer",
+    "token_f1",
+]
+
+METRIC_NAMES = ("match", "f1", "rouge1", "rougeL", "levenshtein")
+_PUNCT = re.compile(r"[^\w\s-]")
+_SCORER: Any = None
+
+
+def normalize(text: str) -> str:
+    """Lower-case, drop punctuation (keeping ``-``), collapse whitespace.
+
+    >>> normalize("  Zorbex,  TABLETS! ")
+    'zorbex tablets'
+    """
+    return " ".join(_PUNCT.sub(" ", text.lower()).split())
+
+
+def match(prediction: str, gold: str) -> float:
+    """1.0 if the normalised gold answer appears in the normalised prediction, else 0.0."""
+    g = normalize(gold)
+    return float(bool(g) and f" {g} " in f" {normalize(prediction)} ")
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Token-level F1 between normalised prediction and gold (SQuAD style).
+
+    >>> token_f1("a b", "c")
+    0.0
+    """
+    p, g = normalize(prediction).split(), normalize(gold).split()
+    if not p or not g:
+        return float(p == g)
+    common = sum((Counter(p) & Counter(g)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def rouge(prediction: str, gold: str) -> dict[str, float]:
+    """ROUGE-1 and ROUGE-L F-measures (``rouge-score``, no stemming).
+
+    >>> rouge("zorbex tablets", "zorbex tablets")["rougeL"]
+    1.0
+    """
+    global _SCORER
+    if _SCORER is None:
+        from rouge_score import rouge_scorer
+
+        _SCORER = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False)
+    scores = _SCORER.score(normalize(gold), normalize(prediction))
+    return {"rouge1": float(scores["rouge1"].fmeasure), "rougeL": float(scores["rougeL"].fmeasure)}
+
+
+def levenshtein_similarity(prediction: str, gold: str) -> float:
+    """1 - normalised Levenshtein distance of the normalised strings (``rapidfuzz``).
+
+    >>> levenshtein_similarity("abcd", "abce")
+    0.75
+    """
+    from rapidfuzz.distance import Levenshtein
+
+    return float(Levenshtein.normalized_similarity(normalize(prediction), normalize(gold)))
+
+
+def score_answer(prediction: str, gold: str) -> dict[str, float]:
+    """Every metric of :data:`METRIC_NAMES` for one prediction.
+
+    >>> score_answer("Zorbex", "zorbex")["match"]
+    1.0
+    """
+    return {
+        "match": match(prediction, gold),
+        "f1": token_f1(prediction, gold),
+        **rouge(prediction, gold),
+        "levenshtein": levenshtein_similarity(prediction, gold),
+    }
+
+
+def score_all(predictions: Sequence[str], golds: Sequence[str]) -> Mapping[str, float]:
+    """Mean of every metric over aligned predictions and golds.
+
+    >>> score_all(["a", "b"], ["a", "c"])["match"]
+    0.5
+    """
+    if len(predictions) != len(golds):
+        raise ValueError(
+            f"predictions and golds must have the same length, got {len(predictions)} "
+            f"and {len(golds)}"
+        )
+    if not golds:
+        raise ValueError("golds must not be empty")
+    totals = dict.fromkeys(METRIC_NAMES, 0.0)
+    for p, g in zip(predictions, golds, strict=True):
+        for name, value in score_answer(p, g).items():
+            totals[name] += value
+    return {name: value / len(golds) for name, value in totals.items()}

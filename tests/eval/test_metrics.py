@@ -1,0 +1,71 @@
+"""Answer metrics on known pairs (rouge-score and rapidfuzz underneath)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dprag_core.eval.metrics import (
+    levenshtein_similarity,
+    match,
+    normalize,
+    rouge,
+    score_all,
+    score_answer,
+    token_f1,
+)
+
+
+def test_normalize() -> None:
+    assert normalize("  The  Answer: Gleeblorazine!! ") == "the answer gleeblorazine"
+    assert normalize("212-555-0101.") == "212-555-0101"
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "expected"),
+    [
+        ("Gleeblorazine", "gleeblorazine", 1.0),
+        ("It is Gleeblorazine.", "Gleeblorazine", 1.0),
+        ("Gleeblorazines", "Gleeblorazine", 0.0),
+        ("", "Gleeblorazine", 0.0),
+        ("call 212-555-0101 now", "212-555-0101", 1.0),
+        ("call 212-555-0102", "212-555-0101", 0.0),
+    ],
+)
+def test_match(pred: str, gold: str, expected: float) -> None:
+    assert match(pred, gold) == expected
+
+
+def test_token_f1_known_values() -> None:
+    assert token_f1("a b c", "a b c") == 1.0
+    assert token_f1("a b", "c d") == 0.0
+    # precision 2/3, recall 2/2 -> F1 0.8
+    assert token_f1("a b x", "a b") == pytest.approx(0.8)
+    assert token_f1("", "") == 1.0
+
+
+def test_rouge_known_values() -> None:
+    r = rouge("the cat sat", "the cat sat on the mat")
+    # ROUGE-1: overlap 3; precision 3/3, recall 3/6 -> F 2/3; LCS = 3 as well
+    assert r["rouge1"] == pytest.approx(2 / 3)
+    assert r["rougeL"] == pytest.approx(2 / 3)
+    assert rouge("b a", "a b")["rougeL"] == pytest.approx(0.5)
+
+
+def test_levenshtein_known_values() -> None:
+    assert levenshtein_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+    assert levenshtein_similarity("Zorbex", "zorbex") == 1.0
+
+
+def test_score_answer_and_mean() -> None:
+    s = score_answer("Zorbex", "zorbex")
+    assert s == {"match": 1.0, "f1": 1.0, "rouge1": 1.0, "rougeL": 1.0, "levenshtein": 1.0}
+    mean = score_all(["zorbex", "nope"], ["zorbex", "zorbex"])
+    assert mean["match"] == 0.5
+    assert mean["f1"] == 0.5
+
+
+def test_score_all_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        score_all(["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="golds must not be empty"):
+        score_all([], [])
