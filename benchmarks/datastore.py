@@ -60,9 +60,9 @@ def hashing_embedder(texts: Sequence[str], dim: int = 256) -> np.ndarray:
 
 def minilm_embedder() -> Callable[[Sequence[str]], np.ndarray]:
     """The shipped all-MiniLM-L6-v2 (sha256-checked) from dprag_core.eval.embeddings."""
-    from dprag_core.eval.embeddings import load_minilm
+    from dprag_core.eval.embeddings import MiniLMEmbedder
 
-    model = load_minilm()
+    model = MiniLMEmbedder()
     return lambda texts: np.asarray(model.encode(list(texts)))
 
 
