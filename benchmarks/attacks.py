@@ -22,19 +22,18 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+from _mechanisms import dp_mechanisms
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG
-from dprag_core.algorithms.dpvote import DPSparseVote
-from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.eval.attacks import (
     extraction_rate,
     membership_auc,
@@ -102,36 +101,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     token_model, text_model = load_models(args.model)
     m, mnt = args.voters, args.max_new_tokens
 
-    mechanisms: dict[str, Callable[[float], Mechanism]] = {
-        "DPSparseVote (LD)": lambda e: DPSparseVote(
-            token_model,
-            m=m,
-            k=1,
-            epsilon=e,
-            delta=args.delta,
-            epsilon_token=e * args.token_share,
-            max_new_tokens=mnt,
-        ),
-        "DPSparseVote (EM, pure)": lambda e: DPSparseVote(
-            token_model,
-            m=m,
-            k=1,
-            epsilon=e,
-            delta=0.0,
-            epsilon_token=e * args.token_share,
-            selection="exponential",
-            max_new_tokens=mnt,
-        ),
-        "DP-KSA": lambda e: DPKSA(
-            text_model,
-            epsilon=e,
-            delta=args.delta,
-            n_docs=m,
-            k_max=5,
-            response_tokens=mnt,
-            answer_tokens=mnt,
-        ),
-    }
+    mechanisms = dp_mechanisms(
+        token_model,
+        text_model,
+        voters=m,
+        delta=args.delta,
+        token_share=args.token_share,
+        max_new_tokens=mnt,
+    )
     rows: list[dict[str, Any]] = []
     for name, mech in (
         ("NonRAG", NonRAG(token_model, max_new_tokens=mnt)),

@@ -27,12 +27,13 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
+from _mechanisms import dp_mechanisms
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote
-from dprag_core.algorithms.ksa import DPKSA, KSA
+from dprag_core.algorithms.ksa import KSA
 from dprag_core.eval.metrics import METRIC_NAMES, score_answer
 from dprag_core.eval.synthetic import QAItem, make_corpus
 from dprag_core.eval.workbench import CorpusIndex, load_models, reader_path
@@ -229,36 +230,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"VoteRAG (m={m})": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt),
         f"KSA (N={m})": KSA(text_model, n_docs=m, k_max=5, response_tokens=mnt, answer_tokens=mnt),
     }
-    dp: dict[str, Callable[[float], Mechanism]] = {
-        "DPSparseVote (LD)": lambda e: DPSparseVote(
-            token_model,
-            m=m,
-            k=1,
-            epsilon=e,
-            delta=args.delta,
-            epsilon_token=e * args.token_share,
-            max_new_tokens=mnt,
-        ),
-        "DPSparseVote (EM, pure)": lambda e: DPSparseVote(
-            token_model,
-            m=m,
-            k=1,
-            epsilon=e,
-            delta=0.0,
-            epsilon_token=e * args.token_share,
-            selection="exponential",
-            max_new_tokens=mnt,
-        ),
-        "DP-KSA": lambda e: DPKSA(
-            text_model,
-            epsilon=e,
-            delta=args.delta,
-            n_docs=m,
-            k_max=5,
-            response_tokens=mnt,
-            answer_tokens=mnt,
-        ),
-    }
+    dp = dp_mechanisms(
+        token_model,
+        text_model,
+        voters=m,
+        delta=args.delta,
+        token_share=args.token_share,
+        max_new_tokens=mnt,
+    )
     results: dict[str, dict[str, Any]] = {}
     for name, mech in tqdm(baselines.items(), desc="baselines"):
         results[name] = run_mechanism(mech, index, items, args.seed)

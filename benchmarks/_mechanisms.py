@@ -1,0 +1,52 @@
+"""The DP mechanisms the evaluation benchmarks compare, built for one epsilon.
+
+Shared by ``privacy_utility.py`` and ``attacks.py`` (run as scripts from the
+repository root: ``python benchmarks/attacks.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.dpvote import DPSparseVote
+from dprag_core.algorithms.ksa import DPKSA
+from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+
+def dp_mechanisms(
+    token_model: HFTokenModel,
+    text_model: HFTextModel,
+    *,
+    voters: int,
+    delta: float,
+    token_share: float,
+    max_new_tokens: int,
+) -> dict[str, Callable[[float], Mechanism]]:
+    """Name -> factory(epsilon) for DPSparseVote (LimitedDomain and pure EM) and DP-KSA."""
+
+    def sparse(epsilon: float, *, pure: bool) -> Mechanism:
+        return DPSparseVote(
+            token_model,
+            m=voters,
+            k=1,
+            epsilon=epsilon,
+            delta=0.0 if pure else delta,
+            epsilon_token=epsilon * token_share,
+            selection="exponential" if pure else "limited_domain",
+            max_new_tokens=max_new_tokens,
+        )
+
+    return {
+        "DPSparseVote (LD)": lambda e: sparse(e, pure=False),
+        "DPSparseVote (EM, pure)": lambda e: sparse(e, pure=True),
+        "DP-KSA": lambda e: DPKSA(
+            text_model,
+            epsilon=e,
+            delta=delta,
+            n_docs=voters,
+            k_max=5,
+            response_tokens=max_new_tokens,
+            answer_tokens=max_new_tokens,
+        ),
+    }
