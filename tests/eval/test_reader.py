@@ -26,7 +26,7 @@ def greedy(model: Any, tokenizer: Any, prompt: str) -> str:
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     with torch.inference_mode():
         out = model.generate(
-            **ids, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            **ids, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id
         )
     return str(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
 
@@ -38,26 +38,40 @@ def test_asset_is_small_and_complete() -> None:
     assert (path / "model.safetensors").stat().st_size < 10 * 2**20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped reader (v1, see its training_info.json) copies treatments and diseases "
-    "about 0.4 of the time and phone numbers not yet; strict so a better reader flips it",
-)
-def test_reads_answers_from_context_on_the_test_world(reader: tuple[Any, Any]) -> None:
-    model, tokenizer = reader
+def copied_answers(model: Any, tokenizer: Any, distractors: int) -> tuple[int, int]:
+    """(hits, cases): greedy answers to every question about a test-world record whose
+    context is that record among ``distractors`` other records (18 cases)."""
     corpus = make_corpus(n_diseases=6, supports=[1] * 6, seed=123, world=0)
     records = list(corpus.records)
-    hits = 0
-    cases = 0
+    hits = cases = 0
     for i, target in enumerate(records):
-        distractors = [records[(i + 1) % len(records)], records[(i + 2) % len(records)]]
-        context = "\n".join(r.text for r in [distractors[0], target, distractors[1]])
+        others = [records[(i + j) % len(records)] for j in range(1, distractors + 1)]
+        context = "\n".join(r.text for r in [*others[:1], target, *others[1:]])
         for item in corpus.questions:
             if target.id not in item.record_ids:
                 continue
             prompt = RAG_TEMPLATE.format(context=context, question=item.question)
             hits += greedy(model, tokenizer, prompt).strip() == item.answer
             cases += 1
+    return hits, cases
+
+
+def test_reads_answers_from_a_one_record_context(reader: tuple[Any, Any]) -> None:
+    """The voters' setting (DPVote/DPSparseVote/MuRAG give each voter one record)."""
+    hits, cases = copied_answers(*reader, distractors=0)
+    assert cases == 18
+    # the shipped reader copies 16 (reader v1: 4); a little slack for CPU float noise
+    assert hits >= 14, f"{hits}/{cases} answers copied from the context"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the shipped reader (v2, see its training_info.json) picks the right record "
+    "among several only about half the time (phones rarely); strict so a better reader "
+    "flips it",
+)
+def test_reads_answers_from_context_on_the_test_world(reader: tuple[Any, Any]) -> None:
+    hits, cases = copied_answers(*reader, distractors=2)
     assert cases == 18
     assert hits >= 14, f"{hits}/{cases} answers copied from the context"
 
