@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.algorithms.dpvote import DPSparseVote
+from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
+from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.models.hf import HFTextModel, HFTokenModel
 
@@ -23,7 +24,13 @@ def dp_mechanisms(
     token_share: float,
     max_new_tokens: int,
 ) -> dict[str, Callable[[float], Mechanism]]:
-    """Name -> factory(epsilon) for DPSparseVote (LimitedDomain and pure EM) and DP-KSA."""
+    """Name -> factory(epsilon) for every DP single-query mechanism.
+
+    DPVote and DPSparseVote (Koga et al.; LimitedDomain and the pure exponential
+    variant), DP-KSA (Tang et al.) and Grislain's DP-RAG (DP threshold retrieval
+    aiming at ``voters`` units + DP in-context generation). Each spends
+    ``token_share`` of epsilon per private token where it has that knob.
+    """
 
     def sparse(epsilon: float, *, pure: bool) -> Mechanism:
         return DPSparseVote(
@@ -38,6 +45,15 @@ def dp_mechanisms(
         )
 
     return {
+        "DPVote (LD)": lambda e: DPVote(
+            token_model,
+            m=voters,
+            k=1,
+            epsilon=e,
+            delta=delta,
+            epsilon_token=e * token_share,
+            max_new_tokens=max_new_tokens,
+        ),
         "DPSparseVote (LD)": lambda e: sparse(e, pure=False),
         "DPSparseVote (EM, pure)": lambda e: sparse(e, pure=True),
         "DP-KSA": lambda e: DPKSA(
@@ -48,5 +64,8 @@ def dp_mechanisms(
             k_max=5,
             response_tokens=max_new_tokens,
             answer_tokens=max_new_tokens,
+        ),
+        "DP-RAG (Grislain)": lambda e: DPICL(
+            token_model, epsilon=e, delta=delta, k=voters, max_new_tokens=max_new_tokens
         ),
     }

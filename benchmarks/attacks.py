@@ -79,12 +79,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attacks")
-    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0])
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
     ap.add_argument("--targets", type=int, default=40, help="members and non-members attacked")
-    ap.add_argument("--voters", type=int, default=20)
-    ap.add_argument("--token-share", type=float, default=0.25)
+    ap.add_argument("--voters", type=int, default=40)
+    ap.add_argument("--token-share", type=float, default=1 / 6)
     ap.add_argument("--delta", type=float, default=1e-4)
-    ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=16, help="a phone number is 13 tokens + EOS"
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.epsilons, args.targets, args.voters = [2.0, 10.0], 10, 10
@@ -110,10 +112,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_new_tokens=mnt,
     )
     rows: list[dict[str, Any]] = []
-    for name, mech in (
+    baselines = (
         ("NonRAG", NonRAG(token_model, max_new_tokens=mnt)),
+        ("RAG (k=1)", RAG(token_model, k=1, max_new_tokens=mnt)),
         ("RAG (k=3)", RAG(token_model, k=3, max_new_tokens=mnt)),
-    ):
+    )
+    for name, mech in baselines:
         rows.append({"mechanism": name, "epsilon": None, **attack(mech, index, tm, tn, args.seed)})
     for name, build in mechanisms.items():
         for eps in tqdm(args.epsilons, desc=name):
@@ -161,13 +165,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in mechanisms:
             pts = [(r["epsilon"], r[key]) for r in rows if r["mechanism"] == name]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
-        for r in rows[:2]:
+        for r in rows[: len(baselines)]:
             ax.axhline(
                 r[key],
                 linestyle="--",
                 linewidth=1,
                 label=r["mechanism"],
-                color="grey" if r["mechanism"] == "NonRAG" else "black",
+                color={"NonRAG": "grey", "RAG (k=1)": "black"}.get(r["mechanism"], "brown"),
             )
         ax.set_xscale("log")
         ax.set_xlabel("epsilon per query")

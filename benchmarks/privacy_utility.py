@@ -2,15 +2,15 @@
 
 For every mechanism and baseline: match accuracy, token F1, ROUGE-1/L and
 normalised Levenshtein similarity vs epsilon; accuracy vs the number of records
-supporting each fact (Grislain's Fig. 6); and, when ``dprag_core.algorithms.murag``
-is available, multi-query accuracy vs total epsilon for MuRAG, MuRAG-Ada and
-NaiveMulti. Real parts throughout: the project's reader LM (or ``--model``),
-MiniLM embeddings, FAISS. Results go to ``--out`` (default
-``results/privacy_utility``): ``table.md``, ``config.json`` (seeds and settings),
-``accuracy_vs_epsilon.png``, ``accuracy_vs_support.png``.
+supporting each fact (Grislain's Fig. 6); multi-query accuracy over a stream of
+questions vs total epsilon for MuRAG, MuRAG-Ada and NaiveMulti. Real parts
+throughout: the project's reader LM (or ``--model``), MiniLM embeddings, FAISS.
+Results go to ``--out`` (default ``results/privacy_utility``): ``table.md``,
+``config.json`` (seeds and settings), ``results.json``, ``accuracy_vs_epsilon.png``,
+``accuracy_vs_support.png``, ``multi_query.png``.
 
-    .venv/bin/python benchmarks/privacy_utility.py            # ~10 min on 2 cores
-    .venv/bin/python benchmarks/privacy_utility.py --quick    # ~1-2 min
+    .venv/bin/python benchmarks/privacy_utility.py            # ~5 min on 2 cores
+    .venv/bin/python benchmarks/privacy_utility.py --quick    # ~30 s (a smoke run)
 """
 
 from __future__ import annotations
@@ -191,26 +191,33 @@ def plot(
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small run (~1-2 min)")
+    ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "privacy_utility")
-    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0])
-    ap.add_argument("--diseases", type=int, default=20)
-    ap.add_argument("--max-support", type=int, default=40)
-    ap.add_argument("--voters", type=int, default=20, help="m voters (k=1) / KSA responses")
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
+    ap.add_argument(
+        "--support-epsilons",
+        type=float,
+        nargs="+",
+        default=[10.0, 50.0],
+        help="epsilons of the accuracy-vs-support table (those also in --epsilons)",
+    )
+    ap.add_argument("--diseases", type=int, default=40)
+    ap.add_argument("--max-support", type=int, default=100)
+    ap.add_argument("--voters", type=int, default=40, help="m voters (k=1) / KSA responses")
     ap.add_argument(
         "--token-share",
         type=float,
-        default=0.25,
-        help="DPSparseVote epsilon_token = share * epsilon",
+        default=1 / 6,
+        help="DPVote/DPSparseVote epsilon_token = share * epsilon (1/share private tokens)",
     )
     ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--tau", type=float, default=0.5, help="MuRAG public score threshold")
     ap.add_argument("--multi-queries", type=int, default=100)
-    ap.add_argument("--multi-totals", type=float, nargs="+", default=[5.0, 10.0, 20.0, 40.0])
-    ap.add_argument("--multi-eps-query", type=float, default=5.0)
+    ap.add_argument("--multi-totals", type=float, nargs="+", default=[10.0, 20.0, 40.0, 80.0])
+    ap.add_argument("--multi-eps-query", type=float, default=10.0)
     args = ap.parse_args(argv)
     if args.quick:
         args.epsilons, args.diseases, args.max_support, args.voters = [2.0, 10.0], 6, 20, 10
@@ -259,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, r in results.items():
         cells = " | ".join(f"{r['mean'][mt]:.3f}" for mt in METRIC_NAMES)
         lines.append(f"| {name} | {cells} | {r['seconds_per_query']:.2f} |")
-    top_eps = max(args.epsilons)
-    curve_names = [*baselines, *(f"{n} eps={top_eps:g}" for n in dp)]
+    curve_eps = [e for e in args.support_epsilons if e in args.epsilons] or [max(args.epsilons)]
+    curve_names = [*baselines, *(f"{n} eps={e:g}" for n in dp for e in curve_eps)]
     labels = [bin_label(lo, hi) for lo, hi in SUPPORT_BINS]
     counts = {lab: 0 for lab in labels}
     for it in items:
