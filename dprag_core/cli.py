@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 _DELTA = 1e-4
-_TOKENS = 12
+_TOKENS = 16  # a phone number is 13 tokens + EOS
 
 
 @dataclass(frozen=True)
@@ -69,15 +69,21 @@ def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
     eps, m = args.epsilon, args.voters
     # One corpus-level budget for DPSparseVote and DP-KSA: every question, and no more.
     accountant = CorpusAccountant(Budget(2 * eps * n_questions, 2 * _DELTA * n_questions))
-    sparse = DPSparseVote(
-        token_model,
-        m=m,
-        k=1,
-        epsilon=eps,
-        delta=_DELTA,
-        epsilon_token=eps * args.token_share,
-        max_new_tokens=_TOKENS,
-    )
+
+    def sparse_vote() -> DPSparseVote:
+        # The pure-ε variant: at demo budgets LimitedDomain's δ-threshold (non-monotone
+        # votes) exceeds the number of voters and would stop every answer at once.
+        return DPSparseVote(
+            token_model,
+            m=m,
+            k=1,
+            epsilon=eps,
+            delta=0.0,
+            epsilon_token=eps * args.token_share,
+            selection="exponential",
+            max_new_tokens=_TOKENS,
+        )
+
     ksa = DPKSA(
         text_model,
         epsilon=eps,
@@ -88,22 +94,12 @@ def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
         answer_tokens=_TOKENS,
     )
     # MuRAG: a per-patient ledger (each patient may take part in every question once).
-    inner = DPSparseVote(
-        token_model,
-        m=m,
-        k=1,
-        epsilon=eps,
-        delta=0.0,
-        epsilon_token=eps * args.token_share,
-        selection="exponential",
-        max_new_tokens=_TOKENS,
-    )
     ledger = InMemoryLedger(budget_per_unit=eps * n_questions)
-    murag = MuRAG(inner, ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
+    murag = MuRAG(sparse_vote(), ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
     return [
         _Entry("NonRAG", NonRAG(token_model, max_new_tokens=_TOKENS), None),
         _Entry("RAG (k=3)", RAG(token_model, k=3, max_new_tokens=_TOKENS), None),
-        _Entry("DPSparseVote", sparse, accountant),
+        _Entry("DPSparseVote", sparse_vote(), accountant),
         _Entry("DP-KSA", ksa, accountant),
         _Entry("MuRAG", murag, None),
     ]
@@ -189,12 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seed the DP noise (reproducible runs only; default: OS entropy)",
     )
     demo.add_argument("--epsilon", type=_positive_float, default=8.0, help="per-query epsilon")
-    demo.add_argument("--voters", type=_positive_int, default=16, help="voters / KSA responses")
+    demo.add_argument("--voters", type=_positive_int, default=40, help="voters / KSA responses")
     demo.add_argument(
         "--token-share",
         type=_positive_float,
-        default=0.25,
-        help="DPSparseVote's epsilon per private token, as a share of --epsilon",
+        default=1 / 6,
+        help="DPSparseVote's epsilon per private token, as a share of --epsilon "
+        "(1/share private tokens per answer)",
     )
     demo.add_argument("--tau", type=float, default=0.5, help="MuRAG's public relevance threshold")
     demo.set_defaults(func=_demo)
