@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--max-new-tokens", type=int, default=12)
-    ap.add_argument("--tau", type=float, default=0.5, help="MuRAG public score threshold")
+    ap.add_argument("--tau", type=float, default=0.4, help="MuRAG public score threshold")
     ap.add_argument("--multi-queries", type=int, default=100)
     ap.add_argument("--multi-totals", type=float, nargs="+", default=[10.0, 20.0, 40.0, 80.0])
     ap.add_argument("--multi-eps-query", type=float, default=10.0)

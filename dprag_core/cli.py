@@ -193,7 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="DPSparseVote's epsilon per private token, as a share of --epsilon "
         "(1/share private tokens per answer)",
     )
-    demo.add_argument("--tau", type=float, default=0.5, help="MuRAG's public relevance threshold")
+    demo.add_argument(
+        "--tau",
+        type=float,
+        default=0.4,
+        help="MuRAG's public relevance threshold (MiniLM cosine; records that answer a "
+        "question score about 0.4-0.65 here)",
+    )
     demo.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     result: int = args.func(args)
