@@ -430,7 +430,7 @@ def quick_rag_accuracy(
 
 
 def earlier_info(path: Path | None) -> dict[str, object] | None:
-    """The training record of the reader a stage-2 run starts from (None: from scratch)."""
+    """The training record of the reader a continuation stage starts from (None: from scratch)."""
     if path is None:
         return None
     record = path / "training_info.json"
@@ -487,7 +487,7 @@ def main() -> None:
         "--init-from",
         type=Path,
         default=None,
-        help="continue from a saved reader (its tokenizer and weights; stage 2)",
+        help="continue from a saved reader (its tokenizer and weights): a later stage",
     )
     args = ap.parse_args()
 
