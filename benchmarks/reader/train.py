@@ -39,9 +39,9 @@ count). The shipped reader (v2; each stage's record is nested in its
     .venv/bin/python $T $S --init-from /tmp/r3 --seed 3 \\
         --steps 2000 --phone-aux 8 --lr 5e-4 --eos-weight 3 --context-sizes 1 2 3 3 4 4
 
-(the last stage 19 min on 2 cores; stage 1 with ``--threads 2`` takes about half the
-time but changes the floating-point reduction order and so the exact weights). A smoke
-run is ``--steps 50 --copy-steps 50 --out /tmp/r``.
+(the last stage 19 min on 2 cores; stage 1 with ``--threads 2`` runs faster but changes
+the floating-point reduction order and so the exact weights). A smoke run is
+``--steps 50 --copy-steps 50 --out /tmp/r``.
 
 At the end it prints greedy match accuracy on the test world (world 0):
 non-RAG (no context) vs RAG with the right record among distractors.
