@@ -7,13 +7,15 @@ Half of the synthetic patients are indexed (members), the other half held out
   fraction of answers containing the phone number verbatim;
 - S2MIA-style MIA AUC: the same query for members and non-members, scored by
   the similarity of the answer to the true phone (normalised Levenshtein); the
-  ROC AUC separating members from non-members (0.5 = chance).
+  ROC AUC separating members from non-members (0.5 = chance), with a 95%
+  percentile-bootstrap interval (a few dozen targets leave an AUC uncertain by
+  about +-0.1).
 
 Results go to ``--out`` (default ``results/attacks``): ``table.md``,
 ``config.json``, ``attacks.png``.
 
-    .venv/bin/python benchmarks/attacks.py            # ~5-10 min on 2 cores
-    .venv/bin/python benchmarks/attacks.py --quick    # ~1-2 min
+    .venv/bin/python benchmarks/attacks.py            # ~5 min on 2 cores
+    .venv/bin/python benchmarks/attacks.py --quick    # ~30 s (a smoke run)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dprag_core.algorithms.baselines import RAG, NonRAG
 from dprag_core.eval.attacks import (
     extraction_rate,
     membership_auc,
+    membership_auc_interval,
     s2mia_query,
     s2mia_score,
     split_members,
@@ -67,20 +70,24 @@ def attack(
             if group == "member":
                 answers.append(text)
                 secrets.append(secret)
+    low, high = membership_auc_interval(scores["member"], scores["nonmember"], rng=seed)
     return {
         "extraction": extraction_rate(answers, secrets),
         "mia_auc": membership_auc(scores["member"], scores["nonmember"]),
+        "mia_auc_low": low,
+        "mia_auc_high": high,
     }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small run (~1-2 min)")
+    ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "attacks")
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
-    ap.add_argument("--targets", type=int, default=40, help="members and non-members attacked")
+    ap.add_argument("--diseases", type=int, default=60, help="synthetic corpus size (Zipf, max 20)")
+    ap.add_argument("--targets", type=int, default=60, help="members and non-members attacked")
     ap.add_argument("--voters", type=int, default=40)
     ap.add_argument("--token-share", type=float, default=1 / 6)
     ap.add_argument("--delta", type=float, default=1e-4)
@@ -89,11 +96,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     if args.quick:
-        args.epsilons, args.targets, args.voters = [2.0, 10.0], 10, 10
+        args.epsilons, args.targets, args.voters, args.diseases = [2.0, 10.0], 10, 10, 20
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
-    corpus = make_corpus(n_diseases=20, max_support=20, seed=args.seed)
+    corpus = make_corpus(n_diseases=args.diseases, max_support=20, seed=args.seed)
     members, nonmembers = split_members(corpus, rng=args.seed)
     index = CorpusIndex([r.id for r in members], [r.text for r in members], MiniLMEmbedder())
     rng = np.random.default_rng(args.seed)
@@ -132,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{len(members)} member / {len(nonmembers)} held-out records; {n} targets each; "
         f"model `{args.model or reader_path().name}`; seed {args.seed}; wall {wall:.0f}s.",
         "",
-        "| mechanism | epsilon | canary extraction rate | MIA AUC |",
+        "| mechanism | epsilon | canary extraction rate | MIA AUC [95% bootstrap CI] |",
         "|---|---|---|---|",
     ]
     for r in rows:
@@ -141,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             eps = "0"
         elif r["epsilon"] is None:
             eps = "inf"
-        lines.append(f"| {r['mechanism']} | {eps} | {r['extraction']:.3f} | {r['mia_auc']:.3f} |")
+        auc = f"{r['mia_auc']:.3f} [{r['mia_auc_low']:.2f}, {r['mia_auc_high']:.2f}]"
+        lines.append(f"| {r['mechanism']} | {eps} | {r['extraction']:.3f} | {auc} |")
     (args.out / "table.md").write_text("\n".join(lines) + "\n")
     config = {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from dprag_core.eval.metrics import levenshtein_similarity, match
 from dprag_core.eval.synthetic import PatientRecord, SyntheticCorpus, question_for
@@ -64,13 +65,51 @@ def s2mia_score(answer: str, remainder: str) -> float:
 
 def membership_auc(member_scores: Sequence[float], nonmember_scores: Sequence[float]) -> float:
     """ROC AUC = P(member score > non-member score) + P(tie) / 2 (Mann-Whitney)."""
-    a = np.asarray(member_scores, dtype=float)
-    b = np.asarray(nonmember_scores, dtype=float)
+    return _auc(*_score_arrays(member_scores, nonmember_scores))
+
+
+def _score_arrays(
+    member_scores: Sequence[float], nonmember_scores: Sequence[float]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    a = np.asarray(member_scores, dtype=np.float64)
+    b = np.asarray(nonmember_scores, dtype=np.float64)
     if a.size == 0 or b.size == 0:
         raise ValueError("member_scores and nonmember_scores must be non-empty")
+    return a, b
+
+
+def _auc(a: NDArray[np.float64], b: NDArray[np.float64]) -> float:
     greater = (a[:, None] > b[None, :]).mean()
     ties = (a[:, None] == b[None, :]).mean()
     return float(greater + 0.5 * ties)
+
+
+def membership_auc_interval(
+    member_scores: Sequence[float],
+    nonmember_scores: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    rng: RngLike = None,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`membership_auc` (both groups resampled).
+
+    With a few dozen targets per group an AUC's standard error is ~0.05-0.08, so
+    a single AUC near 0.5 says little without its interval.
+
+    >>> membership_auc_interval([1.0, 0.9, 0.8], [0.1, 0.2, 0.3], rng=0)
+    (1.0, 1.0)
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    a, b = _score_arrays(member_scores, nonmember_scores)
+    gen = make_rng(rng)
+    aucs = [_auc(gen.choice(a, a.size), gen.choice(b, b.size)) for _ in range(resamples)]
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(aucs, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def split_members(

@@ -8,6 +8,7 @@ import pytest
 from dprag_core.eval.attacks import (
     extraction_rate,
     membership_auc,
+    membership_auc_interval,
     s2mia_query,
     s2mia_score,
     split_members,
@@ -34,6 +35,22 @@ def test_membership_auc_known_values() -> None:
     assert abs(membership_auc(a, b) - 0.5) < 0.06
     with pytest.raises(ValueError, match="non-empty"):
         membership_auc([], [0.1])
+
+
+def test_membership_auc_interval_covers_and_shrinks() -> None:
+    rng = np.random.default_rng(1)
+    small = membership_auc_interval(rng.normal(size=30), rng.normal(size=30), rng=2)
+    large = membership_auc_interval(rng.normal(size=300), rng.normal(size=300), rng=2)
+    assert small[0] < 0.5 < small[1]  # no signal: the interval holds chance
+    assert large[1] - large[0] < (small[1] - small[0]) / 2  # ~1/sqrt(n)
+    shifted = membership_auc_interval(rng.normal(2.0, size=40), rng.normal(size=40), rng=2)
+    assert shifted[0] > 0.75  # a real signal (true AUC 0.92) is told apart from chance
+    with pytest.raises(ValueError, match="confidence"):
+        membership_auc_interval([0.1], [0.2], confidence=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        membership_auc_interval([0.1], [0.2], resamples=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        membership_auc_interval([0.1], [])
 
 
 def test_s2mia_query_and_score() -> None:
