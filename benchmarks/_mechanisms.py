@@ -1,4 +1,6 @@
-"""The DP mechanisms the evaluation benchmarks compare, built for one epsilon.
+"""The DP mechanisms the evaluation benchmarks compare, built for one epsilon, and
+the command-line settings they share (so both benchmarks' tables describe the same
+mechanisms).
 
 Shared by ``privacy_utility.py`` and ``attacks.py`` (run as scripts from the
 repository root: ``python benchmarks/attacks.py``).
@@ -6,13 +8,36 @@ repository root: ``python benchmarks/attacks.py``).
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+
+def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentParser:
+    """A parser with the run and mechanism settings common to both benchmarks."""
+    ap = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
+    ap.add_argument("--out", type=Path, default=out)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
+    ap.add_argument("--voters", type=int, default=40, help="m voters (k=1) / KSA responses")
+    ap.add_argument(
+        "--token-share",
+        type=float,
+        default=1 / 6,
+        help="DPVote/DPSparseVote epsilon_token = share * epsilon (1/share private tokens)",
+    )
+    ap.add_argument("--delta", type=float, default=1e-4)
+    return ap
 
 
 def dp_mechanisms(

@@ -20,7 +20,6 @@ Results go to ``--out`` (default ``results/attacks``): ``table.md``,
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -31,7 +30,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms
+from _mechanisms import dp_mechanisms, mechanism_arguments
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -80,17 +79,9 @@ def attack(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "attacks")
-    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
+    ap = mechanism_arguments(__doc__ or "", out=ROOT / "results" / "attacks")
     ap.add_argument("--diseases", type=int, default=60, help="synthetic corpus size (Zipf, max 20)")
     ap.add_argument("--targets", type=int, default=60, help="members and non-members attacked")
-    ap.add_argument("--voters", type=int, default=40)
-    ap.add_argument("--token-share", type=float, default=1 / 6)
-    ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument(
         "--max-new-tokens", type=int, default=16, help="a phone number is 13 tokens + EOS"
     )

@@ -27,7 +27,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms
+from _mechanisms import dp_mechanisms, mechanism_arguments
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -190,12 +190,7 @@ def plot(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
-    ap.add_argument("--out", type=Path, default=ROOT / "results" / "privacy_utility")
-    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
+    ap = mechanism_arguments(__doc__ or "", out=ROOT / "results" / "privacy_utility")
     ap.add_argument(
         "--support-epsilons",
         type=float,
@@ -205,14 +200,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--diseases", type=int, default=40)
     ap.add_argument("--max-support", type=int, default=100)
-    ap.add_argument("--voters", type=int, default=40, help="m voters (k=1) / KSA responses")
-    ap.add_argument(
-        "--token-share",
-        type=float,
-        default=1 / 6,
-        help="DPVote/DPSparseVote epsilon_token = share * epsilon (1/share private tokens)",
-    )
-    ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--tau", type=float, default=0.4, help="MuRAG public score threshold")
     ap.add_argument("--multi-queries", type=int, default=100)

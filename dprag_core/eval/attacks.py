@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from dprag_core._validation import positive_int
 from dprag_core.eval.metrics import levenshtein_similarity, match
 from dprag_core.eval.synthetic import PatientRecord, SyntheticCorpus, question_for
 from dprag_core.mechanisms._rng import RngLike, make_rng
@@ -102,8 +103,7 @@ def membership_auc_interval(
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    resamples = positive_int("resamples", resamples)
     a, b = _score_arrays(member_scores, nonmember_scores)
     gen = make_rng(rng)
     aucs = [_auc(gen.choice(a, a.size), gen.choice(b, b.size)) for _ in range(resamples)]
