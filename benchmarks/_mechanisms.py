@@ -94,3 +94,17 @@ def dp_mechanisms(
             token_model, epsilon=e, delta=delta, k=voters, max_new_tokens=max_new_tokens
         ),
     }
+
+
+def dp_mechanisms_for(
+    args: argparse.Namespace, token_model: HFTokenModel, text_model: HFTextModel
+) -> dict[str, Callable[[float], Mechanism]]:
+    """:func:`dp_mechanisms` with the settings parsed by :func:`mechanism_arguments`."""
+    return dp_mechanisms(
+        token_model,
+        text_model,
+        voters=args.voters,
+        delta=args.delta,
+        token_share=args.token_share,
+        max_new_tokens=args.max_new_tokens,
+    )

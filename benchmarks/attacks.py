@@ -30,7 +30,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms, mechanism_arguments
+from _mechanisms import dp_mechanisms_for, mechanism_arguments
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -99,16 +99,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     tm = [members[int(i)] for i in rng.choice(len(members), n, replace=False)]
     tn = [nonmembers[int(i)] for i in rng.choice(len(nonmembers), n, replace=False)]
     token_model, text_model = load_models(args.model)
-    m, mnt = args.voters, args.max_new_tokens
+    mnt = args.max_new_tokens
 
-    mechanisms = dp_mechanisms(
-        token_model,
-        text_model,
-        voters=m,
-        delta=args.delta,
-        token_share=args.token_share,
-        max_new_tokens=mnt,
-    )
+    mechanisms = dp_mechanisms_for(args, token_model, text_model)
     rows: list[dict[str, Any]] = []
     baselines = (
         ("NonRAG", NonRAG(token_model, max_new_tokens=mnt)),

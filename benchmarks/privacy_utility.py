@@ -27,7 +27,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms, mechanism_arguments
+from _mechanisms import dp_mechanisms_for, mechanism_arguments
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -224,14 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"VoteRAG (m={m})": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt),
         f"KSA (N={m})": KSA(text_model, n_docs=m, k_max=5, response_tokens=mnt, answer_tokens=mnt),
     }
-    dp = dp_mechanisms(
-        token_model,
-        text_model,
-        voters=m,
-        delta=args.delta,
-        token_share=args.token_share,
-        max_new_tokens=mnt,
-    )
+    dp = dp_mechanisms_for(args, token_model, text_model)
     results: dict[str, dict[str, Any]] = {}
     for name, mech in tqdm(baselines.items(), desc="baselines"):
         results[name] = run_mechanism(mech, index, items, args.seed)
