@@ -188,14 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--voters", type=_positive_int, default=40, help="voters / KSA responses")
     demo.add_argument(
         "--token-share",
-        type=_positive_float,
+        type=_share,
         default=1 / 6,
         help="DPSparseVote's epsilon per private token, as a share of --epsilon "
         "(1/share private tokens per answer)",
     )
     demo.add_argument(
         "--tau",
-        type=float,
+        type=_cosine,
         default=0.4,
         help="MuRAG's public relevance threshold (MiniLM cosine; records that answer a "
         "question score about 0.4-0.65 here)",
@@ -217,6 +217,20 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text}")
+    return value
+
+
+def _cosine(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or not -1 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a cosine score in [-1, 1], got {text}")
     return value
 
 

@@ -22,3 +22,22 @@ def test_demo_rejects_bad_options() -> None:
         main(["demo", "--epsilon", "-1"])
     with pytest.raises(SystemExit):
         main(["demo", "--questions", "0"])
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "allowed"),
+    [
+        ("--token-share", "2", "(0, 1]"),
+        ("--token-share", "0", "(0, 1]"),
+        ("--tau", "nan", "[-1, 1]"),
+        ("--tau", "1.5", "[-1, 1]"),
+    ],
+)
+def test_demo_names_the_bad_option_before_any_work(
+    option: str, value: str, allowed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", option, value])
+    captured = capsys.readouterr()
+    assert option in captured.err and allowed in captured.err
+    assert "indexed" not in captured.out  # rejected while parsing, before the corpus
