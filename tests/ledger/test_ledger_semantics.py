@@ -11,6 +11,7 @@ from ledger_support import POSTGRES_DSN, LedgerFactory, needs_postgres, replay
 from dprag_core.accounting.ledger import (
     ChargeResult,
     InMemoryLedger,
+    LedgerOutcomeUnknown,
     LedgerUnavailable,
     PostgresLedger,
     SQLiteLedger,
@@ -187,12 +188,13 @@ def test_postgres_server_lost_mid_session_is_unavailable() -> None:
 
     led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table="t_lost_session")
     try:
-        pid = led._conn().info.backend_pid
+        pid = led._store.conn().info.backend_pid
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        with pytest.raises(LedgerUnavailable):
+        with pytest.raises(LedgerOutcomeUnknown, match="unknown"):
             led.charge("q", ["a"], 0.5)
         assert led.remaining(["a"]) == {"a": 1.0}  # reconnects; nothing was charged
+        assert led.charge("q", ["a"], 0.5).granted  # the retry with the same id charges once
     finally:
         led.drop()
 
