@@ -48,9 +48,11 @@ __all__ = [
     "LedgerOutcomeUnknown",
     "LedgerUnavailable",
     "check_id",
+    "check_table",
+    "from_units",
+    "incomplete",
     "reused_id",
     "same_charge",
-    "from_units",
     "to_units",
 ]
 
@@ -64,6 +66,7 @@ MAX_ID_BYTES = 1024
 """Longest unit or query id, in UTF-8 bytes, that every backend accepts."""
 
 _NOT_BLANK = re.compile(r"\S")
+_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 
 
 class LedgerUnavailable(RuntimeError):
@@ -207,6 +210,29 @@ def same_charge(recorded: Iterable[tuple[str, int]], units: list[str], cost: int
     (True, False)
     """
     return sorted(recorded) == [(u, cost) for u in units]
+
+
+def check_table(table: object) -> str:
+    """A table-name prefix: a lowercase SQL identifier of at most 41 characters.
+
+    >>> check_table("dprag_ledger")
+    'dprag_ledger'
+    """
+    if not isinstance(table, str) or not _TABLE.fullmatch(table):
+        raise ValueError("table must match [a-z_][a-z0-9_]{0,40}")
+    return table
+
+
+def incomplete(absent: list[str]) -> str:
+    """The message for a partly missing schema (never repaired: that would reset budgets).
+
+    >>> incomplete(["t_units"])[:53]
+    'the ledger schema is incomplete (missing: t_units): r'
+    """
+    return (
+        f"the ledger schema is incomplete (missing: {', '.join(absent)}): restore it "
+        "from a backup; recreating it would reset budgets"
+    )
 
 
 class Ledger(ABC):

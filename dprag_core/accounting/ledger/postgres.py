@@ -31,12 +31,17 @@ True
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dprag_core.accounting.ledger.base import Ledger, LedgerUnavailable, reused_id
+from dprag_core.accounting.ledger.base import (
+    Ledger,
+    LedgerUnavailable,
+    check_table,
+    incomplete,
+    reused_id,
+)
 from dprag_core.accounting.ledger.postgres_store import (
     INIT_HINT,
     PostgresStore,
@@ -49,7 +54,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresLedger", "PostgresSchema"]
 
-_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 SCHEMA_VERSION = 2
 
 # The whole charge runs server-side in one statement (one round trip, one
@@ -101,17 +105,6 @@ BEGIN
     RETURN '{{}}';
 END $$
 """
-
-
-def check_table(table: object) -> str:
-    """A table-name prefix: a lowercase SQL identifier of at most 41 characters.
-
-    >>> check_table("dprag_ledger")
-    'dprag_ledger'
-    """
-    if not isinstance(table, str) or not _TABLE.fullmatch(table):
-        raise ValueError("table must match [a-z_][a-z0-9_]{0,40}")
-    return table
 
 
 class PostgresSchema:
@@ -170,9 +163,7 @@ class PostgresSchema:
             return absent, True
         fn = f"{self.names()['charge']}({self.charge_args})"
         has_fn = conn.execute("SELECT to_regprocedure(%s)", (fn,)).fetchone()
-        version = conn.execute(
-            self.sql("SELECT value FROM {meta} WHERE key = 'schema'")
-        ).fetchone()
+        version = conn.execute(self.sql("SELECT value FROM {meta} WHERE key = 'schema'")).fetchone()
         outdated = has_fn in (None, (None,)) or version is None or version[0] < SCHEMA_VERSION
         return absent, outdated
 
@@ -198,7 +189,9 @@ class PostgresSchema:
             for stmt in self.extra:
                 conn.execute(self.sql(stmt))
             conn.execute(self.sql(self.charge_sql, schema[0]))
-            conn.execute(self.sql(f"REVOKE ALL ON FUNCTION {{charge}}({self.charge_args}) FROM PUBLIC"))
+            conn.execute(
+                self.sql(f"REVOKE ALL ON FUNCTION {{charge}}({self.charge_args}) FROM PUBLIC")
+            )
             conn.execute(
                 self.sql(
                     "INSERT INTO {meta}(key, value) VALUES ('schema', %s)"
@@ -233,18 +226,6 @@ class PostgresSchema:
                 state = "absent" if absent else "outdated"
                 raise LedgerUnavailable(f"the PostgreSQL ledger schema is {state}: {INIT_HINT}")
             self.create(conn)
-
-
-def incomplete(absent: list[str]) -> str:
-    """The message for a partly missing schema.
-
-    >>> incomplete(["t_units"])
-    'the PostgreSQL ledger schema is incomplete (missing: t_units): restore it from a backup; recreating it would reset budgets'
-    """
-    return (
-        f"the PostgreSQL ledger schema is incomplete (missing: {', '.join(absent)}): restore it "
-        "from a backup; recreating it would reset budgets"
-    )
 
 
 def ledger_schema(table: str) -> PostgresSchema:

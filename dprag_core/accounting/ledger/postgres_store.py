@@ -26,6 +26,7 @@ idempotent by query id). Messages never contain the DSN.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -53,7 +54,9 @@ def psycopg_module() -> Any:
     try:
         import psycopg
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the PostgreSQL backends need psycopg 3: pip install 'dprag[postgres]'") from exc
+        raise ImportError(
+            "the PostgreSQL backends need psycopg 3: pip install 'dprag[postgres]'"
+        ) from exc
     return psycopg
 
 
@@ -102,7 +105,6 @@ class PostgresTimeouts:
         >>> PostgresTimeouts().libpq()["keepalives"]
         1
         """
-        ms = lambda s: max(1, round(s * 1000))  # noqa: E731 - local shorthand
         dead_peer = self.keepalive_idle + self.keepalive_interval * self.keepalive_count
         return {
             "connect_timeout": max(1, round(self.connect)),
@@ -116,6 +118,15 @@ class PostgresTimeouts:
                 f" -c idle_in_transaction_session_timeout={ms(self.idle_in_transaction)}"
             ),
         }
+
+
+def ms(seconds: float) -> int:
+    """Whole milliseconds (at least 1) for a PostgreSQL setting.
+
+    >>> ms(0.0001), ms(2.5)
+    (1, 2500)
+    """
+    return max(1, round(seconds * 1000))
 
 
 class _Deadline:
@@ -213,7 +224,9 @@ class PostgresStore:
                     " docs/ledgers.md"
                 ) from None
             except (errors.UndefinedTable, errors.UndefinedFunction, errors.UndefinedColumn):
-                raise LedgerUnavailable(f"the PostgreSQL ledger schema is missing: {INIT_HINT}") from None
+                raise LedgerUnavailable(
+                    f"the PostgreSQL ledger schema is missing: {INIT_HINT}"
+                ) from None
             except pg.OperationalError:
                 self.forget(conn)
                 why = "stopped answering" if deadline.fired else "connection was lost"
@@ -222,15 +235,15 @@ class PostgresStore:
                         f"the PostgreSQL ledger {why} during a charge: the outcome is unknown;"
                         " release nothing and retry with the same query id"
                     ) from None
-                raise LedgerUnavailable(f"the PostgreSQL ledger {why}; nothing was charged") from None
+                raise LedgerUnavailable(
+                    f"the PostgreSQL ledger {why}; nothing was charged"
+                ) from None
         raise LedgerUnavailable("the PostgreSQL ledger kept deadlocking; nothing was charged")
 
     def forget(self, conn: psycopg.Connection[Any]) -> None:
         """Drop a broken connection (the next call opens a new one)."""
-        try:
+        with contextlib.suppress(Exception):  # it is broken already
             conn.close()
-        except Exception:  # noqa: BLE001 - it is broken already
-            pass
         self._local.conn = None
 
     def close(self) -> None:
