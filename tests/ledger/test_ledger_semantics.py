@@ -201,3 +201,48 @@ def test_postgres_server_lost_mid_session_is_unavailable() -> None:
 
 def test_in_memory_repr() -> None:
     assert repr(InMemoryLedger(budget_per_unit=1.0)) == "InMemoryLedger(budget_per_unit=1.0)"
+
+
+BAD_IDS = [
+    pytest.param("\ud800", "UTF-8", id="lone-surrogate"),
+    pytest.param("doc\x00tail", "NUL", id="nul"),
+    pytest.param("x" * 120_000, "1024", id="120kB"),
+    pytest.param("é" * 513, "1024", id="1026-utf8-bytes"),
+    pytest.param("   ", "non-empty", id="blank"),
+]
+
+
+@pytest.mark.parametrize(("bad", "word"), BAD_IDS)
+def test_one_id_policy_for_units_and_query_ids(
+    make_ledger: LedgerFactory, bad: str, word: str
+) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    with pytest.raises(ValueError, match=word) as unit_error:
+        led.charge("q1", ["fine", bad], 0.5)
+    assert "units" in str(unit_error.value) and bad not in str(unit_error.value)
+    with pytest.raises(ValueError, match="query_id"):
+        led.charge(bad, ["fine"], 0.5)
+    with pytest.raises(ValueError, match="units"):
+        led.remaining([bad])
+    assert list(led.audit_log()) == [] and led.remaining(["fine"]) == {"fine": 1.0}
+    assert led.charge("q2", ["x" * 1024], 0.5).granted  # the documented maximum works
+
+
+def test_a_retried_query_id_charges_once(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    assert led.charge("q1", ["b", "a"], 0.5).granted
+    assert led.charge("q1", ["a", "b", "a"], 0.5).granted  # a retry: recorded once
+    assert led.remaining(["a", "b"]) == {"a": 0.5, "b": 0.5}
+    assert len(list(led.audit_log())) == 2
+    for units, cost in ((["a"], 0.5), (["a", "b"], 0.25), (["a", "b", "c"], 0.5)):
+        with pytest.raises(ValueError, match="query_id"):
+            led.charge("q1", units, cost)
+    assert led.remaining(["a", "b", "c"]) == {"a": 0.5, "b": 0.5, "c": 1.0}
+
+
+def test_units_that_nul_would_have_merged_stay_apart(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    led.charge("q1", ["doc"], 1.0)
+    with pytest.raises(ValueError, match="NUL"):
+        led.charge("q2", ["doc\x00other"], 1.0)
+    assert led.remaining(["doc"]) == {"doc": 0.0}
