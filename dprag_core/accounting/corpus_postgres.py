@@ -11,7 +11,7 @@ transaction. Every wait is bounded
 mid-charge raises :class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`.
 As for :class:`~dprag_core.accounting.ledger.PostgresLedger`, the owner
 creates the schema once (:meth:`PostgresCorpusAccountant.create_schema` or
-``dprag ledger init --corpus``) and serving roles open it with
+``dprag ledger init --corpus-epsilon ...``) and serving roles open it with
 ``create=False`` holding only ``SELECT`` and ``EXECUTE`` rights.
 
 >>> acc = PostgresCorpusAccountant(
