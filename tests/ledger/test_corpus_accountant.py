@@ -193,3 +193,17 @@ def test_in_memory_backend_is_the_named_exception() -> None:
 def test_reprs_hold_no_dsn(tmp_path: Path) -> None:
     acc = SQLiteCorpusAccountant(tmp_path / "b.db", total=Budget(1.0))
     assert repr(acc).startswith("SQLiteCorpusAccountant(path=")
+
+
+def test_a_writer_queue_held_too_long_is_a_bounded_refusal(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "b.db"
+    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), busy_timeout=0.3)
+    with open(f"{path}-lock", "w") as holder:  # another writer holds the queue
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(LedgerUnavailable, match="busy_timeout"):
+            acc.charge(Budget(0.5), query_id="q1")
+    assert acc.queries == 0
+    acc.charge(Budget(0.5), query_id="q1")  # the queue is free again
+    assert stat.S_IMODE(os.stat(f"{path}-lock").st_mode) == 0o600

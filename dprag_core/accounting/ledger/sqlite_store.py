@@ -10,9 +10,9 @@ Used by :class:`~dprag_core.accounting.ledger.SQLiteLedger` and
   raises :class:`~dprag_core.accounting.ledger.LedgerUnavailable`.
 * A write is one ``BEGIN IMMEDIATE`` transaction. Writers of this file first
   queue on an exclusive ``flock`` of a sidecar ``-lock`` file (0600), which
-  the kernel hands over as soon as it is released: SQLite's own busy handler
-  sleeps in growing steps and lets a waiting writer starve under contention.
-  Both waits are bounded by ``busy_timeout``.
+  the kernel hands to a blocked waiter as soon as it is released: SQLite's own
+  busy handler sleeps in growing steps and lets a waiting writer starve under
+  contention. Both waits are bounded by ``busy_timeout``.
 * WAL with ``synchronous=FULL``: a committed write survives a crash or power loss.
 
 Each thread (and each process, after a fork) opens its own connection.
@@ -32,7 +32,6 @@ import errno
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,6 +78,38 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def _flock_within(fd: int, timeout: float) -> bool:
+    """Take an exclusive flock on ``fd`` within ``timeout`` seconds; False if not.
+
+    A blocked ``flock`` is woken by the kernel the moment the holder releases
+    (no polling, so no waiter starves behind a writer that re-locks at once).
+    The blocking call runs in a helper thread so that the wait is bounded; a
+    helper that gets the lock after its caller gave up closes ``fd``, which
+    releases it. On False the caller no longer owns ``fd``.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    got, guard, gave_up = threading.Event(), threading.Lock(), [False]
+
+    def take() -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with guard:
+            if gave_up[0]:
+                os.close(fd)
+            else:
+                got.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    if got.wait(timeout):
+        return True
+    with guard:
+        gave_up[0] = not got.is_set()
+        return got.is_set()
+
+
 class SQLiteStore:
     """A SQLite file opened per thread, read-only when this process cannot write it.
 
@@ -105,7 +136,6 @@ class SQLiteStore:
             return conn
         if conn is not None:
             _INHERITED.append(conn)
-            _INHERITED.append(getattr(local, "lock_fd", None))
         try:
             if self.read_only:
                 uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
@@ -117,46 +147,28 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         except sqlite3.Error as exc:
             raise unavailable(exc) from None
-        local.conn, local.pid, local.lock_fd = conn, os.getpid(), None
+        local.conn, local.pid = conn, os.getpid()
         return conn
-
-    def _writer_lock_fd(self) -> int | None:
-        if fcntl is None:  # pragma: no cover - depends on the platform
-            return None
-        fd: int | None = getattr(self._local, "lock_fd", None)
-        if fd is None:
-            lock_path = self.path.with_name(self.path.name + "-lock")
-            try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-            except OSError:
-                return None  # e.g. a read-only directory: SQLite's busy handler still queues
-            self._local.lock_fd = fd
-        return fd
 
     @contextlib.contextmanager
     def _writer_turn(self) -> Iterator[None]:
-        """Hold the sidecar flock (FIFO-ish, no polling) for one write transaction."""
-        fd = self._writer_lock_fd()
-        if fd is None:
+        """Hold the sidecar flock for one write transaction (bounded by ``busy_timeout``)."""
+        if fcntl is None:  # pragma: no cover - depends on the platform
             yield
             return
-        deadline = time.monotonic() + self.timeout
-        delay = 0.0002
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LedgerUnavailable(
-                        "the SQLite ledger stayed locked longer than busy_timeout"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 1.5, 0.002)
+        try:
+            fd = os.open(
+                self.path.with_name(self.path.name + "-lock"), os.O_RDWR | os.O_CREAT, FILE_MODE
+            )
+        except OSError:  # e.g. a read-only directory: SQLite's busy handler still queues
+            yield
+            return
+        if not _flock_within(fd, self.timeout):
+            raise LedgerUnavailable("the SQLite ledger stayed locked longer than busy_timeout")
         try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)  # closing the descriptor releases its flock
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -203,6 +215,4 @@ class SQLiteStore:
         conn = getattr(local, "conn", None)
         if conn is not None and local.pid == os.getpid():
             conn.close()
-            if local.lock_fd is not None:
-                os.close(local.lock_fd)
-        local.conn, local.lock_fd = None, None
+        local.conn = None
