@@ -134,7 +134,9 @@ def release_forever(kind: str, target: str, what: str, worker: int, markers: str
     rng = np.random.default_rng(worker)
     fd = os.open(markers, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     store: Any = (
-        open_ledger(kind, target) if what == "ledger" else open_corpus(kind, target, Budget(1e5, 0.5))
+        open_ledger(kind, target)
+        if what == "ledger"
+        else open_corpus(kind, target, Budget(1e5, 0.5))
     )
     i = 0
     while True:

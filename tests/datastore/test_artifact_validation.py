@@ -116,7 +116,7 @@ def test_a_member_that_is_not_npy_is_refused(tmp_path: Path) -> None:
     with zipfile.ZipFile(path, "w") as zf:
         for name in ("format", "num_classes", "epsilon", "delta", "hyperplanes", "dense"):
             zf.writestr(f"{name}.npy", b"not an array")
-    with pytest.raises(ValueError, match="not a .npy array"):
+    with pytest.raises(ValueError, match=r"not a \.npy array"):
         DPSimHashDatastore.load(path)
 
 
