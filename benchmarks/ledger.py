@@ -12,6 +12,8 @@ Measured side by side in one run:
    fits a quarter of them; overspend must be 0 and exactly the budget granted.
 3. ``--kills`` kill -9 of a worker mid-query (ledger and corpus budget): every
    released answer must have its charge recorded.
+4. PostgreSQL: how long a charge waits behind a row that an idle transaction
+   holds, with the default timeouts (it raises ``LedgerUnavailable``).
 
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
 
@@ -37,7 +39,14 @@ import numpy as np
 
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
-from dprag_core.accounting.ledger import Ledger, PostgresLedger, SQLiteLedger, sqlite_store
+from dprag_core.accounting.ledger import (
+    Ledger,
+    LedgerUnavailable,
+    PostgresLedger,
+    PostgresTimeouts,
+    SQLiteLedger,
+    sqlite_store,
+)
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,6 +188,25 @@ def kill_nine(kind: str, target: str, what: str, kills: int, tmp: str) -> tuple[
         return len(released), acc.queries - before_q
 
 
+def lock_wait(dsn: str, table: str) -> tuple[float, str]:
+    """Seconds until a charge behind a row held by an idle transaction gives up (defaults)."""
+    import psycopg
+
+    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table)
+    led.charge("first", ["held"], 0.1)
+    with psycopg.connect(dsn) as holder:
+        holder.execute(f"SELECT 1 FROM {table}_units FOR UPDATE")  # and then idle
+        t0 = time.perf_counter()
+        try:
+            led.charge("blocked", ["held"], 0.1)
+            outcome = "charged"
+        except LedgerUnavailable as exc:
+            outcome = type(exc).__name__
+        waited = time.perf_counter() - t0
+    led.close()
+    return waited, outcome
+
+
 def postgres_dsn() -> str:
     dsn = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
     if dsn:
@@ -251,6 +279,13 @@ def main() -> None:
                 f"{kind:<10} {what:<7} {released} answers released, "
                 f"{uncharged} without a recorded charge"
             )
+    if dsn:
+        waited, outcome = lock_wait(dsn, target("postgres").rsplit("|", 1)[1])
+        print(
+            f"\n4. postgres: a charge behind a row held by an idle transaction gave up after "
+            f"{waited:.1f} s ({outcome}; lock_timeout {PostgresTimeouts().lock:g} s; "
+            "nothing charged)"
+        )
     if tables:
         drop_tables(dsn, tables)
 
