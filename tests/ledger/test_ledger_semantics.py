@@ -246,3 +246,14 @@ def test_units_that_nul_would_have_merged_stay_apart(make_ledger: LedgerFactory)
     with pytest.raises(ValueError, match="NUL"):
         led.charge("q2", ["doc\x00other"], 1.0)
     assert led.remaining(["doc"]) == {"doc": 0.0}
+
+
+def test_a_partly_missing_sqlite_ledger_is_not_recreated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "l.db"
+    SQLiteLedger(path, budget_per_unit=1.0).charge("q1", ["a"], 1.0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE units")  # recreating it would give "a" a full budget again
+    with pytest.raises(LedgerUnavailable, match="incomplete"):
+        SQLiteLedger(path, budget_per_unit=1.0)

@@ -31,7 +31,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dprag_core.accounting.ledger.base import Ledger, LedgerUnavailable, reused_id, same_charge
+from dprag_core.accounting.ledger.base import (
+    Ledger,
+    LedgerUnavailable,
+    incomplete,
+    reused_id,
+    same_charge,
+)
 from dprag_core.accounting.ledger.sqlite_store import SQLiteStore
 
 __all__ = ["SQLiteLedger"]
@@ -49,7 +55,8 @@ _SCHEMA = (
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
 )
-_NAMES = ("meta", "units", "audit", "audit_query", "audit_no_update", "audit_no_delete")
+_TABLES = ("meta", "units", "audit")
+_NAMES = (*_TABLES, "audit_query", "audit_no_update", "audit_no_delete")
 
 
 class SQLiteLedger(Ledger):
@@ -80,11 +87,12 @@ class SQLiteLedger(Ledger):
         return self._store.path
 
     def _init_schema(self) -> None:
-        if self._store.missing(_NAMES):
-            if self._store.read_only:
-                raise LedgerUnavailable(
-                    "the read-only SQLite file holds no complete ledger (open it writable once)"
-                )
+        absent = self._store.missing(_TABLES)
+        if absent and len(absent) < len(_TABLES):
+            raise LedgerUnavailable(incomplete(absent))
+        if self._store.read_only and absent:
+            raise LedgerUnavailable("the read-only SQLite file holds no ledger")
+        if not self._store.read_only and self._store.missing(_NAMES):  # new, or an older file
             with self._store.write() as conn:
                 for stmt in _SCHEMA:
                     conn.execute(stmt)
