@@ -224,3 +224,42 @@ def test_a_role_without_grants_gets_a_clear_error(table: str, runtime_role: str)
     PostgresLedger.create_schema(POSTGRES_DSN, budget_per_unit=1.0, table=table)
     with pytest.raises(LedgerUnavailable, match=r"lacks a right.*docs/ledgers\.md"):
         PostgresLedger(_dsn(user=runtime_role), budget_per_unit=1.0, table=table, create=False)
+
+
+def _killed_while_blocked(table: str, *, check_client: bool) -> int:
+    """Kill -9 a client whose charge waits for a lock; rows it committed after its death."""
+    import multiprocessing as mp
+    import signal
+
+    import psycopg
+
+    slow = PostgresTimeouts(statement=60, lock=30)  # neither fires during this test
+
+    def client() -> None:
+        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, timeouts=slow)
+        if not check_client:  # the control: what a plain connection does
+            led._store.conn().execute("SET client_connection_check_interval = 0")
+        led.charge("killed", ["held"], 0.1)
+
+    with psycopg.connect(POSTGRES_DSN) as holder:
+        holder.execute(f"SELECT 1 FROM {table}_units FOR UPDATE")
+        proc = mp.get_context("fork").Process(target=client)
+        proc.start()
+        time.sleep(1.0)  # the charge is now waiting for the row
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        time.sleep(2.5)  # longer than client_connection_check_interval (1 s)
+        holder.rollback()  # the row is free: a surviving charge would commit now
+    time.sleep(0.5)
+    with psycopg.connect(POSTGRES_DSN) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}_audit WHERE query_id = 'killed'")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_killed_clients_blocked_charge_does_not_commit_later(table: str) -> None:
+    led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table)
+    led.charge("q0", ["held"], 0.1)
+    assert _killed_while_blocked(table, check_client=True) == 0
+    # the positive control: without the client check the dead client's charge commits
+    assert _killed_while_blocked(table, check_client=False) == 1
