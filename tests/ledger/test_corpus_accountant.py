@@ -207,3 +207,38 @@ def test_a_writer_queue_held_too_long_is_a_bounded_refusal(tmp_path: Path) -> No
     assert acc.queries == 0
     acc.charge(Budget(0.5), query_id="q1")  # the queue is free again
     assert stat.S_IMODE(os.stat(f"{path}-lock").st_mode) == 0o600
+
+
+def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path) -> None:
+    from dprag_core import PrivateRAG, ScoredDocument
+    from dprag_core.algorithms.base import Mechanism
+    from dprag_core.budget import DPAnswer
+
+    class Fixed(Mechanism):
+        name = "Fixed"
+
+        def candidates_needed(self) -> int:
+            return 1
+
+        def query_cost(self) -> Budget:
+            return Budget(1.5, 1e-7)
+
+        def answer(self, question: str, docs: object, *, rng: object = None) -> DPAnswer:
+            return DPAnswer("ok", self.query_cost(), self.name)
+
+    retrieved: list[str] = []
+
+    def retriever(question: str, k: int) -> list[ScoredDocument]:
+        retrieved.append(question)
+        return [ScoredDocument(id="d", text="private", score=0.5)]
+
+    path = tmp_path / "budget.db"
+    total = Budget(3.0, 1e-6)
+    worker_a = PrivateRAG(Fixed(), retriever, accountant=SQLiteCorpusAccountant(path, total=total))
+    worker_b = PrivateRAG(Fixed(), retriever, accountant=SQLiteCorpusAccountant(path, total=total))
+    worker_a.answer("q1")
+    worker_b.answer("q2")  # another process (or after a restart) sees the same budget
+    with pytest.raises(PrivacyBudgetExhausted):
+        worker_a.answer("q3")
+    assert retrieved == ["q1", "q2"]  # the refused query retrieved nothing
+    assert SQLiteCorpusAccountant(path, total=total).queries == 2
