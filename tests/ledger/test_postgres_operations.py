@@ -263,3 +263,11 @@ def test_a_killed_clients_blocked_charge_does_not_commit_later(table: str) -> No
     assert _killed_while_blocked(table, check_client=True) == 0
     # the positive control: without the client check the dead client's charge commits
     assert _killed_while_blocked(table, check_client=False) == 1
+
+
+def test_the_dsns_own_options_are_kept(table: str) -> None:
+    dsn = _dsn(options="-c application_name=dprag_serving")
+    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table, timeouts=FAST)
+    conn = led._store.conn()
+    assert conn.execute("SHOW application_name").fetchone() == ("dprag_serving",)
+    assert conn.execute("SHOW lock_timeout").fetchone() == ("500ms",)

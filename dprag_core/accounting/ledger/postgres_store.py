@@ -186,7 +186,11 @@ class PostgresStore:
             return conn
         pg = psycopg_module()
         try:
-            conn = pg.connect(self.__dsn, autocommit=True, **self.timeouts.libpq())
+            params = self.timeouts.libpq()
+            own = pg.conninfo.conninfo_to_dict(self.__dsn).get("options")
+            if own:  # the DSN's own options stay; the bounds are added after them
+                params["options"] = f"{own} {params['options']}"
+            conn = pg.connect(self.__dsn, autocommit=True, **params)
             if conn.info.server_version >= 140000:
                 conn.execute("SET client_connection_check_interval = 1000")
         except pg.Error:
