@@ -1,13 +1,25 @@
-"""Ledger latency: median and p99 time to charge 100 units in one query.
+"""Ledgers and corpus budgets under load and kill -9: latency, overspend, uncharged releases.
 
-Measured side by side in one run, for SQLite (the default; WAL, synchronous=FULL)
-and PostgreSQL, with 1 process and with 8 concurrent processes charging
-overlapping units (every charge granted, so each one commits and is durable).
+Measured side by side in one run:
 
-    .venv/bin/python benchmarks/ledger.py [--charges 300] [--units 100] [--procs 8]
+1. Per-unit ledger charge latency (median, p99, worst; slowest open) for
+   SQLite (the default; WAL, synchronous=FULL, writers queued on a sidecar
+   flock), SQLite with SQLite's busy handler alone (the previous behaviour,
+   for the ratio) and PostgreSQL, with 1 process and with ``--procs``
+   processes x ``--charges`` charges of ``--units`` overlapping units each.
+2. The durable corpus budget (SQLiteCorpusAccountant, PostgresCorpusAccountant):
+   ``--procs`` processes x ``--charges`` charges racing for one budget that
+   fits a quarter of them; overspend must be 0 and exactly the budget granted.
+3. ``--kills`` kill -9 of a worker mid-query (ledger and corpus budget): every
+   released answer must have its charge recorded.
+4. PostgreSQL: how long a charge waits behind a row that an idle transaction
+   holds, with the default timeouts (it raises ``LedgerUnavailable``).
+
+    .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
-scripts/postgres_for_tests.sh; ``--no-postgres`` skips it.
+scripts/postgres_for_tests.sh; ``--no-postgres`` skips it. ``--quick`` runs a
+small configuration (tests).
 """
 
 from __future__ import annotations
@@ -15,35 +27,58 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import signal
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from dprag_core.accounting.ledger import Ledger, PostgresLedger, SQLiteLedger
+from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
+from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
+from dprag_core.accounting.ledger import (
+    Ledger,
+    LedgerUnavailable,
+    PostgresLedger,
+    PostgresTimeouts,
+    SQLiteLedger,
+    sqlite_store,
+)
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL = 20_000  # units to draw from: queries overlap, as real questions do
+COST = Budget(0.01, 1e-9)
 
 
 def open_ledger(kind: str, target: str) -> Ledger:
-    if kind == "sqlite":
-        return SQLiteLedger(target, budget_per_unit=1e5)
-    dsn, table = target.rsplit("|", 1)
-    return PostgresLedger(dsn, budget_per_unit=1e5, table=table)
+    if kind == "postgres":
+        dsn, table = target.rsplit("|", 1)
+        return PostgresLedger(dsn, budget_per_unit=1e5, table=table)
+    if kind == "sqlite-busy-handler":
+        sqlite_store.fcntl = None  # type: ignore[assignment]  # SQLite's busy handler alone
+    return SQLiteLedger(target, budget_per_unit=1e5)
 
 
-def worker(
-    kind: str, target: str, seed: int, charges: int, units: int, barrier: object
-) -> list[float]:
+def open_corpus(kind: str, target: str, total: Budget) -> DurableCorpusAccountant:
+    if kind == "postgres":
+        dsn, table = target.rsplit("|", 1)
+        return PostgresCorpusAccountant(dsn, total=total, table=table)
+    return SQLiteCorpusAccountant(target, total=total)
+
+
+def latency_worker(
+    kind: str, target: str, seed: int, charges: int, units: int, barrier: Any
+) -> tuple[list[float], float]:
     gen = np.random.default_rng(seed)
+    barrier.wait()  # every process opens at once: opening is timed too
+    t0 = time.perf_counter()
     with open_ledger(kind, target) as led:
-        led.remaining(["warm-up"])  # connect before timing
-        if barrier is not None:
-            barrier.wait()  # type: ignore[attr-defined]
+        led.remaining(["warm-up"])
+        opened = time.perf_counter() - t0
         times = []
         for i in range(charges):
             batch = [f"u{j}" for j in gen.choice(POOL, size=units, replace=False)]
@@ -51,32 +86,125 @@ def worker(
             granted = led.charge(f"s{seed}-q{i}", batch, 0.001).granted
             times.append(time.perf_counter() - t0)
             assert granted
-    return times
+    return times, opened
 
 
-def run(kind: str, target: str, procs: int, charges: int, units: int) -> tuple[float, float, float]:
+def in_processes(procs: int, target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``target(*args[i])`` in ``procs`` forked processes; their results in order."""
+    ctx = mp.get_context("fork")
+    with ctx.Pool(procs) as pool:
+        return pool.starmap(target, args)
+
+
+def latency(kind: str, target: str, procs: int, charges: int, units: int) -> dict[str, float]:
     open_ledger(kind, target).close()  # schema
     t0 = time.perf_counter()
-    if procs == 1:
-        times = worker(kind, target, 0, charges, units, None)
-    else:
-        ctx = mp.get_context("fork")
-        barrier = ctx.Barrier(procs)
-        queue = ctx.Queue()
-        per = max(1, charges // procs)
-
-        def child(seed: int) -> None:
-            queue.put(worker(kind, target, seed, per, units, barrier))
-
-        children = [ctx.Process(target=child, args=(s,)) for s in range(1, procs + 1)]
-        for c in children:
-            c.start()
-        times = [t for _ in children for t in queue.get()]
-        for c in children:
-            c.join()
+    barrier = mp.get_context("fork").Manager().Barrier(procs)  # workers are always children:
+    args = [(kind, target, s, charges, units, barrier) for s in range(1, procs + 1)]
+    results = in_processes(procs, latency_worker, args)  # the busy-handler switch stays there
     wall = time.perf_counter() - t0
-    ms = np.array(times) * 1e3
-    return float(np.median(ms)), float(np.percentile(ms, 99)), len(ms) / wall
+    ms = np.array([t for times, _ in results for t in times]) * 1e3
+    return {
+        "median": float(np.median(ms)),
+        "p99": float(np.percentile(ms, 99)),
+        "worst": float(ms.max()),
+        "open": max(o for _, o in results) * 1e3,
+        "rate": len(ms) / wall,
+    }
+
+
+def corpus_worker(kind: str, target: str, total: Budget, worker: int, charges: int) -> list[str]:
+    granted = []
+    with open_corpus(kind, target, total) as acc:
+        for i in range(charges):
+            qid = f"w{worker}-q{i}"
+            try:
+                acc.charge(COST, query_id=qid)
+            except PrivacyBudgetExhausted:
+                continue
+            granted.append(qid)
+    return granted
+
+
+def corpus_race(kind: str, target: str, procs: int, charges: int) -> tuple[int, int, float]:
+    """(charges that fit, charges granted, epsilon overspend) for a racing corpus budget."""
+    fit = procs * charges // 4
+    total = Budget(COST.epsilon * fit, COST.delta * fit)
+    open_corpus(kind, target, total).close()
+    args = [(kind, target, total, w, charges) for w in range(procs)]
+    granted = [q for qs in in_processes(procs, corpus_worker, args) for q in qs]
+    with open_corpus(kind, target, total) as acc:
+        assert acc.queries == len(granted) == len(set(granted))
+        return fit, len(granted), max(acc.spent_epsilon - total.epsilon, 0.0)
+
+
+def release_forever(kind: str, target: str, what: str, worker: int, markers: str) -> None:
+    """Charge, 'answer', append a released marker; until killed."""
+    rng = np.random.default_rng(worker)
+    fd = os.open(markers, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    store: Any = (
+        open_ledger(kind, target)
+        if what == "ledger"
+        else open_corpus(kind, target, Budget(1e5, 0.5))
+    )
+    i = 0
+    while True:
+        qid = f"k{worker}-q{i}"
+        i += 1
+        if what == "ledger":
+            store.charge(qid, [f"u{j}" for j in rng.choice(POOL, size=5, replace=False)], 0.001)
+        else:
+            store.charge(COST, query_id=qid)
+        time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
+        os.write(fd, f"{qid}\n".encode())
+
+
+def kill_nine(kind: str, target: str, what: str, kills: int, tmp: str) -> tuple[int, int]:
+    """(answers released, released without a recorded charge) over ``kills`` kill -9s."""
+    markers = Path(tmp) / f"released-{uuid.uuid4().hex}.txt"
+    markers.touch()
+    rng = np.random.default_rng(0)
+    ctx = mp.get_context("fork")
+    for k in range(kills):
+        before = markers.stat().st_size
+        proc = ctx.Process(target=release_forever, args=(kind, target, what, k, str(markers)))
+        proc.start()
+        deadline = time.monotonic() + 60
+        while markers.stat().st_size == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(float(rng.uniform(0, 0.03)))  # then kill it somewhere mid-query
+        assert proc.pid is not None
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+    released = [line for line in markers.read_text().split("\n") if line.startswith("k")]
+    if what == "ledger":
+        with open_ledger(kind, target) as led:
+            charged = {e.query_id for e in led.audit_log()}
+        return len(released), sum(q not in charged for q in released)
+    with open_corpus(kind, target, Budget(1e5, 0.5)) as acc:
+        before_q = acc.queries
+        for q in released:  # a recorded id records nothing new
+            acc.charge(COST, query_id=q)
+        return len(released), acc.queries - before_q
+
+
+def lock_wait(dsn: str, table: str) -> tuple[float, str]:
+    """Seconds until a charge behind a row held by an idle transaction gives up (defaults)."""
+    import psycopg
+
+    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table)
+    led.charge("first", ["held"], 0.1)
+    with psycopg.connect(dsn) as holder:
+        holder.execute(f"SELECT 1 FROM {table}_units FOR UPDATE")  # and then idle
+        t0 = time.perf_counter()
+        try:
+            led.charge("blocked", ["held"], 0.1)
+            outcome = "charged"
+        except LedgerUnavailable as exc:
+            outcome = type(exc).__name__
+        waited = time.perf_counter() - t0
+    led.close()
+    return waited, outcome
 
 
 def postgres_dsn() -> str:
@@ -94,44 +222,84 @@ def postgres_dsn() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--charges", type=int, default=300, help="charges per configuration")
-    parser.add_argument("--units", type=int, default=100, help="units per charge")
+    parser.add_argument("--charges", type=int, default=500, help="charges per process")
+    parser.add_argument("--units", type=int, default=100, help="units per ledger charge")
     parser.add_argument("--procs", type=int, default=8, help="concurrent processes")
+    parser.add_argument("--kills", type=int, default=20, help="kill -9 per store")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="small sizes (tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.charges, args.units, args.procs, args.kills = 20, 10, 3, 2
 
-    backends: list[tuple[str, str]] = []
     tmp = tempfile.mkdtemp()
-    backends.append(("sqlite", os.path.join(tmp, "bench.db")))
+    kinds = ["sqlite", "sqlite-busy-handler"]
     tables: list[str] = []
+    dsn = ""
     if not args.no_postgres:
         dsn = postgres_dsn()
-        backends.append(("postgres", ""))
-    print(f"charge of {args.units} units per query, {args.charges} charges per configuration")
-    print(f"{'backend':<10}{'procs':>6}{'median ms':>12}{'p99 ms':>10}{'charges/s':>12}")
+        kinds.append("postgres")
+
+    def target(kind: str) -> str:
+        if kind == "postgres":
+            tables.append(f"bench_{uuid.uuid4().hex[:12]}")
+            return f"{dsn}|{tables[-1]}"
+        return os.path.join(tmp, f"{uuid.uuid4().hex}.db")
+
+    print(f"1. per-unit ledger: {args.units} units per charge, {args.charges} charges per process")
+    head = f"{'backend':<21}{'procs':>6}{'median ms':>11}{'p99 ms':>9}{'worst ms':>10}"
+    print(f"{head}{'open ms':>9}{'charges/s':>11}")
     rows = {}
-    for kind, target in backends:
+    for kind in kinds:
         for procs in (1, args.procs):
-            if kind == "postgres":
-                table = f"bench_{uuid.uuid4().hex[:12]}"
-                tables.append(table)
-                target = f"{dsn}|{table}"
-            else:
-                target = os.path.join(tmp, f"bench-{procs}.db")
-            med, p99, rate = run(kind, target, procs, args.charges, args.units)
-            rows[(kind, procs)] = (med, p99, rate)
-            print(f"{kind:<10}{procs:>6}{med:>12.2f}{p99:>10.2f}{rate:>12.0f}")
-    for kind, _ in backends:
-        one, many = rows[(kind, 1)], rows[(kind, args.procs)]
+            r = latency(kind, target(kind), procs, args.charges, args.units)
+            rows[(kind, procs)] = r
+            print(
+                f"{kind:<21}{procs:>6}{r['median']:>11.2f}{r['p99']:>9.2f}{r['worst']:>10.1f}"
+                f"{r['open']:>9.1f}{r['rate']:>11.0f}"
+            )
+    q, b = rows[("sqlite", args.procs)], rows[("sqlite-busy-handler", args.procs)]
+    print(
+        f"sqlite at {args.procs} processes, queued writers vs busy handler alone: "
+        f"p99 x{q['p99'] / b['p99']:.2f}, worst x{q['worst'] / b['worst']:.2f}; "
+        f"target p99 <= 50 ms: {'met' if q['p99'] <= 50 else 'MISSED'}, "
+        f"worst <= 500 ms: {'met' if q['worst'] <= 500 else 'MISSED'}"
+    )
+
+    print(f"\n2. corpus budget: {args.procs} processes x {args.charges} charges on one budget")
+    for kind in (k for k in kinds if k != "sqlite-busy-handler"):
+        fit, granted, over = corpus_race(kind, target(kind), args.procs, args.charges)
+        print(f"{kind:<10} {granted} granted of {fit} that fit: overspend {over:g}")
+
+    print(f"\n3. kill -9 mid-query, {args.kills} times per store")
+    for kind in (k for k in kinds if k != "sqlite-busy-handler"):
+        for what in ("ledger", "corpus"):
+            released, uncharged = kill_nine(kind, target(kind), what, args.kills, tmp)
+            print(
+                f"{kind:<10} {what:<7} {released} answers released, "
+                f"{uncharged} without a recorded charge"
+            )
+    if dsn:
+        waited, outcome = lock_wait(dsn, target("postgres").rsplit("|", 1)[1])
         print(
-            f"{kind}: {args.procs} processes vs 1 — median x{many[0] / one[0]:.2f}, "
-            f"throughput x{many[2] / one[2]:.2f}"
+            f"\n4. postgres: a charge behind a row held by an idle transaction gave up after "
+            f"{waited:.1f} s ({outcome}; lock_timeout {PostgresTimeouts().lock:g} s; "
+            "nothing charged)"
         )
-    if ("postgres", 1) in rows:
-        s, p = rows[("sqlite", 1)], rows[("postgres", 1)]
-        print(f"postgres/sqlite median ratio (1 process): {p[0] / s[0]:.2f}")
-    for table in tables:
-        PostgresLedger(dsn, budget_per_unit=1e5, table=table).drop()
+    if tables:
+        drop_tables(dsn, tables)
+
+
+def drop_tables(dsn: str, tables: list[str]) -> None:
+    """Drop the benchmark's PostgreSQL tables and functions, whichever kind they were."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in tables:
+            for suffix in ("audit", "units", "meta", "budget", "charges"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix} CASCADE")
+            for fn in ("append_only", "charge"):
+                conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Imports only numpy and dp_accounting; the transformers backend
 """
 
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
+from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.pipeline import PrivateRAG
@@ -22,6 +23,7 @@ __all__ = [
     "Mechanism",
     "PrivacyBudgetExhausted",
     "PrivateRAG",
+    "SQLiteCorpusAccountant",
     "ScoredDocument",
 ]
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.ledger_cli import add_ledger_command
 
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
@@ -201,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "question score about 0.4-0.65 here)",
     )
     demo.set_defaults(func=_demo)
+    add_ledger_command(sub)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -10,6 +10,7 @@ ledger inside ``answer`` before they release anything.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -23,11 +24,18 @@ from dprag_core.retrieval.units import top_units
 __all__ = ["PrivateRAG", "charge_query", "check_question", "retrieve_for"]
 
 
-def charge_query(mechanism: Mechanism, accountant: CorpusAccountant | None) -> None:
-    """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first."""
+def charge_query(
+    mechanism: Mechanism, accountant: CorpusAccountant | None, *, query_id: str | None = None
+) -> None:
+    """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first.
+
+    ``query_id`` names this query's charge (a durable accountant records it
+    once, so a retry with the same id after an unknown outcome is safe);
+    ``None`` gives a fresh id.
+    """
     cost = mechanism.query_cost()
     if accountant is not None and cost is not None:
-        accountant.charge(cost)
+        accountant.charge(cost, query_id=uuid.uuid4().hex if query_id is None else query_id)
 
 
 def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:

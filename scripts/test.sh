@@ -10,6 +10,8 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # PostgreSQL ledger tests run against a throwaway loopback server (installed when missing).
 if [[ -z "${DPRAG_TEST_POSTGRES_DSN:-}" ]]; then
   eval "$(scripts/postgres_for_tests.sh)"
+  # the server is ours alone: the least-privilege tests may create and drop a login role
+  export DPRAG_TEST_POSTGRES_ROLES=1
   trap 'scripts/postgres_for_tests.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"

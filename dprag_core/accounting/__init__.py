@@ -21,6 +21,8 @@ from dprag_core.accounting.composition import (
     rdp_composition,
     sequential_composition,
 )
+from dprag_core.accounting.corpus_postgres import PostgresCorpusAccountant
+from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
 from dprag_core.accounting.rdp import (
     DEFAULT_ORDERS,
     approximate_rdp_to_dp,
@@ -38,6 +40,8 @@ __all__ = [
     "CompositionCount",
     "CorpusAccountant",
     "InMemoryCorpusAccountant",
+    "PostgresCorpusAccountant",
+    "SQLiteCorpusAccountant",
     "advanced_composition",
     "approximate_rdp_to_dp",
     "bounded_range_rdp",

@@ -329,13 +329,14 @@ class MuRAGAda(_Individual):
         found: list[str] = []
 
         def counts() -> Iterator[int]:
-            for units in per_bin:  # charged only when the walk reaches the bin
-                charged = charge_active(self.ledger, query_id, units, self.epsilon_threshold)
+            for i, units in enumerate(per_bin):  # charged only when the walk reaches the bin
+                step_id = f"{query_id}/bin{i}"  # one ledger id per charge (retries are no-ops)
+                charged = charge_active(self.ledger, step_id, units, self.epsilon_threshold)
                 found.extend(charged)
                 yield len(charged)
 
         visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
-        usable = set(charge_active(self.ledger, query_id, found, self.epsilon_rag))
+        usable = set(charge_active(self.ledger, f"{query_id}/rag", found, self.epsilon_rag))
         top_k = _top_k_padded([d for d in relevant if d.unit in usable], self.k)
         return top_k, {"bins_visited": visited, "threshold": self.edges[visited]}
 

@@ -55,13 +55,14 @@ import numpy.typing as npt
 
 from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.budget import Budget
+from dprag_core.datastore.artifact import DEFAULT_MAX_BYTES, FORMAT, read_artifact
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.noise import discrete_laplace
 
 __all__ = ["MAX_DENSE_CELLS", "DPSimHashDatastore", "SimHashIndex"]
 
 MAX_DENSE_CELLS = 1 << 27
-_FORMAT = "dprag-simhash-v1"
+_FORMAT = FORMAT
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -314,27 +315,39 @@ class DPSimHashDatastore:
             np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
 
     @classmethod
-    def load(cls, path: str | Path) -> DPSimHashDatastore:
-        """Load an artifact written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as data:
-            if str(data["format"]) != _FORMAT:
-                raise ValueError(f"path is not a {_FORMAT} artifact")
-            index = SimHashIndex(np.asarray(data["hyperplanes"], dtype=np.float32))
-            num_classes = int(data["num_classes"])
+    def load(cls, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> DPSimHashDatastore:
+        """Load an artifact written by :meth:`save`, validating it before allocating.
+
+        Member names, dtypes, shapes and the decompressed size (at most
+        ``max_bytes``, default 1 GiB) are checked from the headers first, then
+        the values (``ValueError`` naming ``path``; see
+        :mod:`~dprag_core.datastore.artifact`). The guarantee it reports is
+        the (ε, δ) **recorded in the file: a claim of whoever wrote it**, not
+        something loading can verify.
+
+        >>> DPSimHashDatastore.load("missing.npz", max_bytes=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_bytes must be an integer >= 1, got 0
+        """
+        limit = positive_int("max_bytes", max_bytes)
+        data = read_artifact(path, max_bytes=limit)
+        index = SimHashIndex(data["hyperplanes"])
+        num_classes = int(data["num_classes"])
+        try:
             guarantee = Budget(float(data["epsilon"]), float(data["delta"]))
-            if "dense" in data:
-                return cls(
-                    index,
-                    num_classes=num_classes,
-                    guarantee=guarantee,
-                    dense=np.asarray(data["dense"], dtype=np.int64),
-                )
-            sparse: dict[int, dict[int, IntArray]] = {t: {} for t in range(index.tables)}
-            for t, b, row in zip(
-                data["sparse_table"], data["sparse_bucket"], data["sparse_votes"], strict=True
-            ):
-                sparse[int(t)][int(b)] = np.asarray(row, dtype=np.int64)
-            return cls(index, num_classes=num_classes, guarantee=guarantee, sparse=sparse)
+        except ValueError:
+            raise ValueError(
+                f"path is not a valid {_FORMAT} artifact: bad epsilon or delta"
+            ) from None
+        if "dense" in data:
+            return cls(index, num_classes=num_classes, guarantee=guarantee, dense=data["dense"])
+        sparse: dict[int, dict[int, IntArray]] = {t: {} for t in range(index.tables)}
+        for t, b, row in zip(
+            data["sparse_table"], data["sparse_bucket"], data["sparse_votes"], strict=True
+        ):
+            sparse[int(t)][int(b)] = row
+        return cls(index, num_classes=num_classes, guarantee=guarantee, sparse=sparse)
 
     def __repr__(self) -> str:
         kind = "dense" if self._dense is not None else "sparse"

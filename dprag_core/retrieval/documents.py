@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 __all__ = ["PADDING_PREFIX", "ScoredDocument", "stable_id"]
@@ -50,6 +51,12 @@ class ScoredDocument:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise ValueError("id must be a non-empty string")
+        if not isinstance(self.text, str):
+            raise TypeError(f"text must be a string, got {type(self.text).__name__}")
+        if isinstance(self.score, bool) or not isinstance(self.score, Real):
+            raise TypeError(f"score must be a real number, got {type(self.score).__name__}")
+        if not isinstance(self.unit, str):
+            raise TypeError(f"unit must be a string, got {type(self.unit).__name__}")
         if self.id.startswith(PADDING_PREFIX) and (self.text or self.score != float("-inf")):
             raise ValueError(f"id must not start with the reserved prefix {PADDING_PREFIX!r}")
         if not self.unit:

@@ -97,6 +97,8 @@ class FaissCorpus:
             raise ValueError("ids must be distinct and not already in the corpus")
         if any(not isinstance(u, str) or not u for u in unit_list):
             raise ValueError("units must be non-empty strings")
+        if any(not isinstance(t, str) for t in texts):
+            raise TypeError("texts must be strings")
         self._index.add(vectors)
         self._ids.extend(ids)
         self._texts.extend(texts)

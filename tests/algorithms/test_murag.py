@@ -366,7 +366,9 @@ def test_postgres_lost_mid_query_means_no_answer() -> None:
         inner = EchoInner(epsilon=1.0, k=1)
         murag = MuRAG(inner, ledger=ledger, tau=0.0, epsilon_query=1.0)
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (ledger._conn().info.backend_pid,))
+            admin.execute(
+                "SELECT pg_terminate_backend(%s)", (ledger._store.conn().info.backend_pid,)
+            )
         with pytest.raises(LedgerUnavailable):
             murag.answer("q", [doc(1, 0.9)])
         assert inner.calls == [] and ledger.total_spent() == 0.0

@@ -12,8 +12,11 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
+from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.ledger import AuditEntry, Ledger, PostgresLedger, SQLiteLedger
 from dprag_core.accounting.ledger.base import SCALE
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
 NO_POSTGRES = 'DPRAG_TEST_POSTGRES_DSN is unset: run `eval "$(scripts/postgres_for_tests.sh)"`'
@@ -27,10 +30,10 @@ def drop_postgres_tables(table: str) -> None:
     import psycopg
 
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        for suffix in ("audit", "units", "meta"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix}")
+        for suffix in ("audit", "units", "meta", "budget", "charges"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix} CASCADE")
         for fn in ("append_only", "charge"):
-            conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn}")
+            conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")
 
 
 def open_ledger(kind: str, target: str, budget: float) -> Ledger:
@@ -82,3 +85,43 @@ def replay(entries: list[AuditEntry]) -> dict[str, int]:
     for e in entries:
         spent[e.unit] = spent.get(e.unit, 0) + round(e.cost * SCALE)
     return spent
+
+
+def open_corpus(kind: str, target: str, total: Budget) -> DurableCorpusAccountant:
+    """Open the shared corpus budget (``target`` as for :func:`open_ledger`)."""
+    if kind == "sqlite":
+        return SQLiteCorpusAccountant(target, total=total)
+    dsn, table = target.rsplit("|", 1)
+    return PostgresCorpusAccountant(dsn, total=total, table=table)
+
+
+def corpus_charge_many(
+    kind: str, target: str, total: Budget, cost: Budget, worker: int, queries: int
+) -> list[str]:
+    """Charge ``queries`` times; return the query ids charged (refusals are expected)."""
+    granted = []
+    with open_corpus(kind, target, total) as acc:
+        for i in range(queries):
+            qid = f"w{worker}-q{i}"
+            try:
+                acc.charge(cost, query_id=qid)
+            except PrivacyBudgetExhausted:
+                continue
+            granted.append(qid)
+    return granted
+
+
+def corpus_charge_until_killed(
+    kind: str, target: str, total: Budget, cost: Budget, worker: int, markers: str
+) -> None:
+    """Loop forever: charge, 'answer', then append a released marker (after the commit)."""
+    rng = np.random.default_rng(worker)
+    acc = open_corpus(kind, target, total)
+    fd = os.open(markers, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    i = 0
+    while True:
+        qid = f"w{worker}-q{i}"
+        i += 1
+        acc.charge(cost, query_id=qid)
+        time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
+        os.write(fd, f"{qid} released\n".encode())

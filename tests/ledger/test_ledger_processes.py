@@ -1,4 +1,4 @@
-"""Several processes on one ledger: no overspend under contention, none after kill -9.
+"""Several processes on one ledger or corpus budget: no overspend, none after kill -9.
 
 Both tests replay the audit log: per unit, the granted charges never exceed the
 budget, and they add up exactly to ``budget - remaining``.
@@ -14,9 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ledger_support import charge_many, charge_until_killed, open_ledger, replay
+from ledger_support import (
+    charge_many,
+    charge_until_killed,
+    corpus_charge_many,
+    corpus_charge_until_killed,
+    open_corpus,
+    open_ledger,
+    replay,
+)
 
 from dprag_core.accounting.ledger.base import SCALE
+from dprag_core.budget import Budget
 
 BUDGET, COST = 0.5, 0.1  # five charges per unit, in floats that do not add up exactly
 WORKERS, QUERIES, POOL = 8, 500, 200
@@ -109,3 +118,59 @@ def test_kill_9_mid_query_never_releases_uncharged(
             qid, units = entry
             assert charged.get(qid) == set(units.split(",")), f"{qid} released uncharged"
     print(f"{kind}: {KILLS} kill -9, {len(released)} released answers all charged, overspend 0")
+
+
+CORPUS_TOTAL = Budget(3.0, 3e-6)  # 300 charges of COST_Q fit; far more are attempted
+COST_Q = Budget(0.01, 1e-8)
+CORPUS_QUERIES = 60  # per worker in the test; benchmarks/ledger.py runs 8 x 500
+
+
+@pytest.mark.parametrize("shared_target", BACKEND_PARAMS, indirect=True)
+def test_eight_processes_never_overspend_the_corpus_budget(
+    shared_target: tuple[str, str],
+) -> None:
+    kind, target = shared_target
+    open_corpus(kind, target, CORPUS_TOTAL).close()
+    args = [(kind, target, CORPUS_TOTAL, COST_Q, w, CORPUS_QUERIES) for w in range(WORKERS)]
+    with _context().Pool(WORKERS) as pool:
+        granted = [q for qs in pool.starmap(corpus_charge_many, args) for q in qs]
+    with open_corpus(kind, target, CORPUS_TOTAL) as acc:
+        assert acc.queries == len(granted) == len(set(granted))
+        assert round(acc.spent_epsilon * SCALE) == len(granted) * round(COST_Q.epsilon * SCALE)
+        assert acc.spent_epsilon <= CORPUS_TOTAL.epsilon and acc.spent_delta <= CORPUS_TOTAL.delta
+    assert len(granted) == 300  # the budget was exhausted exactly, by racing processes
+
+
+@pytest.mark.parametrize("shared_target", BACKEND_PARAMS, indirect=True)
+def test_kill_9_mid_query_never_releases_without_a_corpus_charge(
+    shared_target: tuple[str, str], tmp_path: Path
+) -> None:
+    kind, target = shared_target
+    total = Budget(1e5, 0.5)
+    open_corpus(kind, target, total).close()
+    markers = tmp_path / "released.txt"
+    markers.touch()
+    rng = np.random.default_rng(1)
+    for kill in range(KILLS):
+        before = markers.stat().st_size
+        proc = _context().Process(
+            target=corpus_charge_until_killed,
+            args=(kind, target, total, COST_Q, 2000 + kill, str(markers)),
+        )
+        proc.start()
+        deadline = time.monotonic() + 60
+        while markers.stat().st_size == before and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(float(rng.uniform(0, 0.03)))
+        assert proc.pid is not None and proc.is_alive()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+    released = [line.split() for line in markers.read_text().splitlines() if line.strip()]
+    with open_corpus(kind, target, total) as acc:
+        charged = acc.queries
+        for entry in released:
+            if len(entry) == 2:  # a torn marker has fewer fields
+                # charging the same id again records nothing: it was already charged
+                acc.charge(COST_Q, query_id=entry[0])
+        assert acc.queries == charged, "an answer was released without a recorded charge"
+        assert charged >= len(released) >= KILLS

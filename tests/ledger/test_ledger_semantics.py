@@ -11,6 +11,7 @@ from ledger_support import POSTGRES_DSN, LedgerFactory, needs_postgres, replay
 from dprag_core.accounting.ledger import (
     ChargeResult,
     InMemoryLedger,
+    LedgerOutcomeUnknown,
     LedgerUnavailable,
     PostgresLedger,
     SQLiteLedger,
@@ -187,15 +188,72 @@ def test_postgres_server_lost_mid_session_is_unavailable() -> None:
 
     led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table="t_lost_session")
     try:
-        pid = led._conn().info.backend_pid
+        pid = led._store.conn().info.backend_pid
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        with pytest.raises(LedgerUnavailable):
+        with pytest.raises(LedgerOutcomeUnknown, match="unknown"):
             led.charge("q", ["a"], 0.5)
         assert led.remaining(["a"]) == {"a": 1.0}  # reconnects; nothing was charged
+        assert led.charge("q", ["a"], 0.5).granted  # the retry with the same id charges once
     finally:
         led.drop()
 
 
 def test_in_memory_repr() -> None:
     assert repr(InMemoryLedger(budget_per_unit=1.0)) == "InMemoryLedger(budget_per_unit=1.0)"
+
+
+BAD_IDS = [
+    pytest.param("\ud800", "UTF-8", id="lone-surrogate"),
+    pytest.param("doc\x00tail", "NUL", id="nul"),
+    pytest.param("x" * 120_000, "1024", id="120kB"),
+    pytest.param("é" * 513, "1024", id="1026-utf8-bytes"),
+    pytest.param("   ", "non-empty", id="blank"),
+]
+
+
+@pytest.mark.parametrize(("bad", "word"), BAD_IDS)
+def test_one_id_policy_for_units_and_query_ids(
+    make_ledger: LedgerFactory, bad: str, word: str
+) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    with pytest.raises(ValueError, match=word) as unit_error:
+        led.charge("q1", ["fine", bad], 0.5)
+    assert "units" in str(unit_error.value) and bad not in str(unit_error.value)
+    with pytest.raises(ValueError, match="query_id"):
+        led.charge(bad, ["fine"], 0.5)
+    with pytest.raises(ValueError, match="units"):
+        led.remaining([bad])
+    assert list(led.audit_log()) == [] and led.remaining(["fine"]) == {"fine": 1.0}
+    assert led.charge("q2", ["x" * 1024], 0.5).granted  # the documented maximum works
+
+
+def test_a_retried_query_id_charges_once(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    assert led.charge("q1", ["b", "a"], 0.5).granted
+    assert led.charge("q1", ["a", "b", "a"], 0.5).granted  # a retry: recorded once
+    assert led.remaining(["a", "b"]) == {"a": 0.5, "b": 0.5}
+    assert len(list(led.audit_log())) == 2
+    for units, cost in ((["a"], 0.5), (["a", "b"], 0.25), (["a", "b", "c"], 0.5)):
+        with pytest.raises(ValueError, match="query_id"):
+            led.charge("q1", units, cost)
+    assert led.remaining(["a", "b", "c"]) == {"a": 0.5, "b": 0.5, "c": 1.0}
+
+
+def test_units_that_nul_would_have_merged_stay_apart(make_ledger: LedgerFactory) -> None:
+    led = make_ledger(budget_per_unit=1.0)
+    led.charge("q1", ["doc"], 1.0)
+    with pytest.raises(ValueError, match="NUL"):
+        led.charge("q2", ["doc\x00other"], 1.0)
+    assert led.remaining(["doc"]) == {"doc": 0.0}
+
+
+def test_a_partly_missing_sqlite_ledger_is_not_recreated(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "l.db"
+    SQLiteLedger(path, budget_per_unit=1.0).charge("q1", ["a"], 1.0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE units")  # recreating it would give "a" a full budget again
+    with pytest.raises(LedgerUnavailable, match="incomplete"):
+        SQLiteLedger(path, budget_per_unit=1.0)

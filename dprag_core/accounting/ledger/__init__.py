@@ -17,10 +17,12 @@ from dprag_core.accounting.ledger.base import (
     AuditEntry,
     ChargeResult,
     Ledger,
+    LedgerOutcomeUnknown,
     LedgerUnavailable,
 )
 from dprag_core.accounting.ledger.memory import InMemoryLedger
 from dprag_core.accounting.ledger.postgres import PostgresLedger
+from dprag_core.accounting.ledger.postgres_store import PostgresTimeouts
 from dprag_core.accounting.ledger.sqlite import SQLiteLedger
 
 __all__ = [
@@ -28,7 +30,9 @@ __all__ = [
     "ChargeResult",
     "InMemoryLedger",
     "Ledger",
+    "LedgerOutcomeUnknown",
     "LedgerUnavailable",
     "PostgresLedger",
+    "PostgresTimeouts",
     "SQLiteLedger",
 ]

@@ -40,12 +40,19 @@ from dprag_core._validation import nonnegative_finite, positive_finite
 
 __all__ = [
     "MAX_EPSILON",
+    "MAX_ID_BYTES",
     "SCALE",
     "AuditEntry",
     "ChargeResult",
     "Ledger",
+    "LedgerOutcomeUnknown",
     "LedgerUnavailable",
+    "check_id",
+    "check_table",
     "from_units",
+    "incomplete",
+    "reused_id",
+    "same_charge",
     "to_units",
 ]
 
@@ -55,7 +62,11 @@ SCALE = 10**12
 MAX_EPSILON = 1e6
 """Largest budget or cost a ledger accepts (keeps integers well inside 64 bits)."""
 
-_QUERY_ID = re.compile(r"\S")
+MAX_ID_BYTES = 1024
+"""Longest unit or query id, in UTF-8 bytes, that every backend accepts."""
+
+_NOT_BLANK = re.compile(r"\S")
+_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 
 
 class LedgerUnavailable(RuntimeError):
@@ -64,6 +75,18 @@ class LedgerUnavailable(RuntimeError):
     The message never contains a DSN, a password or a unit id.
 
     >>> issubclass(LedgerUnavailable, RuntimeError)
+    True
+    """
+
+
+class LedgerOutcomeUnknown(LedgerUnavailable):
+    """The connection was lost while a charge was in flight: it may or may not be recorded.
+
+    Release nothing. Retry with the **same** query id: a charge whose id is
+    already recorded records nothing new and is reported as granted, so the
+    retry tells the caller which it was.
+
+    >>> issubclass(LedgerOutcomeUnknown, LedgerUnavailable)
     True
     """
 
@@ -127,15 +150,33 @@ def from_units(units: int) -> float:
     return units / SCALE
 
 
-def check_query_id(query_id: object) -> str:
-    """A query id is a non-empty string (not only whitespace).
+def check_id(name: str, value: object) -> str:
+    """One id policy for unit and query ids on every backend, checked before any charge.
 
-    >>> check_query_id("q1")
+    An id is a ``str`` with a non-blank character, valid UTF-8 (no lone
+    surrogates), no NUL character, and at most :data:`MAX_ID_BYTES` UTF-8
+    bytes. Messages name the parameter and never quote the id.
+
+    >>> check_id("query_id", "q1")
     'q1'
+    >>> check_id("query_id", "a\\x00b")
+    Traceback (most recent call last):
+    ...
+    ValueError: query_id must not contain a NUL character
     """
-    if not isinstance(query_id, str) or not _QUERY_ID.search(query_id):
-        raise ValueError("query_id must be a non-empty string")
-    return query_id
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+    if not _NOT_BLANK.search(value):
+        raise ValueError(f"{name} must be a non-empty string (not only whitespace)")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain a NUL character")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
+    if size > MAX_ID_BYTES:
+        raise ValueError(f"{name} must be at most {MAX_ID_BYTES} UTF-8 bytes, got {size}")
+    return value
 
 
 def check_units(units: Iterable[str]) -> list[str]:
@@ -146,12 +187,52 @@ def check_units(units: Iterable[str]) -> list[str]:
     """
     if isinstance(units, (str, bytes)):
         raise TypeError("units must be an iterable of unit-id strings, not a single string")
-    out = set()
-    for u in units:
-        if not isinstance(u, str) or not u:
-            raise ValueError("units must be non-empty strings")
-        out.add(u)
-    return sorted(out)
+    if not isinstance(units, Iterable):
+        raise TypeError(f"units must be an iterable of unit-id strings, got {type(units).__name__}")
+    return sorted({check_id("units", u) for u in units})
+
+
+def reused_id() -> ValueError:
+    """The error for a query id already recorded with other units or another cost.
+
+    >>> str(reused_id()).startswith("query_id")
+    True
+    """
+    return ValueError(
+        "query_id was already charged with other units or another cost: use a fresh id per charge"
+    )
+
+
+def same_charge(recorded: Iterable[tuple[str, int]], units: list[str], cost: int) -> bool:
+    """True when the recorded (unit, cost) rows of a query id are exactly this charge.
+
+    >>> same_charge([("a", 5), ("b", 5)], ["a", "b"], 5), same_charge([("a", 5)], ["a"], 4)
+    (True, False)
+    """
+    return sorted(recorded) == [(u, cost) for u in units]
+
+
+def check_table(table: object) -> str:
+    """A table-name prefix: a lowercase SQL identifier of at most 41 characters.
+
+    >>> check_table("dprag_ledger")
+    'dprag_ledger'
+    """
+    if not isinstance(table, str) or not _TABLE.fullmatch(table):
+        raise ValueError("table must match [a-z_][a-z0-9_]{0,40}")
+    return table
+
+
+def incomplete(absent: list[str]) -> str:
+    """The message for a partly missing schema (never repaired: that would reset budgets).
+
+    >>> incomplete(["t_units"])[:53]
+    'the ledger schema is incomplete (missing: t_units): r'
+    """
+    return (
+        f"the ledger schema is incomplete (missing: {', '.join(absent)}): restore it "
+        "from a backup; recreating it would reset budgets"
+    )
 
 
 class Ledger(ABC):
@@ -183,8 +264,13 @@ class Ledger(ABC):
         an empty set is granted and records nothing. Raises ``ValueError`` for
         a negative or non-finite cost and :class:`LedgerUnavailable` when the
         storage fails (then nothing was charged, and nothing may be released).
+
+        A query id names one charge. Charging an id already recorded with the
+        same units and cost records nothing new and is granted (a retry after
+        :class:`LedgerOutcomeUnknown`); with other units or another cost it
+        raises ``ValueError`` (use a fresh id per charge).
         """
-        qid = check_query_id(query_id)
+        qid = check_id("query_id", query_id)
         cost_units = to_units("cost", cost)
         unit_list = check_units(units)
         if not unit_list:
@@ -200,6 +286,8 @@ class Ledger(ABC):
     def active(self, units: Iterable[str], min_cost: float) -> list[str]:
         """The units (in input order, de-duplicated) with at least ``min_cost`` left."""
         need = to_units("min_cost", min_cost)
+        if isinstance(units, (str, bytes)):
+            check_units(units)  # raises: a single string is not a list of units
         ordered = list(dict.fromkeys(units))
         left = self._remaining(check_units(ordered))
         return [u for u in ordered if left[u] >= need]
@@ -229,7 +317,12 @@ class Ledger(ABC):
 
     @abstractmethod
     def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
-        """Charge atomically; return the lacking units (empty list = granted)."""
+        """Charge atomically; return the lacking units (empty list = granted).
+
+        If ``query_id`` is already recorded, record nothing: return ``[]`` when
+        it was recorded with exactly these units and this cost, else raise
+        :func:`reused_id`'s error.
+        """
 
     @abstractmethod
     def _remaining(self, units: list[str]) -> dict[str, int]:

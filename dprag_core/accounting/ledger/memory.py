@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from dprag_core.accounting.ledger.base import Ledger
+from dprag_core.accounting.ledger.base import Ledger, reused_id, same_charge
 
 __all__ = ["InMemoryLedger"]
 
@@ -33,10 +33,15 @@ class InMemoryLedger(Ledger):
         self._left: dict[str, int] = {}
         self._log: list[tuple[str, str, int, float]] = []
         self._spent = 0
+        self._charged: dict[str, list[tuple[str, int]]] = {}
         self._lock = threading.Lock()
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
         with self._lock:
+            if query_id in self._charged:
+                if same_charge(self._charged[query_id], units, cost):
+                    return []
+                raise reused_id()
             lacking = [u for u in units if self._left.get(u, self._budget) < cost]
             if lacking:
                 return lacking
@@ -45,6 +50,7 @@ class InMemoryLedger(Ledger):
                 self._left[u] = self._left.get(u, self._budget) - cost
                 self._log.append((query_id, u, cost, now))
             self._spent += cost * len(units)
+            self._charged[query_id] = [(u, cost) for u in units]
             return []
 
     def _remaining(self, units: list[str]) -> dict[str, int]:

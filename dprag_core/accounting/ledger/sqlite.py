@@ -8,9 +8,11 @@ conditional ``UPDATE ... WHERE remaining >= cost`` whose row count is checked,
 and append the audit rows — all committed together or not at all. The file
 uses WAL with ``synchronous=FULL``, so a committed charge survives a crash or
 power loss: a crash between the charge and the release loses budget, never
-privacy. Writers wait up to ``busy_timeout`` seconds for the lock.
-
-Each thread (and each process, after a fork) opens its own connection.
+privacy. Writers wait up to ``busy_timeout`` seconds for the lock (in turn,
+see :mod:`~dprag_core.accounting.ledger.sqlite_store`). The file is created
+with mode 0600; a file this process cannot write opens read-only (``remaining``
+and ``audit_log`` work, a charge raises ``LedgerUnavailable``). A query id
+already recorded is not charged twice (see :meth:`Ledger.charge`).
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "ledger.db")
@@ -25,14 +27,18 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dprag_core._validation import positive_finite
-from dprag_core.accounting.ledger.base import Ledger, LedgerUnavailable
+from dprag_core.accounting.ledger.base import (
+    Ledger,
+    LedgerUnavailable,
+    incomplete,
+    reused_id,
+    same_charge,
+)
+from dprag_core.accounting.ledger.sqlite_store import SQLiteStore
 
 __all__ = ["SQLiteLedger"]
 
@@ -43,28 +49,24 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS audit ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, query_id TEXT NOT NULL, unit TEXT NOT NULL,"
     " cost INTEGER NOT NULL, at REAL NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS audit_query ON audit(query_id)",
     "CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
 )
-
-# Connections inherited through fork() are never closed by the child (closing
-# them could disturb the parent's locks); they are parked here instead.
-_INHERITED: list[sqlite3.Connection] = []
-
-
-def _unavailable(exc: sqlite3.Error) -> LedgerUnavailable:
-    code = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    return LedgerUnavailable(f"the SQLite ledger is unavailable ({code})")
+_TABLES = ("meta", "units", "audit")
+_NAMES = (*_TABLES, "audit_query", "audit_no_update", "audit_no_delete")
 
 
 class SQLiteLedger(Ledger):
     """Per-unit budgets in one SQLite file (WAL, ``BEGIN IMMEDIATE``).
 
-    ``path``: the database file (created if missing; ``":memory:"`` is refused:
-    use :class:`~dprag_core.accounting.ledger.InMemoryLedger`). Re-opening a file
-    with a different ``budget_per_unit`` raises ``ValueError``.
+    ``path``: the database file (created with mode 0600 if missing;
+    ``":memory:"`` is refused: use
+    :class:`~dprag_core.accounting.ledger.InMemoryLedger`). Re-opening a file
+    with a different ``budget_per_unit`` raises ``ValueError``. The file may
+    also hold a :class:`~dprag_core.accounting.SQLiteCorpusAccountant`.
 
     >>> import os, tempfile
     >>> led = SQLiteLedger(os.path.join(tempfile.mkdtemp(), "l.db"), budget_per_unit=2.0)
@@ -76,53 +78,30 @@ class SQLiteLedger(Ledger):
         self, path: str | os.PathLike[str], *, budget_per_unit: float, busy_timeout: float = 60.0
     ) -> None:
         super().__init__(budget_per_unit=budget_per_unit)
-        self._timeout = positive_finite("busy_timeout", busy_timeout)
-        if not isinstance(path, (str, os.PathLike)) or str(path) in ("", ":memory:"):
-            raise ValueError("path must be a database file path (use InMemoryLedger in memory)")
-        self._path = Path(path)
-        self._local = threading.local()
+        self._store = SQLiteStore(path, busy_timeout=busy_timeout)
         self._init_schema()
 
     @property
     def path(self) -> Path:
         """The database file."""
-        return self._path
-
-    def _conn(self) -> sqlite3.Connection:
-        local = self._local
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.pid == os.getpid():
-            return conn
-        if conn is not None:
-            _INHERITED.append(conn)
-        try:
-            conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None)
-            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
-        local.conn, local.pid = conn, os.getpid()
-        return conn
+        return self._store.path
 
     def _init_schema(self) -> None:
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+        absent = self._store.missing(_TABLES)
+        if absent and len(absent) < len(_TABLES):
+            raise LedgerUnavailable(incomplete(absent))
+        if self._store.read_only and absent:
+            raise LedgerUnavailable("the read-only SQLite file holds no ledger")
+        if not self._store.read_only and self._store.missing(_NAMES):  # new, or an older file
+            with self._store.write() as conn:
                 for stmt in _SCHEMA:
                     conn.execute(stmt)
                 conn.execute(
                     "INSERT OR IGNORE INTO meta(key, value) VALUES ('budget', ?), ('spent', 0)",
                     (self._budget,),
                 )
-                (stored,) = conn.execute("SELECT value FROM meta WHERE key = 'budget'").fetchone()
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
+        rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
+        stored = int(rows[0][0]) if rows else -1
         if stored != self._budget:
             raise ValueError(
                 f"budget_per_unit {self.budget_per_unit!r} differs from the "
@@ -131,83 +110,64 @@ class SQLiteLedger(Ledger):
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
         payload = json.dumps(units)
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                lacking = [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT j.value FROM json_each(?) AS j"
-                        " LEFT JOIN units AS u ON u.unit = j.value"
-                        " WHERE coalesce(u.remaining, ?) < ? ORDER BY j.value",
-                        (payload, self._budget, cost),
-                    )
-                ]
-                if lacking:
-                    conn.execute("ROLLBACK")
-                    return lacking
-                conn.execute(
-                    "INSERT OR IGNORE INTO units(unit, remaining)"
-                    " SELECT value, ? FROM json_each(?)",
-                    (self._budget, payload),
+        with self._store.write() as conn:
+            recorded = conn.execute(
+                "SELECT unit, cost FROM audit WHERE query_id = ?", (query_id,)
+            ).fetchall()
+            if recorded:
+                if same_charge(recorded, units, cost):
+                    return []
+                raise reused_id()
+            lacking = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT j.value FROM json_each(?) AS j"
+                    " LEFT JOIN units AS u ON u.unit = j.value"
+                    " WHERE coalesce(u.remaining, ?) < ? ORDER BY j.value",
+                    (payload, self._budget, cost),
                 )
-                cur = conn.execute(
-                    "UPDATE units SET remaining = remaining - ?"
-                    " WHERE unit IN (SELECT value FROM json_each(?)) AND remaining >= ?",
-                    (cost, payload, cost),
-                )
-                if cur.rowcount != len(units):
-                    raise LedgerUnavailable("the SQLite ledger changed during a locked charge")
-                conn.execute(
-                    "INSERT INTO audit(query_id, unit, cost, at) SELECT ?, value, ?, ?"
-                    " FROM json_each(?)",
-                    (query_id, cost, time.time(), payload),
-                )
-                conn.execute(
-                    "UPDATE meta SET value = value + ? WHERE key = 'spent'", (cost * len(units),)
-                )
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
+            ]
+            if lacking:
+                conn.execute("ROLLBACK")
+                return lacking
+            conn.execute(
+                "INSERT OR IGNORE INTO units(unit, remaining) SELECT value, ? FROM json_each(?)",
+                (self._budget, payload),
+            )
+            cur = conn.execute(
+                "UPDATE units SET remaining = remaining - ?"
+                " WHERE unit IN (SELECT value FROM json_each(?)) AND remaining >= ?",
+                (cost, payload, cost),
+            )
+            if cur.rowcount != len(units):
+                raise LedgerUnavailable("the SQLite ledger changed during a locked charge")
+            conn.execute(
+                "INSERT INTO audit(query_id, unit, cost, at) SELECT ?, value, ?, ?"
+                " FROM json_each(?)",
+                (query_id, cost, time.time(), payload),
+            )
+            conn.execute(
+                "UPDATE meta SET value = value + ? WHERE key = 'spent'", (cost * len(units),)
+            )
         return []
 
     def _remaining(self, units: list[str]) -> dict[str, int]:
-        try:
-            rows = self._conn().execute(
-                "SELECT j.value, coalesce(u.remaining, ?) FROM json_each(?) AS j"
-                " LEFT JOIN units AS u ON u.unit = j.value",
-                (self._budget, json.dumps(units)),
-            )
-            return {unit: int(left) for unit, left in rows}
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
+        rows = self._store.read(
+            "SELECT j.value, coalesce(u.remaining, ?) FROM json_each(?) AS j"
+            " LEFT JOIN units AS u ON u.unit = j.value",
+            (self._budget, json.dumps(units)),
+        )
+        return {unit: int(left) for unit, left in rows}
 
     def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
-        try:
-            cur = self._conn().execute("SELECT query_id, unit, cost, at FROM audit ORDER BY seq")
-            while batch := cur.fetchmany(4096):
-                yield from batch
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
+        return iter(self._store.read("SELECT query_id, unit, cost, at FROM audit ORDER BY seq"))
 
     def _total_spent(self) -> int:
-        try:
-            row = self._conn().execute("SELECT value FROM meta WHERE key = 'spent'").fetchone()
-        except sqlite3.Error as exc:
-            raise _unavailable(exc) from None
-        return int(row[0])
+        return int(self._store.read("SELECT value FROM meta WHERE key = 'spent'")[0][0])
 
     def close(self) -> None:
         """Close this thread's connection (other threads close their own on exit)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.pid == os.getpid():
-            conn.close()
-        self._local.conn = None
+        self._store.close()
 
     def __repr__(self) -> str:
-        return f"SQLiteLedger(path={str(self._path)!r}, budget_per_unit={self.budget_per_unit!r})"
+        return f"SQLiteLedger(path={str(self.path)!r}, budget_per_unit={self.budget_per_unit!r})"

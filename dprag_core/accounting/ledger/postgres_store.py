@@ -1,0 +1,258 @@
+"""PostgreSQL connections with every wait bounded: timeouts, keepalives, error mapping.
+
+Used by :class:`~dprag_core.accounting.ledger.PostgresLedger` and
+:class:`~dprag_core.accounting.PostgresCorpusAccountant`. Every connection sets
+(:class:`PostgresTimeouts`, all in seconds):
+
+* ``statement_timeout`` and ``lock_timeout`` (server side): a charge blocked by
+  a busy server or by a row another transaction holds is cancelled and rolled
+  back, and raises :class:`~dprag_core.accounting.ledger.LedgerUnavailable`
+  (nothing was charged);
+* ``idle_in_transaction_session_timeout``, and on PostgreSQL 14+
+  ``client_connection_check_interval`` (1 s): the server ends a statement
+  whose client has gone, instead of letting it commit later;
+* TCP keepalives and ``tcp_user_timeout``: a dead peer is noticed;
+* a client-side deadline (``statement + 2`` seconds): a server that stops
+  answering (paused, partitioned) gets its socket closed by this client.
+
+A connection lost while a charge is in flight raises
+:class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`: the server may
+have committed it. A retry with the same query id tells which (charges are
+idempotent by query id). Messages never contain the DSN.
+
+>>> PostgresTimeouts().lock
+5.0
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dprag_core._validation import positive_finite
+from dprag_core.accounting.ledger.base import LedgerOutcomeUnknown, LedgerUnavailable
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["INIT_HINT", "PostgresStore", "PostgresTimeouts", "psycopg_module"]
+
+T = TypeVar("T")
+_RETRIES = 20
+_GRACE = 2.0
+INIT_HINT = "run `dprag ledger init` (docs/ledgers.md) as the schema owner"
+
+
+def psycopg_module() -> Any:
+    """psycopg 3, imported lazily (an ImportError says how to install it)."""
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the PostgreSQL backends need psycopg 3: pip install 'dprag[postgres]'"
+        ) from exc
+    return psycopg
+
+
+@dataclass(frozen=True)
+class PostgresTimeouts:
+    """Bounds, in seconds, on every wait of a PostgreSQL ledger or corpus budget.
+
+    ``connect``: reaching the server. ``statement``: one statement on the
+    server (a charge is one statement). ``lock``: waiting for a row lock.
+    ``idle_in_transaction``: the server ends a session idle inside a
+    transaction. ``keepalive_idle``/``keepalive_interval``/``keepalive_count``:
+    TCP keepalive probes (a dead peer is detected after about
+    idle + interval·count seconds).
+
+    >>> PostgresTimeouts(statement=2.0).statement
+    2.0
+    >>> PostgresTimeouts(lock=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: lock must be a finite number > 0, got 0
+    """
+
+    connect: float = 10.0
+    statement: float = 10.0
+    lock: float = 5.0
+    idle_in_transaction: float = 30.0
+    keepalive_idle: float = 10.0
+    keepalive_interval: float = 5.0
+    keepalive_count: int = 3
+
+    def __post_init__(self) -> None:
+        for name in (
+            "connect",
+            "statement",
+            "lock",
+            "idle_in_transaction",
+            "keepalive_idle",
+            "keepalive_interval",
+            "keepalive_count",
+        ):
+            positive_finite(name, getattr(self, name))
+
+    def libpq(self) -> dict[str, Any]:
+        """The connection parameters that apply these bounds.
+
+        >>> PostgresTimeouts().libpq()["keepalives"]
+        1
+        """
+        dead_peer = self.keepalive_idle + self.keepalive_interval * self.keepalive_count
+        return {
+            "connect_timeout": max(1, round(self.connect)),
+            "keepalives": 1,
+            "keepalives_idle": max(1, round(self.keepalive_idle)),
+            "keepalives_interval": max(1, round(self.keepalive_interval)),
+            "keepalives_count": max(1, round(self.keepalive_count)),
+            "tcp_user_timeout": ms(dead_peer),
+            "options": (
+                f"-c statement_timeout={ms(self.statement)} -c lock_timeout={ms(self.lock)}"
+                f" -c idle_in_transaction_session_timeout={ms(self.idle_in_transaction)}"
+            ),
+        }
+
+
+def ms(seconds: float) -> int:
+    """Whole milliseconds (at least 1) for a PostgreSQL setting.
+
+    >>> ms(0.0001), ms(2.5)
+    (1, 2500)
+    """
+    return max(1, round(seconds * 1000))
+
+
+class _Deadline:
+    """Closes a connection's socket if the server has not answered by the deadline."""
+
+    def __init__(self, conn: psycopg.Connection[Any], seconds: float) -> None:
+        self.fired = False
+        self._conn = conn
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        try:
+            sock = socket.socket(fileno=os.dup(self._conn.fileno()))
+        except (OSError, ValueError):
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.close()
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+
+
+class PostgresStore:
+    """Per-thread psycopg connections to one database, with bounded waits.
+
+    >>> PostgresStore("host=127.0.0.1 port=1", PostgresTimeouts(connect=1)).run(
+    ...     lambda conn: None)
+    Traceback (most recent call last):
+    ...
+    dprag_core.accounting.ledger.base.LedgerUnavailable: the PostgreSQL ledger is unreachable ...
+    """
+
+    def __init__(self, dsn: str, timeouts: PostgresTimeouts) -> None:
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ValueError("dsn must be a non-empty PostgreSQL connection string")
+        if not isinstance(timeouts, PostgresTimeouts):
+            raise TypeError(f"timeouts must be PostgresTimeouts, got {type(timeouts).__name__}")
+        self.__dsn = dsn
+        self.timeouts = timeouts
+        self._local = threading.local()
+
+    def conn(self) -> psycopg.Connection[Any]:
+        """This thread's connection (opened on first use, again after a fork or a loss)."""
+        local = self._local
+        conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
+        if conn is not None and local.pid == os.getpid() and not conn.closed:
+            return conn
+        pg = psycopg_module()
+        try:
+            params = self.timeouts.libpq()
+            own = pg.conninfo.conninfo_to_dict(self.__dsn).get("options")
+            if own:  # the DSN's own options stay; the bounds are added after them
+                params["options"] = f"{own} {params['options']}"
+            conn = pg.connect(self.__dsn, autocommit=True, **params)
+            if conn.info.server_version >= 140000:
+                conn.execute("SET client_connection_check_interval = 1000")
+        except pg.Error:
+            raise LedgerUnavailable(
+                "the PostgreSQL ledger is unreachable (check the DSN and that the server is up)"
+            ) from None
+        local.conn, local.pid = conn, os.getpid()
+        return conn
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], T], *, charge: bool = False) -> T:
+        """Run ``work(conn)`` under the client deadline; retry deadlocks; map failures.
+
+        ``charge``: a lost connection means an unknown outcome
+        (:class:`LedgerOutcomeUnknown`) rather than a failed read.
+        """
+        pg = psycopg_module()
+        errors = pg.errors
+        for _ in range(_RETRIES):
+            conn = self.conn()
+            deadline = _Deadline(conn, self.timeouts.statement + _GRACE)
+            try:
+                with deadline:
+                    return work(conn)
+            except (errors.DeadlockDetected, errors.SerializationFailure):
+                time.sleep(0.001)
+                continue
+            except (errors.QueryCanceled, errors.LockNotAvailable):
+                raise LedgerUnavailable(
+                    "the PostgreSQL ledger timed out (statement_timeout or lock_timeout);"
+                    " nothing was charged"
+                ) from None
+            except errors.InsufficientPrivilege:
+                raise LedgerUnavailable(
+                    "the PostgreSQL role lacks a right this ledger needs: see the grants in"
+                    " docs/ledgers.md"
+                ) from None
+            except (errors.UndefinedTable, errors.UndefinedFunction, errors.UndefinedColumn):
+                raise LedgerUnavailable(
+                    f"the PostgreSQL ledger schema is missing: {INIT_HINT}"
+                ) from None
+            except pg.OperationalError:
+                self.forget(conn)
+                why = "stopped answering" if deadline.fired else "connection was lost"
+                if charge:
+                    raise LedgerOutcomeUnknown(
+                        f"the PostgreSQL ledger {why} during a charge: the outcome is unknown;"
+                        " release nothing and retry with the same query id"
+                    ) from None
+                raise LedgerUnavailable(
+                    f"the PostgreSQL ledger {why}; nothing was charged"
+                ) from None
+        raise LedgerUnavailable("the PostgreSQL ledger kept deadlocking; nothing was charged")
+
+    def forget(self, conn: psycopg.Connection[Any]) -> None:
+        """Drop a broken connection (the next call opens a new one)."""
+        with contextlib.suppress(Exception):  # it is broken already
+            conn.close()
+        self._local.conn = None
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            conn.close()
+        self._local.conn = None
