@@ -14,7 +14,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
-from toy_mechanisms import ToyMechanism
+from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
@@ -163,16 +163,6 @@ def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
     retriever = CountingRetriever(store=store)
     chain = DPRAGChain(retriever=retriever, mechanism=mech, unit_key="patient")
     assert chain.invoke(QUESTION).details == {"n": 5}  # k reached the user's retriever
-
-
-class AboveToy(ToyMechanism):
-    """Asks for every candidate above a public score (like MuRAG, DPICL)."""
-
-    def candidates_needed(self) -> None:
-        return None
-
-    def min_score(self) -> float:
-        return 0.0
 
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
