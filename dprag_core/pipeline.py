@@ -30,11 +30,14 @@ CORE_SOURCES = (
 )
 
 
-def check_source(mechanism: Mechanism, retriever: object, *, qualifying: str) -> None:
+def check_source(
+    mechanism: Mechanism, retriever: object, *, qualifying: str, name: str | None = None
+) -> None:
     """Refuse, when an app is built, a retriever that cannot give ``mechanism`` its candidates.
 
     Never checked at query time: whether a store capped its answer depends on
-    the data. ``qualifying`` names the sources that do qualify, for the error.
+    the data. ``qualifying`` names the sources that do qualify, and ``name`` the
+    source (default: its type), for the error.
 
     >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
     >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
@@ -42,8 +45,8 @@ def check_source(mechanism: Mechanism, retriever: object, *, qualifying: str) ->
     lacking = requirement(mechanism.candidates_needed(), retriever)
     if lacking is not None:
         raise ValueError(
-            f"{mechanism.name} needs {lacking}; {type(retriever).__name__} does not declare "
-            f"it. Sources that qualify: {qualifying}"
+            f"{mechanism.name} needs {lacking}; {name or type(retriever).__name__} does not "
+            f"declare it. Sources that qualify: {qualifying}"
         )
 
 
