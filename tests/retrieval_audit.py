@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.eval.audit import AuditResult, audit_epsilon
@@ -35,6 +36,11 @@ from dprag_core.retrieval.units import best_chunk_per_unit
 
 TRIALS = 100_000
 EPSILON = 2.0
+
+
+def accountant() -> CorpusAccountant:
+    """A corpus budget large enough for every audit query (passed explicitly everywhere)."""
+    return CorpusAccountant(Budget(1e6, 0.5))
 
 
 class Recorder(Mechanism):
@@ -166,3 +172,72 @@ def capped_corpus(*, with_new_unit: bool) -> dict[str, list[tuple[str, str, floa
     if with_new_unit:
         b.append(("x", "A:1 B:0", 0.05))
     return {"A": a, "B": b}
+
+
+def tied_corpus(new_prefix: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """(id, unit, text) in insertion order for a store where every score ties.
+
+    D: a5..a8 (vote 1), then z1..z4 (vote 0); D' adds unit x (7 chunks, ids
+    ``new_prefix + c``, vote 1) last. Read as one fixed ranking (ties by id) both
+    corpora give a5..a8. Today's variant read the store's own tie order (newest or
+    largest ids first) and re-sorted a window by id: z1..z4 on D, a5..a8 on D' (x's
+    7 chunks widen the window), all four slots changed.
+    """
+    d = [(f"a{i}", f"a{i}", "Q:1") for i in range(5, 9)]
+    d += [(f"z{i}", f"z{i}", "Q:0") for i in range(1, 5)]
+    return d, d + [(f"{new_prefix}{c}", "x", "Q:1") for c in range(1, 8)]
+
+
+SELECTION_EPSILON = 0.1
+"""DP-threshold audits: a small selection ε, so that the vote's leak dominates."""
+
+
+def threshold_votes(
+    candidates: Sequence[ScoredDocument],
+    question: str,
+    *,
+    bounds: tuple[float, float],
+    k: int,
+    trials: int,
+    rng: np.random.Generator,
+    epsilon: float = EPSILON,
+) -> np.ndarray:
+    """DPThreshold (ε = SELECTION_EPSILON) on ``candidates``, then the vote on the selection.
+
+    Vectorised over ``trials``: τ from the production law, each unit (its best
+    chunk's clipped score, its first chunk's vote) selected when above τ, then the
+    exponential-mechanism vote P[1] ∝ exp(ε·h1), P[0] ∝ exp(ε·h0) over the selected
+    units: ε-DP when one added unit raises one count by one (a monotone utility),
+    2ε when a unit is also pushed out. Claim: SELECTION_EPSILON + ``epsilon``.
+    """
+    from dprag_core.algorithms.threshold import group_by_unit
+    from dprag_core.mechanisms.threshold import _sample_tau, threshold_intervals
+
+    groups = list(group_by_unit(candidates).values())
+    scores = np.array([np.clip(max(d.score for d in g), *bounds) for g in groups])
+    votes = np.array([label(question, g[0].text) for g in groups], dtype=bool)
+    law = threshold_intervals(scores, epsilon=SELECTION_EPSILON, bounds=bounds, k=k)
+    taus = _sample_tau(law, size=trials, rng=rng)
+    chosen = scores[None, :] > taus[:, None]
+    h1 = (chosen & votes[None, :]).sum(axis=1)
+    h0 = (chosen & ~votes[None, :]).sum(axis=1)
+    p1 = 1.0 / (1.0 + np.exp(-epsilon * (h1 - h0)))
+    return (rng.random(trials) < p1).astype(np.int64)
+
+
+SELECTION_BOUNDS = (0.0, 1.0)
+
+
+def selection_corpus(*, with_new_unit: bool) -> list[tuple[str, str, float]]:
+    """(id, text, score) best first: u1..u5 (u4 votes 1), D' adds x (votes 1) on top.
+
+    All scores lie in [0.96, 0.99], so τ (nearly uniform on [0, 1] at ε = 0.1, k = 5)
+    selects every unit 96 % of the time. Every unit above the lower bound: D' = D + x,
+    one count moves by one. A top-5 cut (``fetch_k``, an upstream top-N) drops u5
+    (votes 0) on D' instead: x in, u5 out, the vote moves by two.
+    """
+    rows = [(f"u{i}", f"Q:{int(i == 4)} u{i}", 0.985 - i / 200) for i in range(1, 6)]
+    return [("x", "Q:1 x", 0.99), *rows] if with_new_unit else rows
+
+
+SELECTION_K = 5

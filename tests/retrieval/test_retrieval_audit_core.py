@@ -1,4 +1,4 @@
-"""End-to-end retrieval audits of the core pipeline (PrivateRAG), DESIGN §9 (tests/retrieval_audit.py).
+"""End-to-end retrieval audits of the core pipeline, PrivateRAG (tests/retrieval_audit.py).
 
 Top-n: a retriever without scores (every score tied) over multi-chunk units, read in
 its own rank order. Threshold: MuRAG over two queries; the complete source is read
@@ -17,6 +17,7 @@ from retrieval_audit import (
     TAU,
     UNITS,
     Recorder,
+    accountant,
     audit_pair,
     capped_corpus,
     histograms,
@@ -40,7 +41,7 @@ def _top_n(*, with_new_unit: bool) -> Hists:
         for i, u, t in unscored_ranking(with_new_unit=with_new_unit)
     ]
     recorder = Recorder(UNITS)
-    PrivateRAG(recorder, HonoursK(lambda q, k: docs[:k])).answer("Q")
+    PrivateRAG(recorder, HonoursK(lambda q, k: docs[:k]), accountant=accountant()).answer("Q")
     return histograms(recorder.seen, UNITS)
 
 
@@ -77,7 +78,7 @@ def _murag(*, with_new_unit: bool, cap: int | None) -> Hists:
         epsilon_query=EPSILON,
         score_bounds=(0.0, 1.0),
     )
-    rag = PrivateRAG(murag, _source(with_new_unit=with_new_unit, cap=cap))
+    rag = PrivateRAG(murag, _source(with_new_unit=with_new_unit, cap=cap), accountant=accountant())
     assert rag.answer("A").guarantee.epsilon == EPSILON  # the transcript's claim
     rag.answer("B")
     return histograms(recorder.seen, UNITS)
