@@ -77,8 +77,11 @@ class DPRetriever(BaseRetriever):
     **What it does not.** The *text* of the returned documents is private: this
     retriever returns it in full (LangChain's own ``on_retriever_end`` callback
     and ``astream_events`` carry it, as for any retriever). Pass the result only
-    to a DP generator (e.g. ``DPRAGChain(retriever=DPRetriever(...), mechanism=...)``,
-    which keeps it out of every trace), never to an ordinary LLM prompt or a UI.
+    to a DP generator (e.g. ``DPRAGChain(retriever=DPRetriever(...),
+    retriever_honours_k=True, mechanism=...)``, which keeps it out of every trace:
+    given its threshold, the whole selection comes back in rank order, and
+    neighbouring selections differ by one unit), never to an ordinary LLM prompt
+    or a UI.
 
     ``k`` is the target number of units: the DP threshold returns *about* ``k``
     (the count is randomised for privacy); the ledger filter returns at most
