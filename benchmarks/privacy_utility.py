@@ -74,7 +74,7 @@ def multi_query(
     args: argparse.Namespace, token_model: Any, index: CorpusIndex, items: Sequence[QAItem]
 ) -> list[dict[str, Any]]:
     """MuRAG / MuRAG-Ada / NaiveMulti over a stream of questions vs total epsilon."""
-    from dprag_core.accounting.accountant import CorpusAccountant
+    from dprag_core.accounting.accountant import InMemoryCorpusAccountant
     from dprag_core.accounting.ledger import InMemoryLedger
     from dprag_core.algorithms import murag
     from dprag_core.budget import Budget, PrivacyBudgetExhausted
@@ -107,7 +107,7 @@ def multi_query(
                 None,
             ),
             "NaiveMulti": lambda: (
-                murag.NaiveMulti(inner(), accountant=CorpusAccountant(Budget(total))),
+                murag.NaiveMulti(inner(), accountant=InMemoryCorpusAccountant(Budget(total))),
                 None,
             ),
         }

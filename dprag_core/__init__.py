@@ -8,7 +8,7 @@ Imports only numpy and dp_accounting; the transformers backend
 1.0
 """
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.pipeline import PrivateRAG
@@ -18,6 +18,7 @@ __all__ = [
     "Budget",
     "CorpusAccountant",
     "DPAnswer",
+    "InMemoryCorpusAccountant",
     "Mechanism",
     "PrivacyBudgetExhausted",
     "PrivateRAG",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
     token_model, text_model = load_models(args.model)
     eps, m = args.epsilon, args.voters
     # One corpus-level budget for DPSparseVote and DP-KSA: every question, and no more.
-    accountant = CorpusAccountant(Budget(2 * eps * n_questions, 2 * _DELTA * n_questions))
+    accountant = InMemoryCorpusAccountant(Budget(2 * eps * n_questions, 2 * _DELTA * n_questions))
 
     def sparse_vote() -> DPSparseVote:
         # The pure-ε variant: at demo budgets LimitedDomain's δ-threshold (non-monotone

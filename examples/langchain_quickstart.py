@@ -29,7 +29,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
 from dprag_core.models.hf import HFTokenModel
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         vectorstore=store,  # the same FAISS store (similarity_search_with_score = cosine)
         mechanism=mechanism,
         unit_key="patient",
-        accountant=CorpusAccountant(Budget(50.0, 1e-3)),  # the corpus-level budget
+        accountant=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),  # the corpus-level budget
     )
     app = dp_rag | RunnableLambda(lambda out: out.answer) | StrOutputParser()
 

@@ -1,9 +1,12 @@
 """LangChain adapters for dprag: a DP retriever-plus-generator Runnable and a DP retriever.
 
->>> from langchain_dprag import DPRAGChain, DPRetriever, LangChainTextModel  # doctest: +SKIP
+>>> from langchain_dprag import DPDatastoreClassifier, DPRAGChain, DPRetriever
+>>> DPRAGChain.__name__
+'DPRAGChain'
 """
 
 from langchain_dprag.chain import PRIVACY_SPEND_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
 from langchain_dprag.retriever import DPRetriever
@@ -23,6 +26,7 @@ __all__ = [
     "PRIVACY_SPEND_EVENT",
     "RELEVANCE",
     "SQUARED_L2_UNIT",
+    "DPDatastoreClassifier",
     "DPRAGChain",
     "DPRAGOutput",
     "DPRetriever",

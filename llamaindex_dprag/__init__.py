@@ -6,7 +6,9 @@
 """
 
 from llamaindex_dprag._quiet import PrivateStageError, private_section
+from llamaindex_dprag.datastore import DPDatastoreQueryEngine
 from llamaindex_dprag.llms import LlamaIndexTextModel
+from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
 from llamaindex_dprag.query_engine import DPQueryEngine, answer_metadata
 from llamaindex_dprag.sources import IndexSource, RetrieverSource
 from llamaindex_dprag.units import node_unit, to_scored_document, to_scored_documents
@@ -14,9 +16,12 @@ from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
 
 __all__ = [
     "COSINE_RANGE",
+    "DPDatastoreQueryEngine",
     "DPQueryEngine",
+    "DPThresholdPostprocessor",
     "IndexSource",
     "LlamaIndexTextModel",
+    "PrivacyBudgetPostprocessor",
     "PrivateStageError",
     "RetrieverSource",
     "answer_metadata",

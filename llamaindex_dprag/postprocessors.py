@@ -38,7 +38,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from dprag_core._validation import finite, positive_finite, positive_int
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.murag import charge_active
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
@@ -160,7 +160,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
             epsilon=epsilon, bounds=bounds, utility=cast(Utility, utility), k=k, p=p, alpha=alpha
         )
         if isinstance(budget, Budget):
-            budget = CorpusAccountant(budget)
+            budget = InMemoryCorpusAccountant(budget)
         if not isinstance(budget, CorpusAccountant):
             raise TypeError(
                 f"budget must be a Budget or a CorpusAccountant, got {type(budget).__name__}"

@@ -45,7 +45,7 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 from dprag_core._validation import positive_int
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
@@ -91,7 +91,7 @@ def _accountant(budget: Budget | CorpusAccountant | None) -> CorpusAccountant | 
     if budget is None or isinstance(budget, CorpusAccountant):
         return budget
     if isinstance(budget, Budget):
-        return CorpusAccountant(budget)
+        return InMemoryCorpusAccountant(budget)
     raise TypeError(
         f"budget must be a Budget, a CorpusAccountant or None, got {type(budget).__name__}"
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.eval.audit import AuditResult, audit_epsilon
@@ -40,7 +40,7 @@ EPSILON = 2.0
 
 def accountant() -> CorpusAccountant:
     """A corpus budget large enough for every audit query (passed explicitly everywhere)."""
-    return CorpusAccountant(Budget(1e6, 0.5))
+    return InMemoryCorpusAccountant(Budget(1e6, 0.5))
 
 
 class Recorder(Mechanism):

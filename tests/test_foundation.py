@@ -8,7 +8,12 @@ import threading
 
 import pytest
 
-from dprag_core import Budget, CorpusAccountant, DPAnswer, PrivacyBudgetExhausted
+from dprag_core import (
+    Budget,
+    DPAnswer,
+    InMemoryCorpusAccountant,
+    PrivacyBudgetExhausted,
+)
 from dprag_core.retrieval.above import retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -60,7 +65,7 @@ def test_document_repr_hides_text() -> None:
 
 
 def test_accountant_refuses_overspend_and_records_nothing() -> None:
-    acc = CorpusAccountant(Budget(1.0, 1e-6))
+    acc = InMemoryCorpusAccountant(Budget(1.0, 1e-6))
     acc.charge(Budget(0.6, 5e-7))
     with pytest.raises(PrivacyBudgetExhausted):
         acc.charge(Budget(0.6))
@@ -69,7 +74,7 @@ def test_accountant_refuses_overspend_and_records_nothing() -> None:
 
 
 def test_accountant_is_thread_safe() -> None:
-    acc = CorpusAccountant(Budget(10.0))
+    acc = InMemoryCorpusAccountant(Budget(10.0))
     granted = []
 
     def worker() -> None:

@@ -6,7 +6,7 @@
 346
 """
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.accounting.calibration import per_token_epsilon
 from dprag_core.accounting.composition import (
     BOUNDS,
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_COUNT",
     "CompositionCount",
     "CorpusAccountant",
+    "InMemoryCorpusAccountant",
     "advanced_composition",
     "approximate_rdp_to_dp",
     "bounded_range_rdp",

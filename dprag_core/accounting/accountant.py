@@ -1,11 +1,17 @@
-"""A thread-safe corpus-level privacy accountant (basic sequential composition).
+"""The corpus-level privacy accountant: the contract, and an in-memory backend.
 
 Every query's fixed (epsilon, delta) is charged *before* the query runs; a
 charge that would overspend raises :class:`PrivacyBudgetExhausted` and spends
 nothing. Composition is basic (epsilons and deltas add), which is valid for any
 sequence of adaptively chosen (epsilon_i, delta_i)-DP queries.
 
->>> acc = CorpusAccountant(Budget(1.0, 1e-6))
+:class:`CorpusAccountant` is the contract every backend keeps. The corpus
+budget must be as durable and as shared as the corpus itself (DESIGN §7):
+serving code uses a persistent backend kept in the same stores as the per-unit
+ledger. :class:`InMemoryCorpusAccountant` lives and dies with one process: it
+is for notebooks and tests only, and says so in its name.
+
+>>> acc = InMemoryCorpusAccountant(Budget(1.0, 1e-6))
 >>> acc.charge(Budget(0.4))
 >>> round(acc.remaining.epsilon, 6)
 0.6
@@ -18,16 +24,46 @@ dprag_core.budget.PrivacyBudgetExhausted: query needs epsilon=0.7, delta=0 but o
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 
 from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted
 
-__all__ = ["CorpusAccountant"]
+__all__ = ["CorpusAccountant", "InMemoryCorpusAccountant"]
 
 
-class CorpusAccountant:
-    """Holds a total :class:`Budget` and refuses any charge that would exceed it.
+def check_cost(cost: object) -> Budget:
+    """``cost`` as a :class:`Budget`, or a TypeError naming the parameter.
 
-    >>> acc = CorpusAccountant(Budget(1.0))
+    >>> check_cost(Budget(0.5)).epsilon
+    0.5
+    """
+    if not isinstance(cost, Budget):
+        raise TypeError(f"cost must be a Budget, got {type(cost).__name__}")
+    return cost
+
+
+def exhausted(cost: Budget, left_epsilon: float, left_delta: float) -> PrivacyBudgetExhausted:
+    """The refusal raised when ``cost`` does not fit in what is left.
+
+    >>> str(exhausted(Budget(2.0), 1.0, 0.0))
+    'query needs epsilon=2, delta=0 but only epsilon=1, delta=0 remains'
+    """
+    return PrivacyBudgetExhausted(
+        f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but only "
+        f"epsilon={max(left_epsilon, 0.0):g}, delta={max(left_delta, 0.0):g} remains"
+    )
+
+
+class CorpusAccountant(ABC):
+    """A total corpus :class:`Budget` that refuses any charge that would exceed it.
+
+    ``charge(cost, query_id=...)`` records ``cost`` atomically or raises
+    :class:`PrivacyBudgetExhausted` and records nothing. A ``query_id`` makes
+    the charge idempotent where the backend is durable: charging the same id
+    again records nothing new (a retry after an unknown outcome). Without one,
+    every call is a new query.
+
+    >>> acc = InMemoryCorpusAccountant(Budget(1.0))
     >>> acc.charge(Budget(0.6)); acc.can_afford(Budget(0.6)), acc.queries
     (False, 1)
     """
@@ -36,6 +72,69 @@ class CorpusAccountant:
         if not isinstance(total, Budget):
             raise TypeError(f"total must be a Budget, got {type(total).__name__}")
         self.total = total
+
+    @property
+    @abstractmethod
+    def spent_epsilon(self) -> float:
+        """Epsilon spent so far."""
+
+    @property
+    @abstractmethod
+    def spent_delta(self) -> float:
+        """Delta spent so far."""
+
+    @property
+    @abstractmethod
+    def queries(self) -> int:
+        """Number of charged queries."""
+
+    @abstractmethod
+    def charge(self, cost: Budget, *, query_id: str | None = None) -> None:
+        """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing."""
+
+    @property
+    def remaining(self) -> Budget:
+        """What is left (epsilon is reported as at least a tiny positive number)."""
+        eps = max(self.total.epsilon - self.spent_epsilon, 1e-300)
+        delta = max(self.total.delta - self.spent_delta, 0.0)
+        return Budget(eps, delta)
+
+    def can_afford(self, cost: Budget) -> bool:
+        """True when ``cost`` fits in what remains now (a later charge may still be refused)."""
+        return fits(check_cost(cost), self.total, self.spent_epsilon, self.spent_delta)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(total={self.total!r}, spent_epsilon={self.spent_epsilon:g}, "
+            f"spent_delta={self.spent_delta:g}, queries={self.queries})"
+        )
+
+
+def fits(cost: Budget, total: Budget, spent_epsilon: float, spent_delta: float) -> bool:
+    """True when ``cost`` on top of what was spent stays within ``total`` (relative slack).
+
+    >>> fits(Budget(0.5), Budget(1.0), 0.5, 0.0), fits(Budget(0.6), Budget(1.0), 0.5, 0.0)
+    (True, False)
+    """
+    eps_ok = spent_epsilon + cost.epsilon <= total.epsilon * (1 + FIT_SLACK)
+    delta_ok = spent_delta + cost.delta <= total.delta * (1 + FIT_SLACK)
+    return eps_ok and delta_ok
+
+
+class InMemoryCorpusAccountant(CorpusAccountant):
+    """A thread-safe corpus budget in this process's memory: **not durable, not shared**.
+
+    It starts from zero in every process and after every restart, so it does
+    not bound what a deployment spends: use it in notebooks and tests only.
+    ``query_id`` is accepted for the contract and not remembered.
+
+    >>> acc = InMemoryCorpusAccountant(Budget(1.0))
+    >>> acc.charge(Budget(0.25), query_id="q1"); acc.spent_epsilon
+    0.25
+    """
+
+    def __init__(self, total: Budget) -> None:
+        super().__init__(total)
         self._epsilon_spent = 0.0
         self._delta_spent = 0.0
         self._queries = 0
@@ -56,42 +155,16 @@ class CorpusAccountant:
         """Number of charged queries."""
         return self._queries
 
-    @property
-    def remaining(self) -> Budget:
-        """What is left (epsilon is reported as at least a tiny positive number)."""
-        with self._lock:
-            eps = max(self.total.epsilon - self._epsilon_spent, 1e-300)
-            delta = max(self.total.delta - self._delta_spent, 0.0)
-        return Budget(eps, delta)
-
-    def can_afford(self, cost: Budget) -> bool:
-        """True when ``cost`` fits in what remains."""
-        with self._lock:
-            return self._fits(cost)
-
-    def _fits(self, cost: Budget) -> bool:
-        eps_ok = self._epsilon_spent + cost.epsilon <= self.total.epsilon * (1 + FIT_SLACK)
-        delta_ok = self._delta_spent + cost.delta <= self.total.delta * (1 + FIT_SLACK)
-        return eps_ok and delta_ok
-
-    def charge(self, cost: Budget) -> None:
+    def charge(self, cost: Budget, *, query_id: str | None = None) -> None:
         """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing."""
-        if not isinstance(cost, Budget):
-            raise TypeError(f"cost must be a Budget, got {type(cost).__name__}")
+        cost = check_cost(cost)
         with self._lock:
-            if not self._fits(cost):
-                left_eps = max(self.total.epsilon - self._epsilon_spent, 0.0)
-                left_delta = max(self.total.delta - self._delta_spent, 0.0)
-                raise PrivacyBudgetExhausted(
-                    f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but only "
-                    f"epsilon={left_eps:g}, delta={left_delta:g} remains"
+            if not fits(cost, self.total, self._epsilon_spent, self._delta_spent):
+                raise exhausted(
+                    cost,
+                    self.total.epsilon - self._epsilon_spent,
+                    self.total.delta - self._delta_spent,
                 )
             self._epsilon_spent += cost.epsilon
             self._delta_spent += cost.delta
             self._queries += 1
-
-    def __repr__(self) -> str:
-        return (
-            f"CorpusAccountant(total={self.total!r}, spent_epsilon={self._epsilon_spent:g}, "
-            f"spent_delta={self._delta_spent:g}, queries={self._queries})"
-        )

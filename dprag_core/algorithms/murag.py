@@ -364,9 +364,9 @@ class NaiveMulti(StreamingMechanism):
     cap raises :class:`~dprag_core.budget.PrivacyBudgetExhausted`. Use it
     without another accountant in the pipeline (``query_cost()`` is None).
 
-    >>> from dprag_core.accounting.accountant import CorpusAccountant
-    >>> NaiveMulti(inner, accountant=CorpusAccountant(Budget(10.0)))  # doctest: +SKIP
-    NaiveMulti(inner=..., accountant=CorpusAccountant(total=Budget(epsilon=10.0, delta=0.0), ...))
+    >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+    >>> NaiveMulti(inner, accountant=InMemoryCorpusAccountant(Budget(10.0)))  # doctest: +SKIP
+    NaiveMulti(inner=..., accountant=InMemoryCorpusAccountant(total=Budget(epsilon=10.0, ...), ...))
     """
 
     name = "NaiveMulti"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dprag_core.accounting import (
-    CorpusAccountant,
+    InMemoryCorpusAccountant,
     advanced_composition,
     approximate_rdp_to_dp,
     composition_fits,
@@ -83,7 +83,7 @@ CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
      "rdp must have the shape of orders"),
     ("rdp negative", lambda: rdp_to_dp(np.array([-1.0, 1.0]), [2.0, 3.0], delta=1e-5),
      ValueError, "rdp must hold numbers >= 0"),
-    ("accountant total", lambda: CorpusAccountant(1.0), TypeError,  # type: ignore[arg-type]
+    ("accountant total", lambda: InMemoryCorpusAccountant(1.0), TypeError,  # type: ignore[arg-type]
      "total must be a Budget"),
 ]  # fmt: skip
 
@@ -98,7 +98,7 @@ def test_bad_input_is_rejected_with_a_clear_message(
 
 
 def test_bad_charge_spends_nothing() -> None:
-    acc = CorpusAccountant(Budget(1.0, 1e-6))
+    acc = InMemoryCorpusAccountant(Budget(1.0, 1e-6))
     with pytest.raises(TypeError, match="cost must be a Budget"):
         acc.charge(0.5)  # type: ignore[arg-type]
     assert (acc.spent_epsilon, acc.spent_delta, acc.queries) == (0.0, 0.0, 0)

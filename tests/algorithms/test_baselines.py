@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from fake_token_model import FakeTokenModel
 
-from dprag_core import Budget, CorpusAccountant, PrivateRAG
+from dprag_core import Budget, InMemoryCorpusAccountant, PrivateRAG
 from dprag_core.algorithms import RAG, NonRAG, VoteRAG
 from dprag_core.retrieval import ScoredDocument
 
@@ -70,7 +70,7 @@ def test_vote_rag_one_voter_equals_rag(tiny_token_model: Any) -> None:
 
 def test_pipeline_runs_baselines_without_charging() -> None:
     fake = FakeTokenModel([("", "ok")])
-    acc = CorpusAccountant(total=Budget(1.0))
+    acc = InMemoryCorpusAccountant(total=Budget(1.0))
     rag = PrivateRAG(NonRAG(fake), lambda q, k: _docs(k), accountant=acc)
     assert rag.answer("Who?").text == "ok"
     assert acc.spent_epsilon == 0.0

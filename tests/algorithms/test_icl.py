@@ -7,7 +7,13 @@ from typing import Any
 import pytest
 from fake_token_model import FakeTokenModel
 
-from dprag_core import Budget, CorpusAccountant, DPAnswer, PrivacyBudgetExhausted, PrivateRAG
+from dprag_core import (
+    Budget,
+    DPAnswer,
+    InMemoryCorpusAccountant,
+    PrivacyBudgetExhausted,
+    PrivateRAG,
+)
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE
 from dprag_core.retrieval.capabilities import HonoursK
@@ -96,7 +102,9 @@ def test_pipeline_retrieves_above_lower_bound_and_refuses_overspend() -> None:
 
     model = _model()
     mech = DPICL(model, epsilon=2.0, max_new_tokens=4, bounds=(0.5, 1.0), k=5)
-    rag = PrivateRAG(mech, HonoursK(retriever), accountant=CorpusAccountant(Budget(3.0, 1e-5)))
+    rag = PrivateRAG(
+        mech, HonoursK(retriever), accountant=InMemoryCorpusAccountant(Budget(3.0, 1e-5))
+    )
     rag.answer(QUESTION, rng=4)
     assert asked == [32]  # retrieve_above from the public lower bound (store exhausted)
     assert len(model.prompts[0]) <= 11  # the 0.1 document is below the public bound

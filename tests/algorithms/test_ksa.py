@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from dprag_core import Budget, CorpusAccountant, PrivacyBudgetExhausted, PrivateRAG
+from dprag_core import (
+    Budget,
+    InMemoryCorpusAccountant,
+    PrivacyBudgetExhausted,
+    PrivateRAG,
+)
 from dprag_core.algorithms.ksa import (
     DPKSA,
     KSA,
@@ -171,7 +176,7 @@ def test_pipeline_charges_before_retrieval_and_refuses_overspend() -> None:
 
     model = ScriptedTextModel()
     mech = DPKSA(model, epsilon=1.0, n_docs=80)
-    acc = CorpusAccountant(Budget(1.5, 1e-3))
+    acc = InMemoryCorpusAccountant(Budget(1.5, 1e-3))
     rag = PrivateRAG(mech, HonoursK(retriever), accountant=acc)
     first = rag.answer(QUESTION, rng=0)
     assert retrieved == [80] and first.guarantee == mech.query_cost()

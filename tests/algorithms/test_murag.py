@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import (
     InMemoryLedger,
     Ledger,
@@ -184,7 +184,9 @@ def test_100_queries_under_total_epsilon_10_verified_from_the_audit_log(tmp_path
     # each topic is asked 6 or 7 times; its documents pay for 5 (M = 5), then fall back
     assert [a.text != NON_RAG for a in answers] == [t < 5 * n_topics for t in range(100)]
     # the naive baseline composes per-query costs and is capped at 5 queries under eps=10
-    naive = NaiveMulti(EchoInner(epsilon=2.0, k=8), accountant=CorpusAccountant(Budget(10.0)))
+    naive = NaiveMulti(
+        EchoInner(epsilon=2.0, k=8), accountant=InMemoryCorpusAccountant(Budget(10.0))
+    )
     naive_rag = PrivateRAG(naive, corpus.as_retriever(lambda q: questions[q]))
     for q in list(questions)[:5]:
         assert naive_rag.answer(q).details["cumulative_epsilon"] <= 10.0
@@ -262,7 +264,7 @@ def test_ada_assigns_a_unit_to_the_bin_of_its_best_chunk() -> None:
 
 def test_naive_multi_refuses_before_any_work() -> None:
     inner = EchoInner(epsilon=1.0, k=1, delta=1e-6)
-    naive = NaiveMulti(inner, accountant=CorpusAccountant(Budget(2.0, 1e-5)))
+    naive = NaiveMulti(inner, accountant=InMemoryCorpusAccountant(Budget(2.0, 1e-5)))
     assert naive.answer("q", [doc(1, 0.9)]).details["cumulative_epsilon"] == 1.0
     second = naive.answer("q", [doc(1, 0.9)])
     assert second.details["cumulative_epsilon"] == 2.0 and second.guarantee == Budget(1.0, 1e-6)

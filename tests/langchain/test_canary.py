@@ -35,7 +35,7 @@ from lc_support import (
 )
 from toy_mechanisms import Case, LeakyMechanism, build
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget
 from langchain_dprag import DPRAGChain, LangChainTextModel
 
@@ -61,7 +61,7 @@ def _chain(mechanism: Any, store: InMemoryVectorStore) -> DPRAGChain:
         vectorstore=store,
         mechanism=mechanism,
         unit_key="patient",
-        accountant=CorpusAccountant(Budget(1e6, 0.5)),
+        accountant=InMemoryCorpusAccountant(Budget(1e6, 0.5)),
     )
 
 

@@ -16,7 +16,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
 from toy_mechanisms import AboveToy, ToyMechanism
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
 from langchain_dprag.chain import PRIVACY_SPEND_EVENT
@@ -46,7 +46,7 @@ def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
 
 
 def test_invoke_str_and_dict(store: InMemoryVectorStore) -> None:
-    acc = CorpusAccountant(Budget(10.0, 1e-3))
+    acc = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
     chain = _chain(store, accountant=acc)
     out = chain.invoke(QUESTION)
     assert isinstance(out, DPRAGOutput)
@@ -57,7 +57,7 @@ def test_invoke_str_and_dict(store: InMemoryVectorStore) -> None:
 
 
 def test_bad_input_spends_nothing(store: InMemoryVectorStore) -> None:
-    acc = CorpusAccountant(Budget(10.0, 1e-3))
+    acc = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
     chain = _chain(store, accountant=acc)
     for bad in ("", "   ", {"query": QUESTION}, {"question": 3}):
         with pytest.raises(ValueError, match="question"):
@@ -135,7 +135,7 @@ def test_custom_event_reaches_callback_handler(store: InMemoryVectorStore) -> No
 
 def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) -> None:
     retriever = CountingRetriever(store=store)
-    acc = CorpusAccountant(Budget(1.5, 1e-3))
+    acc = InMemoryCorpusAccountant(Budget(1.5, 1e-3))
     chain = DPRAGChain(
         retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3), accountant=acc
     )
@@ -151,7 +151,7 @@ def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) 
 
 async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:
     retriever = CountingRetriever(store=store)
-    acc = CorpusAccountant(Budget(0.5))
+    acc = InMemoryCorpusAccountant(Budget(0.5))
     chain = DPRAGChain(
         retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3), accountant=acc
     )

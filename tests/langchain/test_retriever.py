@@ -9,7 +9,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from lc_support import QUESTION, HashingEmbeddings, corpus
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRetriever
@@ -35,7 +35,7 @@ class TestDPRetrieverStandard(RetrieversIntegrationTests):
         return {
             "vectorstore": _store(),
             "epsilon": 2.0,
-            "accountant": CorpusAccountant(Budget(1e4)),
+            "accountant": InMemoryCorpusAccountant(Budget(1e4)),
             "rng": 0,
         }
 
@@ -59,7 +59,7 @@ def test_threshold_charges_before_search(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(
         store, "similarity_search_with_score", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
-    acc = CorpusAccountant(Budget(1.5))
+    acc = InMemoryCorpusAccountant(Budget(1.5))
     retriever = DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=3)
     docs = retriever.invoke(QUESTION)
     assert all(0 <= d.metadata["score"] <= 1 or d.metadata["score"] < 0 for d in docs)
@@ -70,7 +70,7 @@ def test_threshold_charges_before_search(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_threshold_count_concentrates_on_k() -> None:
-    acc = CorpusAccountant(Budget(1e6))
+    acc = InMemoryCorpusAccountant(Budget(1e6))
     retriever = DPRetriever(vectorstore=_store(), epsilon=50.0, accountant=acc, k=3, rng=1)
     counts = [len(retriever.invoke(QUESTION)) for _ in range(20)]
     # units, not chunks, are counted: patient p1 has two chunks
@@ -108,7 +108,7 @@ def test_threshold_ranks_units_not_chunks() -> None:
         ]
     )
     retriever = DPRetriever(
-        vectorstore=store, epsilon=1e4, accountant=CorpusAccountant(Budget(1e6)), k=3,
+        vectorstore=store, epsilon=1e4, accountant=InMemoryCorpusAccountant(Budget(1e6)), k=3,
         fetch_k=3, unit_key="who", rng=0,
     )  # fmt: skip
     assert sorted(d.metadata["who"] for d in retriever.invoke("alpha beta gamma")) == [
@@ -142,7 +142,9 @@ def test_bad_construction() -> None:
     with pytest.raises(ValueError, match="either"):
         DPRetriever(vectorstore=store)
     with pytest.raises(ValueError, match="epsilon"):
-        DPRetriever(vectorstore=store, epsilon=-1.0, accountant=CorpusAccountant(Budget(1.0)))
+        DPRetriever(
+            vectorstore=store, epsilon=-1.0, accountant=InMemoryCorpusAccountant(Budget(1.0))
+        )
     with pytest.raises(ValueError, match="tau"):
         DPRetriever(
             vectorstore=store,
@@ -151,11 +153,15 @@ def test_bad_construction() -> None:
             epsilon_query=1.0,
         )
     with pytest.raises(ValueError, match="k must"):
-        DPRetriever(vectorstore=store, epsilon=1.0, accountant=CorpusAccountant(Budget(1.0)), k=0)
+        DPRetriever(
+            vectorstore=store, epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(1.0)), k=0
+        )
 
 
 def test_repr_hides_documents() -> None:
-    r = DPRetriever(vectorstore=_store(), epsilon=1.0, accountant=CorpusAccountant(Budget(1.0)))
+    r = DPRetriever(
+        vectorstore=_store(), epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(1.0))
+    )
     assert "Alice" not in repr(r) and "InMemoryVectorStore" in repr(r)
 
 
@@ -165,7 +171,7 @@ def test_dp_retriever_inside_chain_is_sealed() -> None:
     from toy_mechanisms import ToyMechanism
 
     retriever = DPRetriever(
-        vectorstore=_store(), epsilon=1.0, accountant=CorpusAccountant(Budget(10.0))
+        vectorstore=_store(), epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(10.0))
     )
     # declared for this side-door test only: a DPRetriever returns about k, not the top k
     chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3))

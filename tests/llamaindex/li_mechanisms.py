@@ -64,7 +64,7 @@ CASES: list[Case] = [
 
 def _multi(mod: Any, m: Models, which: str) -> Mechanism:
     """The multi-query wrappers around MuRAG's pure DPSparseVote (exponential selection)."""
-    from dprag_core.accounting.accountant import CorpusAccountant
+    from dprag_core.accounting.accountant import InMemoryCorpusAccountant
     from dprag_core.accounting.ledger import InMemoryLedger
     from dprag_core.algorithms.dpvote import DPSparseVote
 
@@ -79,7 +79,7 @@ def _multi(mod: Any, m: Models, which: str) -> Mechanism:
         return mod.MuRAGAda(
             inner, ledger=ledger, bins=[1.0, 0.5, 0.2, 0.0], epsilon_threshold=1.0, epsilon_rag=2.0
         )
-    return mod.NaiveMulti(inner, accountant=CorpusAccountant(Budget(100.0)))
+    return mod.NaiveMulti(inner, accountant=InMemoryCorpusAccountant(Budget(100.0)))
 
 
 def mechanism_classes() -> set[str]:

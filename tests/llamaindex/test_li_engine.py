@@ -18,7 +18,7 @@ from llama_index.core.base.response.schema import (
 from llama_index.vector_stores.faiss import FaissVectorStore
 from toy_mechanisms import ToyMechanism
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.capabilities import HonoursK
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
@@ -111,7 +111,7 @@ def test_streaming_refuses_before_returning_a_stream(index: Any) -> None:
 
 
 def test_shared_accountant(index: Any) -> None:
-    shared = CorpusAccountant(Budget(2.0, 1e-5))
+    shared = InMemoryCorpusAccountant(Budget(2.0, 1e-5))
     first = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=shared)
     second = DPQueryEngine.from_retriever(
         index.as_retriever(), mechanism=ToyMechanism(), budget=shared

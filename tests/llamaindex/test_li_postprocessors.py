@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
@@ -43,7 +43,7 @@ def test_threshold_matches_the_core_mechanism() -> None:
 
 
 def test_threshold_charges_before_returning() -> None:
-    accountant = CorpusAccountant(Budget(1.0))
+    accountant = InMemoryCorpusAccountant(Budget(1.0))
     post = DPThresholdPostprocessor(
         epsilon=0.6, score_range=(-1.0, 1.0), k=2, budget=accountant, rng=0
     )
