@@ -18,10 +18,37 @@ from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.capabilities import has_range_search, requirement
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import top_units
 
-__all__ = ["PrivateRAG", "charge_query", "check_question", "retrieve_for"]
+__all__ = ["PrivateRAG", "charge_query", "check_question", "check_source", "retrieve_for"]
+
+CORE_SOURCES = (
+    "FaissRetriever (FaissCorpus.as_retriever), CorpusIndex, any retriever with "
+    "honours_k = True or a native above(question, tau), or HonoursK(fn) (your promise "
+    "that fn(question, k) returns the store's first min(k, N) documents, best first)"
+)
+
+
+def check_source(
+    mechanism: Mechanism, retriever: object, *, qualifying: str, name: str | None = None
+) -> None:
+    """Refuse, when an app is built, a retriever that cannot give ``mechanism`` its candidates.
+
+    Never checked at query time: whether a store capped its answer depends on
+    the data. ``qualifying`` names the sources that do qualify, and ``name`` the
+    source (default: its type), for the error.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
+    >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
+    """
+    lacking = requirement(mechanism.candidates_needed(), retriever)
+    if lacking is not None:
+        raise ValueError(
+            f"{mechanism.name} needs {lacking}; {name or type(retriever).__name__} does not "
+            f"declare it. Sources that qualify: {qualifying}"
+        )
 
 
 def charge_query(
@@ -39,15 +66,18 @@ def charge_query(
 
 
 def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:
-    """Retrieve what ``mechanism`` asks for.
+    """Retrieve what ``mechanism`` asks for (the retriever was checked by :func:`check_source`).
 
-    A count n means the top-n *privacy units*, each by its best chunk
-    (:func:`~dprag_core.retrieval.units.top_units`: one added unit then
-    substitutes one unit, as the voting proofs need). ``None`` means every
-    chunk above the mechanism's public ``min_score`` (MuRAG, DP-ICL): a
-    threshold keeps each chunk on its own merit, so no unit shifts another;
-    a retriever with its own range search (``retriever.above(question, tau)``,
-    e.g. FAISS ``range_search``) is used directly.
+    A count n means the first n *privacy units* of the store's ranking, each by
+    its first chunk (:func:`~dprag_core.retrieval.units.top_units`): one added
+    unit then substitutes at most one unit, as the voting proofs need. ``None``
+    means every chunk above the mechanism's public ``min_score`` (MuRAG,
+    DP-ICL): a threshold keeps each chunk on its own merit, so one added unit
+    adds only its own chunks; a retriever with its own range search
+    (``retriever.above(question, tau)``, e.g. FAISS ``range_search``) is used
+    directly, otherwise its k-honouring query grows until it has returned
+    everything above the threshold (:func:`~dprag_core.retrieval.above.retrieve_above`).
+    Placeholders for unusable documents never reach the mechanism.
     """
     n = mechanism.candidates_needed()
     if n is not None:
@@ -55,18 +85,22 @@ def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> l
     tau = mechanism.min_score()
     if tau is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
-    above = getattr(retriever, "above", None)
-    if callable(above):
-        return [d for d in above(question, tau) if d.score > tau]
+    if has_range_search(retriever):
+        found = retriever.above(question, tau)  # type: ignore[attr-defined]
+        return [d for d in found if not d.is_padding and d.score > tau]
     return retrieve_above(retriever, question, tau)
 
 
 class PrivateRAG:
     """A DP RAG app in three parts: a retriever, a mechanism and a budget.
 
-    ``retriever(question, k)`` returns scored candidates, best first.
-    ``accountant`` (optional) holds the corpus-level budget that each query's
-    fixed cost is charged against before retrieval.
+    ``retriever(question, k)`` returns scored candidates, best first, and
+    declares what it promises (:mod:`~dprag_core.retrieval.capabilities`): a
+    top-n mechanism needs ``honours_k``, a threshold mechanism a native range
+    search or ``honours_k``; any other retriever is refused here, with a
+    ``ValueError`` naming the sources that qualify. ``accountant`` (optional)
+    holds the corpus-level budget that each query's fixed cost is charged
+    against before retrieval.
     """
 
     def __init__(
@@ -80,6 +114,7 @@ class PrivateRAG:
             raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
+        check_source(mechanism, retriever, qualifying=CORE_SOURCES)
         self.mechanism = mechanism
         self.retriever = retriever
         self.accountant = accountant

@@ -5,6 +5,27 @@ Each call shows up in the trace as a retriever run nested under the chain run
 never handed to a callback: the run ends with an empty document list, and the
 user's retriever itself runs *sealed* (no inherited callbacks, tracing off; see
 :mod:`langchain_dprag._sealed`), so nothing inside it is traced either.
+
+Which relation each path keeps (the argument behind ``DPRAGChain``'s claims):
+
+- ``vectorstore=``: ``similarity_search_with_score(k=n)`` is the store's top-n
+  by score; :func:`~langchain_dprag.vectorstores.search_with_scores` completes
+  tie groups at the cut and orders ties by id, so the result is the first n of
+  one fixed ranking of (question, document) pairs: it honours k. One added unit
+  is inserted into that ranking; the first n distinct units then change by one
+  substitution (:func:`~dprag_core.retrieval.units.top_units`), and the query
+  enlarged until the last score falls to a threshold returns every document
+  above it (:func:`~dprag_core.retrieval.above.retrieve_above`).
+- ``retriever=``: an arbitrary ``BaseRetriever`` may cap, ignore ``k``, re-rank
+  by other documents (MMR) or drop scores; none of that can be seen from
+  outside, so it qualifies only with ``retriever_honours_k=True``: the user's
+  promise that ``invoke(question, k=k)`` returns the first ``min(k, N)`` of a
+  fixed ranking, best first (and, for threshold mechanisms, non-increasing
+  scores in ``metadata[score_key]``). Then the same two arguments apply.
+
+Documents that cannot be used (no score where one is needed, no ``unit_key``,
+a NaN score, a reserved id) become placeholders that keep their slot and are
+dropped, never an error: the query has already been charged.
 """
 
 from __future__ import annotations
@@ -18,13 +39,22 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval.above import Retriever
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag._sealed import run_sealed, sealed_config
 from langchain_dprag.errors import PrivateDataError, guarded
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import ScoreFunction, search_with_scores
 
-__all__ = ["DocumentSource"]
+__all__ = ["LANGCHAIN_SOURCES", "DocumentSource"]
+
+LANGCHAIN_SOURCES = (
+    "vectorstore= (any LangChain VectorStore: its similarity search honours k), or "
+    "retriever= with retriever_honours_k=True (your promise that "
+    "retriever.invoke(question, k=k) returns the first min(k, N) documents of the store's "
+    "ranking, best first, with non-increasing scores in metadata[score_key] for "
+    "threshold mechanisms)"
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +63,10 @@ class DocumentSource:
 
     A ``BaseRetriever`` is asked for ``k`` documents (``invoke(q, k=k)``) and its
     scores are read from ``metadata[score_key]``; a retriever without scores can
-    feed mechanisms that take the top n (DPSparseVote, DP-KSA, ...) but not those
-    that select by score (MuRAG), which then raise a ``ValueError``.
+    feed mechanisms that take the top n (DPSparseVote, DP-KSA, ...), in its own
+    rank order; for those that select by score (MuRAG) a document without a
+    score is dropped. ``retriever_honours_k``: the user's declaration (module
+    docstring).
     """
 
     retriever: BaseRetriever | None
@@ -42,6 +74,12 @@ class DocumentSource:
     score_function: ScoreFunction
     score_key: str
     unit_key: str | None
+    retriever_honours_k: bool = False
+
+    @property
+    def honours_k(self) -> bool:
+        """A vector store's search does; a retriever only when the user declares it."""
+        return self.vectorstore is not None or self.retriever_honours_k
 
     @property
     def name(self) -> str:
@@ -60,20 +98,20 @@ class DocumentSource:
 
     def _metadata_score(self, doc: Document) -> float | None:
         raw = doc.metadata.get(self.score_key)
-        return None if raw is None else self.score_function.convert(float(raw))
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            return None
+        return self.score_function.convert(float(raw))
 
     def _to_scored(
         self, pairs: Sequence[tuple[Document, float | None]], *, needs_scores: bool
     ) -> list[ScoredDocument]:
-        if needs_scores and any(score is None for _, score in pairs):
-            raise ValueError(
-                f"the mechanism selects documents by score, but {self.name} returned documents "
-                f"without metadata[{self.score_key!r}]: pass vectorstore= with a score_function"
-            )
-        high = self.score_function.high
+        # without scores the rank order is all a top-n needs: any constant will do
+        missing = None if needs_scores else self.score_function.high
         return [
-            to_scored_document(doc, high if score is None else score, unit_key=self.unit_key)
-            for doc, score in pairs
+            to_scored_document(
+                doc, missing if score is None else score, unit_key=self.unit_key, slot=slot
+            )
+            for slot, (doc, score) in enumerate(pairs)
         ]
 
     def bind(self, callbacks: CallbackManager | None, *, needs_scores: bool) -> Retriever:
@@ -95,4 +133,4 @@ class DocumentSource:
                 run.on_retriever_end([])
             return self._to_scored(pairs, needs_scores=needs_scores)
 
-        return retrieve
+        return HonoursK(retrieve) if self.honours_k else retrieve

@@ -49,12 +49,12 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.pipeline import charge_query, check_question, retrieve_for
+from dprag_core.pipeline import charge_query, check_question, check_source, retrieve_for
 from dprag_core.retrieval.documents import ScoredDocument
-from langchain_dprag._retrieval import DocumentSource
+from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._sealed import Sealed
 from langchain_dprag.errors import guarded
-from langchain_dprag.vectorstores import COSINE, ScoreFunction
+from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
 __all__ = ["PRIVACY_SPEND_EVENT", "ChainInput", "DPRAGChain", "DPRAGOutput"]
 
@@ -138,9 +138,14 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
     Fields: exactly one of ``vectorstore`` (read with scores through
-    ``score_function``, which declares the public score range) or ``retriever``
-    (any ``BaseRetriever``; scores from ``metadata[score_key]`` when the
-    mechanism needs them); ``mechanism`` (which holds its model: a TokenModel for
+    ``score_function``, which declares the public score range; a store that
+    says it returns distances is refused with a similarity function) or
+    ``retriever`` (a ``BaseRetriever``; scores from ``metadata[score_key]`` when
+    the mechanism needs them), which qualifies only with
+    ``retriever_honours_k=True``: your promise that ``invoke(question, k=k)``
+    returns the first ``min(k, N)`` documents of a fixed ranking, best first
+    (see :mod:`langchain_dprag._retrieval` for why; any other source is refused
+    here, when the chain is built); ``mechanism`` (which holds its model: a TokenModel for
     token-level mechanisms, a :class:`~langchain_dprag.models.LangChainTextModel`
     for text-level ones); ``accountant`` (the corpus budget each query's fixed
     cost is charged to; MuRAG carries its own ledger); ``unit_key`` (metadata key
@@ -168,6 +173,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     score_function: ScoreFunction = COSINE
     score_key: str = "score"
     unit_key: str | None = None
+    retriever_honours_k: bool = False
+    """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
     accountant: CorpusAccountant | None = None
     rng: RngLike = None
     """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
@@ -176,6 +183,10 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     def _check(self) -> Self:
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
+        if self.vectorstore is not None:
+            check_score_function(self.vectorstore, self.score_function)
+        source = self._source
+        check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
         tau = self.mechanism.min_score()
         low, high = self.score_function.bounds
         if tau is not None and not low <= tau <= high:
@@ -203,6 +214,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
             score_function=self.score_function,
             score_key=self.score_key,
             unit_key=self.unit_key,
+            retriever_honours_k=self.retriever_honours_k,
         )
 
     # -- the pipeline: validate, charge, retrieve, answer -----------------------------

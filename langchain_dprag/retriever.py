@@ -2,16 +2,32 @@
 
 Two selections, for chains that want the selection step on its own:
 
-- **DP threshold** (Grislain 2024): ``epsilon`` + ``accountant``. Fetch the top
-  ``fetch_k`` privacy units (each by its best chunk) with their similarities, draw
-  a threshold tau with the continuous exponential mechanism whose utility peaks
-  where exactly ``k`` candidates score above tau (``dprag_core.algorithms.threshold.DPThreshold``),
-  return every candidate above tau. Each query costs ``epsilon``, charged to the
-  accountant *before* the store is searched.
+- **DP threshold** (Grislain 2024): ``epsilon`` + ``accountant``. Fetch *every*
+  chunk scoring above the lower end of the public score range (the store query
+  grows from ``fetch_k`` until the last score falls to that bound or the store is
+  exhausted), draw a threshold tau with the exponential mechanism whose utility
+  peaks where exactly ``k`` units score above tau
+  (``dprag_core.algorithms.threshold.DPThreshold``), return every unit above tau.
+  Each query costs ``epsilon``, charged to the accountant *before* the store is
+  searched. Why every chunk and not the top ``fetch_k`` units: a top-N cut
+  turns one added unit into a substitution (one in, one out), so neighbouring
+  selections could differ by two units and a downstream mechanism's guarantee
+  would double unaccounted. With the complete candidate set, one added unit adds
+  one score to the threshold's input (Δ = 1) and, given tau, changes the
+  selection by that unit alone. A narrower public range (e.g.
+  ``ScoreFunction("cosine", low=0.3, high=1.0)``: scores below 0.3 clip to it and
+  never count) keeps the fetch small.
 - **MuRAG ledger filter** (MuRAG Alg. 1, lines 3-8): ``ledger`` + ``tau`` +
   ``epsilon_query``. Every unit that scores above the public ``tau`` and still has
   ``epsilon_query`` left is charged ``epsilon_query`` (all of them, not only the
   ``k`` returned), *before* anything is returned; the best ``k`` are returned.
+  The relevant set is every chunk above ``tau`` (the same growing store query),
+  so a unit is charged on its own score alone.
+
+Both read the store through :func:`~langchain_dprag.vectorstores.search_with_scores`
+(one fixed ranking, ties by id); a store that says it returns distances is
+refused with a similarity ``score_function`` when the retriever is built.
+Documents without a finite score or without their ``unit_key`` are dropped.
 """
 
 from __future__ import annotations
@@ -33,10 +49,15 @@ from dprag_core.algorithms.murag import charge_active
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.units import best_chunk_per_unit, top_units
+from dprag_core.retrieval.units import best_chunk_per_unit
 from langchain_dprag._sealed import run_sealed
 from langchain_dprag.units import to_scored_document
-from langchain_dprag.vectorstores import COSINE, ScoreFunction, search_with_scores
+from langchain_dprag.vectorstores import (
+    COSINE,
+    ScoreFunction,
+    check_score_function,
+    search_with_scores,
+)
 
 __all__ = ["DPRetriever"]
 
@@ -56,14 +77,18 @@ class DPRetriever(BaseRetriever):
     **What it does not.** The *text* of the returned documents is private: this
     retriever returns it in full (LangChain's own ``on_retriever_end`` callback
     and ``astream_events`` carry it, as for any retriever). Pass the result only
-    to a DP generator (e.g. ``DPRAGChain(retriever=DPRetriever(...), mechanism=...)``,
-    which keeps it out of every trace), never to an ordinary LLM prompt or a UI.
+    to a DP generator (e.g. ``DPRAGChain(retriever=DPRetriever(...),
+    retriever_honours_k=True, mechanism=...)``, which keeps it out of every trace:
+    given its threshold, the whole selection comes back in rank order, and
+    neighbouring selections differ by one unit), never to an ordinary LLM prompt
+    or a UI.
 
-    ``k`` is the target number of documents: the DP threshold returns *about*
-    ``k`` (the count is randomised for privacy, and bounded by ``fetch_k``); the
-    ledger filter returns at most ``k``. Scores come from ``score_function``,
-    whose public range is the threshold's range; ``unit_key`` names the metadata
-    key of the privacy unit. ``rng`` is for tests only (default: OS entropy).
+    ``k`` is the target number of units: the DP threshold returns *about* ``k``
+    (the count is randomised for privacy); the ledger filter returns at most
+    ``k``. ``fetch_k`` is only the size of the first store query (module
+    docstring). Scores come from ``score_function``, whose public range is the
+    threshold's range; ``unit_key`` names the metadata key of the privacy unit.
+    ``rng`` is for tests only (default: OS entropy).
 
     >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
     >>> DPRetriever(vectorstore=store, ledger=InMemoryLedger(budget_per_unit=10.0),
@@ -88,6 +113,7 @@ class DPRetriever(BaseRetriever):
     def _check(self) -> Self:
         positive_int("k", self.k)
         positive_int("fetch_k", self.fetch_k)
+        check_score_function(self.vectorstore, self.score_function)
         threshold = self.epsilon is not None or self.accountant is not None
         ledger = self.ledger is not None or self.tau is not None or self.epsilon_query is not None
         if threshold == ledger:
@@ -124,7 +150,10 @@ class DPRetriever(BaseRetriever):
     def _searcher(self, found: dict[str, Document]) -> Retriever:
         def search(query: str, k: int) -> list[ScoredDocument]:
             pairs = run_sealed(search_with_scores, self.vectorstore, query, k, self.score_function)
-            scored = [to_scored_document(d, s, unit_key=self.unit_key) for d, s in pairs]
+            scored = [
+                to_scored_document(d, s, unit_key=self.unit_key, slot=slot)
+                for slot, (d, s) in enumerate(pairs)
+            ]
             found.update((sd.id, doc) for sd, (doc, _) in zip(scored, pairs, strict=True))
             return scored
 
@@ -136,14 +165,14 @@ class DPRetriever(BaseRetriever):
         assert self.accountant is not None and self.epsilon is not None
         selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function.bounds, k=k)
         self.accountant.charge(selector.cost())
-        # the top units (best chunk each), not the top chunks: a unit with c chunks in a
-        # chunk-level top-N would push out up to c other units and move the count by c
-        candidates = top_units(search, query, max(self.fetch_k, k))
+        # every chunk above the public lower bound: no top-N cut (module docstring)
+        low = self.score_function.low
+        candidates = retrieve_above(search, query, low, initial_k=self.fetch_k)
         return list(selector.select(candidates, rng=self.rng))
 
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
-        relevant = retrieve_above(search, query, self.tau)
+        relevant = retrieve_above(search, query, self.tau, initial_k=self.fetch_k)
         # MuRAG's own step: units without budget (also those a concurrent query just
         # spent) drop out silently; an error naming them would signal their exhaustion
         active = set(

@@ -16,6 +16,18 @@ threshold's bounds live on that range. Stores disagree on what a score is:
 Converted scores are clipped into the declared range (a public, per-document
 transform). :func:`faiss_inner_product` builds the recommended FAISS store.
 
+Distances are never silently read as similarities: where a store exposes what
+its raw scores are (:func:`store_metric`: ``InMemoryVectorStore`` is cosine, a
+``distance_strategy`` attribute names the metric), :func:`check_score_function`
+refuses, when the chain or retriever is built, a built-in score function made
+for another metric. A custom ``ScoreFunction`` (``metrics=None``) is your
+declaration and is taken as given.
+
+Rank order: :func:`search_with_scores` keeps the store's order (no re-sort) and
+completes tie groups at the cut, ordering tied documents by id
+(:func:`~dprag_core.retrieval.ties.tie_complete`), so its top-k is the first k
+of one fixed ranking: it honours k.
+
 >>> SQUARED_L2_UNIT.convert(0.5), COSINE.convert(1.5)
 (0.75, 1.0)
 """
@@ -33,6 +45,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core._validation import finite
+from dprag_core.retrieval.ties import tie_complete
+from langchain_dprag.units import document_id
 
 if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
@@ -43,8 +57,10 @@ __all__ = [
     "SQUARED_L2_UNIT",
     "NormalizedEmbeddings",
     "ScoreFunction",
+    "check_score_function",
     "faiss_inner_product",
     "search_with_scores",
+    "store_metric",
 ]
 
 
@@ -62,7 +78,9 @@ class ScoreFunction:
 
     ``transform`` maps a raw score to a similarity (higher = more relevant);
     ``relevance=True`` reads ``similarity_search_with_relevance_scores`` instead
-    of ``similarity_search_with_score``.
+    of ``similarity_search_with_score``. ``metrics``: the raw store metrics
+    (:func:`store_metric`) this function is valid for; ``None`` (the default for
+    your own functions) declares it valid for the store you use it with.
 
     >>> ScoreFunction("neg_distance", low=-2.0, high=0.0, transform=lambda d: -d).convert(0.5)
     -0.5
@@ -73,6 +91,7 @@ class ScoreFunction:
     high: float
     transform: Callable[[float], float] = _identity
     relevance: bool = False
+    metrics: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         low, high = finite("low", self.low), finite("high", self.high)
@@ -85,34 +104,116 @@ class ScoreFunction:
         return (self.low, self.high)
 
     def convert(self, raw: float) -> float:
-        """The similarity of a raw store score, clipped into the public range."""
+        """The similarity of a raw store score, clipped into the public range.
+
+        NaN stays NaN: the document is then dropped (a placeholder keeps its
+        slot, :func:`~dprag_core.retrieval.documents.admit`), never ranked.
+        """
         value = float(self.transform(float(raw)))
         if math.isnan(value):
-            return self.low
+            return math.nan
         return min(max(value, self.low), self.high)
 
 
-COSINE = ScoreFunction("cosine", low=-1.0, high=1.0)
+COSINE = ScoreFunction("cosine", low=-1.0, high=1.0, metrics=frozenset({"cosine", "inner_product"}))
 SQUARED_L2_UNIT = ScoreFunction(
-    "squared_l2_unit", low=-1.0, high=1.0, transform=_squared_l2_to_cosine
+    "squared_l2_unit",
+    low=-1.0,
+    high=1.0,
+    transform=_squared_l2_to_cosine,
+    metrics=frozenset({"squared_l2"}),
 )
-RELEVANCE = ScoreFunction("relevance", low=0.0, high=1.0, relevance=True)
+RELEVANCE = ScoreFunction(
+    "relevance", low=0.0, high=1.0, relevance=True, metrics=frozenset({"squared_l2"})
+)
+
+_FAISS_METRICS = {
+    "EUCLIDEAN_DISTANCE": "squared_l2",
+    "COSINE": "squared_l2",  # langchain-community FAISS: an L2 index, relevance 1 - d
+    "JACCARD": "squared_l2",
+    "MAX_INNER_PRODUCT": "inner_product",
+    "DOT_PRODUCT": "inner_product",
+}
+
+
+def store_metric(store: VectorStore) -> str | None:
+    """What ``store``'s raw ``similarity_search_with_score`` values are, where it says so.
+
+    ``"cosine"`` for ``InMemoryVectorStore``; for a store with a
+    ``distance_strategy`` (langchain-community ``FAISS`` and others)
+    ``"squared_l2"`` or ``"inner_product"`` (FAISS), else ``"distance_strategy=NAME"``;
+    ``None`` when the store does not expose it.
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> store_metric(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
+    'cosine'
+    """
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    if isinstance(store, InMemoryVectorStore):
+        return "cosine"
+    strategy = getattr(store, "distance_strategy", None)
+    if strategy is None:
+        return None
+    name = str(getattr(strategy, "name", strategy)).upper()
+    if type(store).__name__ == "FAISS" and name in _FAISS_METRICS:
+        if getattr(store, "override_relevance_score_fn", None) is not None:
+            return None
+        return _FAISS_METRICS[name]
+    return f"distance_strategy={name}"
+
+
+def check_score_function(store: VectorStore, score_function: ScoreFunction) -> ScoreFunction:
+    """Refuse a built-in score function made for another metric than ``store``'s.
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
+    >>> check_score_function(store, COSINE).name
+    'cosine'
+    >>> try:
+    ...     check_score_function(store, SQUARED_L2_UNIT)
+    ... except ValueError as refused:
+    ...     print(str(refused)[:48])
+    InMemoryVectorStore returns cosine scores, but s
+    """
+    if not isinstance(score_function, ScoreFunction):
+        raise TypeError(
+            f"score_function must be a ScoreFunction, got {type(score_function).__name__}"
+        )
+    metric = store_metric(store)
+    if metric is None or score_function.metrics is None or metric in score_function.metrics:
+        return score_function
+    raise ValueError(
+        f"{type(store).__name__} returns {metric} scores, but score_function "
+        f"{score_function.name!r} reads {', '.join(sorted(score_function.metrics))}: pass a "
+        "matching score_function (COSINE for cosine or inner product on unit-norm embeddings, "
+        "SQUARED_L2_UNIT for squared L2 distances on unit-norm embeddings) or your own "
+        "ScoreFunction"
+    )
 
 
 def search_with_scores(
     store: VectorStore, query: str, k: int, score_function: ScoreFunction
 ) -> list[tuple[Document, float]]:
-    """The top ``k`` documents of ``store`` for ``query`` with converted similarities.
+    """The first ``k`` of ``store``'s ranking for ``query``, with converted similarities.
 
-    Results are sorted by similarity, best first (stores sort by their own score).
+    The store's own order, tie groups at the cut completed and ordered by id
+    (module docstring): the first k of one fixed ranking, never re-sorted.
     """
-    if score_function.relevance:
-        pairs = store.similarity_search_with_relevance_scores(query, k=k)
-    else:
-        pairs = store.similarity_search_with_score(query, k=k)
-    scored = [(doc, score_function.convert(raw)) for doc, raw in pairs]
-    scored.sort(key=lambda pair: pair[1], reverse=True)
-    return scored
+
+    def fetch(n: int) -> list[tuple[Document, float]]:
+        if score_function.relevance:
+            return store.similarity_search_with_relevance_scores(query, k=n)
+        return store.similarity_search_with_score(query, k=n)
+
+    pairs = tie_complete(fetch, k, score=lambda pair: float(pair[1]), ident=_pair_id)
+    return [(doc, score_function.convert(raw)) for doc, raw in pairs]
+
+
+def _pair_id(pair: tuple[Document, float]) -> str:
+    return document_id(pair[0])
 
 
 class NormalizedEmbeddings(Embeddings):

@@ -13,6 +13,18 @@ ids are private too). Whatever is done with them next must be a DP generator
 They also sit in the user's pipeline, where the retriever has already reported
 the nodes to LlamaIndex's instrumentation: for a pipeline without side doors use
 :class:`~llamaindex_dprag.query_engine.DPQueryEngine`.
+
+Which relation they keep: a postprocessor sees only the nodes it is given, so
+its guarantee is conditional on that list being **complete**: every node
+scoring above the lower end of ``score_range`` (threshold) or above ``tau``
+(budget filter), e.g. a retriever with ``similarity_top_k`` at least the corpus
+size, or a store query with that score cut-off. Then one added unit adds only
+its own nodes, each node is judged by its own score, and a unit's best node
+depends on that unit alone. A top-N list does not qualify: its cut depends on
+the other nodes, so one added unit can push another out (a substitution, and
+the selections then differ by two units). Nodes without a finite score or
+without their ``unit_key`` are dropped (a function of that node alone), never
+an error after the charge.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
-from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.units import best_chunk_per_unit
 from llamaindex_dprag.units import (
     check_direction,
@@ -51,20 +63,19 @@ def _scored(
     score_direction: str,
     score_range: tuple[float, float] | None,
 ) -> list[ScoredDocument]:
-    # text stays out: selection needs ids, scores and units only
-    return [
-        ScoredDocument(
-            id=n.node.node_id,
-            text="",
-            score=normalise_score(
-                n.score,
-                score_direction=check_direction(score_direction),
-                score_range=score_range,
-            ),
-            unit=node_unit(n.node, unit_key),
+    # text stays out: selection needs ids, scores and units only; unusable nodes drop out
+    direction = check_direction(score_direction)
+    docs = [
+        admit(
+            n.node.node_id,
+            "",
+            normalise_score(n.score, score_direction=direction, score_range=score_range),
+            node_unit(n.node, unit_key),
+            slot=slot,
         )
-        for n in nodes
+        for slot, n in enumerate(nodes)
     ]
+    return [d for d in docs if not d.is_padding]
 
 
 def _pick(nodes: Sequence[NodeWithScore], chosen: Sequence[ScoredDocument]) -> list[NodeWithScore]:
@@ -81,7 +92,8 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     negates distances first) and the nodes scoring above τ are returned, best
     first. Its cost (``epsilon``) is charged to ``budget`` (a :class:`Budget` or
     a shared :class:`CorpusAccountant`) *before* anything is computed; an
-    exhausted budget raises :class:`PrivacyBudgetExhausted`.
+    exhausted budget raises :class:`PrivacyBudgetExhausted`. τ is a point of a
+    public grid (:mod:`dprag_core.mechanisms.threshold`).
 
     Privacy units (``unit_key``, default: the node's source document) are
     selected whole: a unit scores its best node, and all its nodes go on.

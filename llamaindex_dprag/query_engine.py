@@ -11,7 +11,11 @@ Every query follows :mod:`dprag_core.pipeline`'s order: validate the question,
 charge the mechanism's fixed cost to the corpus budget (a query that would
 overspend raises :class:`PrivacyBudgetExhausted` before anything is retrieved),
 retrieve exactly the candidates the mechanism asks for, then answer. The
-privacy logic is the mechanism's; the engine only translates.
+privacy logic is the mechanism's; the engine only translates. A source that
+cannot give the mechanism its candidates (one that does not honour k, for a
+top-n mechanism; one that cannot return every node above the threshold, for
+MuRAG, MuRAG-Ada, DP-ICL) is refused when the engine is built; why each source
+keeps the neighbouring relation is in :mod:`llamaindex_dprag.sources`.
 
 What leaves the engine: the DP answer and its guarantee (``Response.metadata``:
 ``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``).
@@ -45,11 +49,17 @@ from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAcc
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.pipeline import charge_query, check_question, retrieve_for
+from dprag_core.pipeline import charge_query, check_question, check_source, retrieve_for
 from dprag_core.retrieval.above import Retriever
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from llamaindex_dprag._quiet import call_sanitized, private_section
-from llamaindex_dprag.sources import CandidateSource, IndexSource, RetrieverSource
+from llamaindex_dprag.sources import (
+    LLAMAINDEX_SOURCES,
+    CandidateSource,
+    IndexSource,
+    RetrieverSource,
+)
 
 __all__ = ["DPQueryEngine", "answer_metadata"]
 
@@ -133,6 +143,7 @@ class DPQueryEngine(CustomQueryEngine):
         needed = mechanism.candidates_needed()
         if needed is None and mechanism.min_score() is None:
             raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+        check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)
         if similarity_top_k is not None:
             similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
             if needed is not None and similarity_top_k != needed:
@@ -219,14 +230,17 @@ class DPQueryEngine(CustomQueryEngine):
         streaming: bool = False,
         source_ids: bool = False,
         rng: RngLike = None,
+        returns_everything: bool = False,
     ) -> DPQueryEngine:
         """A DP query engine over a LlamaIndex retriever.
 
         A ``VectorIndexRetriever`` is replaced by a direct query of its index's
         store with its filters and mode (so exactly ``candidates_needed()`` come
-        back, and nothing is logged). Any other ``BaseRetriever`` is called once
-        per question inside a private section and cut to the best candidates;
-        configure it to return at least ``mechanism.candidates_needed()`` nodes.
+        back, and nothing is logged). Any other ``BaseRetriever`` returns one
+        list whatever the mechanism needs, so it is refused unless
+        ``returns_everything=True``: your promise that ``retrieve`` returns its
+        whole ranking (or every node above the mechanism's ``min_score``), best
+        first. It is then called once per question inside a private section.
 
         >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech)
         """
@@ -244,7 +258,7 @@ class DPQueryEngine(CustomQueryEngine):
         if isinstance(retriever, VectorIndexRetriever):
             source = IndexSource.from_vector_retriever(retriever, **conversion)
         else:
-            source = RetrieverSource(retriever, **conversion)
+            source = RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
         return cls(
             mechanism=mechanism,
             source=source,
@@ -262,7 +276,8 @@ class DPQueryEngine(CustomQueryEngine):
         first_k = self.similarity_top_k
         if first_k is None or self.mechanism.candidates_needed() is not None:
             return bound
-        return lambda q, k: bound(q, max(k, first_k))
+        wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
+        return wider if self._source.honours_k else lambda q, k: wider(q, k)
 
     def _prepare(self, query_str: str) -> list[ScoredDocument]:
         question = check_question(query_str)

@@ -2,7 +2,7 @@
 
 :class:`IndexSource` (used for every ``VectorStoreIndex`` and for a
 ``VectorIndexRetriever``) embeds the question and queries the index's vector
-store and docstore directly, asking for exactly the number of candidates the
+store and docstore directly, asking for the number of candidates the
 mechanism needs. It never calls ``BaseRetriever.retrieve``, which reports the
 retrieved nodes to the instrumentation dispatcher (``RetrievalEndEvent``, span
 results) and to the callback manager (``RETRIEVE`` events), and it skips
@@ -12,14 +12,38 @@ every retrieved node.
 :class:`RetrieverSource` accepts any other ``BaseRetriever``: it calls
 ``retrieve`` once per question (the query engine runs it inside
 :func:`~llamaindex_dprag._quiet.private_section`, so no handler sees the nodes)
-and keeps the best ``k`` by score. What such a retriever logs or sends elsewhere
-by itself is outside dprag's reach; prefer an index.
+and reads its list in the retriever's own order. What such a retriever logs or
+sends elsewhere by itself is outside dprag's reach; prefer an index.
+
+Which relation each source keeps (the argument behind ``DPQueryEngine``'s claims):
+
+- :class:`IndexSource` asks the store for its top-k in ``DEFAULT`` mode (a
+  score per (query, node) pair), completes tie groups at the cut and orders
+  ties by id (:func:`~dprag_core.retrieval.ties.tie_complete`): the first k of
+  one fixed ranking, so it honours k. One added unit is inserted into that
+  ranking: the first n distinct units change by one substitution, and the query
+  enlarged until the last score falls to a threshold returns every node above
+  it. Other query modes are refused when the source is built: MMR, SVM and
+  regression modes rank a node by the *other* nodes, text search and hybrid
+  modes score with corpus statistics (IDF, min-max fusion) that one added
+  document changes for every node. A store that says it returns distances
+  (FAISS ``IndexFlatL2``) must be declared ``score_direction="distance"``, and a
+  similarity store (inner product, ``SimpleVectorStore``) must not be.
+- :class:`RetrieverSource` returns one fixed list, whatever k: it can cap,
+  re-rank or drop nodes unseen. It qualifies only with ``returns_everything=True``,
+  the user's promise that ``retrieve`` returns its whole ranking (or at least
+  every node above the mechanism's ``min_score``), best first; slicing a
+  complete ranking honours k, and the two arguments above apply.
+
+Nodes without a finite score or without their ``unit_key`` are dropped (they
+keep their slot as placeholders), never an error after the charge.
 
 >>> source = RetrieverSource.__new__(RetrieverSource)  # see DPQueryEngine.from_retriever
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -28,7 +52,9 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, ObjectType, Que
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
 from dprag_core.retrieval.above import Retriever
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.ties import tie_complete
 from llamaindex_dprag.units import (
     ScoreDirection,
     check_direction,
@@ -36,11 +62,57 @@ from llamaindex_dprag.units import (
     to_scored_documents,
 )
 
-__all__ = ["CandidateSource", "IndexSource", "RetrieverSource"]
+__all__ = [
+    "LLAMAINDEX_SOURCES",
+    "CandidateSource",
+    "IndexSource",
+    "RetrieverSource",
+    "store_metric",
+]
+
+LLAMAINDEX_SOURCES = (
+    "DPQueryEngine.from_index(index) or from_retriever(VectorIndexRetriever) in the default "
+    "query mode (the index's vector store, queried directly, honours k), or "
+    "from_retriever(retriever, returns_everything=True) (your promise that "
+    "retriever.retrieve returns its whole ranking, or at least every node above the "
+    "mechanism's min_score, best first)"
+)
+
+
+def store_metric(vector_store: Any) -> str | None:
+    """``"distance"`` or ``"similarity"`` where the store says what its scores are, else None.
+
+    FAISS stores: from the index's metric (``METRIC_L2`` = distance, inner
+    product = similarity); ``SimpleVectorStore``: cosine similarity.
+
+    >>> from llama_index.core.vector_stores import SimpleVectorStore
+    >>> store_metric(SimpleVectorStore()), store_metric(object())
+    ('similarity', None)
+    """
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    if isinstance(vector_store, SimpleVectorStore):
+        return "similarity"
+    metric = getattr(getattr(vector_store, "_faiss_index", None), "metric_type", None)
+    if metric is None:
+        return None
+    import faiss
+
+    if metric == faiss.METRIC_L2:
+        return "distance"
+    return "similarity" if metric == faiss.METRIC_INNER_PRODUCT else None
 
 
 class CandidateSource(Protocol):
-    """Gives, for one question, a dprag ``Retriever`` ``(question, k) -> best k``."""
+    """Gives, for one question, a dprag ``Retriever`` ``(question, k) -> best k``.
+
+    ``honours_k``: whether that retriever returns the first k of a fixed ranking.
+    """
+
+    @property
+    def honours_k(self) -> bool:
+        """Whether :meth:`bind`'s retriever honours k (module docstring)."""
+        ...
 
     def bind(self, question: str) -> Retriever:
         """A retriever for ``question`` that does its work lazily, on first call."""
@@ -109,6 +181,18 @@ class IndexSource(_Conversion):
             if not hasattr(index, attr):
                 raise TypeError(f"index must be a VectorStoreIndex, got {type(index).__name__}")
         self.index = index
+        detected = store_metric(index.vector_store)
+        if detected is not None and detected != self.score_direction:
+            raise ValueError(
+                f"{type(index.vector_store).__name__} returns {detected} scores, but "
+                f"score_direction={self.score_direction!r}: pass score_direction={detected!r}"
+            )
+        if VectorStoreQueryMode(query_mode) != VectorStoreQueryMode.DEFAULT:
+            raise ValueError(
+                f"query_mode must be {VectorStoreQueryMode.DEFAULT.value!r} (a score per "
+                f"question and node), got {VectorStoreQueryMode(query_mode).value!r}: other "
+                "modes rank a node by the other nodes or by corpus statistics"
+            )
         if embed_model is None:
             embed_model = getattr(index, "_embed_model", None)
         if embed_model is None:
@@ -138,6 +222,11 @@ class IndexSource(_Conversion):
             **conversion,
         )
 
+    @property
+    def honours_k(self) -> bool:
+        """True: the store's top-k, tie groups completed (module docstring)."""
+        return True
+
     def _needs_embedding(self) -> bool:
         return bool(self.index.vector_store.is_embedding_query) and self.query_mode not in (
             VectorStoreQueryMode.TEXT_SEARCH,
@@ -154,10 +243,19 @@ class IndexSource(_Conversion):
                 embedding.append(self.embed_model.get_query_embedding(query) if needs else None)
             return self.search(query, embedding[0], k)
 
-        return retrieve
+        return HonoursK(retrieve)
 
     def search(self, question: str, embedding: list[float] | None, k: int) -> list[ScoredDocument]:
-        """The best ``k`` candidates for ``question`` (already embedded)."""
+        """The first ``k`` of the store's ranking for ``question`` (already embedded)."""
+        pairs = tie_complete(
+            lambda n: self._query(question, embedding, n),
+            k,
+            score=lambda pair: pair.score if pair.score is not None else math.nan,
+            ident=lambda pair: pair.node.node_id,
+        )
+        return self.convert(pairs)
+
+    def _query(self, question: str, embedding: list[float] | None, k: int) -> list[NodeWithScore]:
         query = VectorStoreQuery(
             query_embedding=embedding,
             similarity_top_k=k,
@@ -174,11 +272,10 @@ class IndexSource(_Conversion):
         nodes = self._nodes(result)
         if len(nodes) != len(result.similarities):
             raise ValueError("the vector store returned a different number of nodes and scores")
-        scored = [
+        return [
             NodeWithScore(node=n, score=float(s))
             for n, s in zip(nodes, result.similarities, strict=True)
         ]
-        return self.convert(scored)[:k]
 
     def _nodes(self, result: Any) -> list[Any]:
         docstore = self.index.docstore
@@ -197,11 +294,12 @@ class IndexSource(_Conversion):
 
 
 class RetrieverSource(_Conversion):
-    """Candidates from any ``BaseRetriever``: one ``retrieve`` per question, best k kept.
+    """Candidates from any ``BaseRetriever``: one ``retrieve`` per question, in its order.
 
-    Configure the retriever to return at least the mechanism's
-    ``candidates_needed()`` nodes: fewer are padded by the mechanism, more are
-    cut to the best by score.
+    ``returns_everything=True`` is your promise that ``retrieve`` returns its
+    whole ranking, best first (or at least every node above the mechanism's
+    ``min_score``); without it the query engine refuses this source (module
+    docstring).
     """
 
     def __init__(
@@ -212,6 +310,7 @@ class RetrieverSource(_Conversion):
         score_direction: str = "similarity",
         score_range: tuple[float, float] | None = None,
         metadata_mode: MetadataMode = MetadataMode.LLM,
+        returns_everything: bool = False,
     ) -> None:
         super().__init__(
             unit_key=unit_key,
@@ -222,6 +321,12 @@ class RetrieverSource(_Conversion):
         if not isinstance(retriever, BaseRetriever):
             raise TypeError(f"retriever must be a BaseRetriever, got {type(retriever).__name__}")
         self.retriever = retriever
+        self.returns_everything = bool(returns_everything)
+
+    @property
+    def honours_k(self) -> bool:
+        """Only as declared: ``returns_everything=True``."""
+        return self.returns_everything
 
     def bind(self, question: str) -> Retriever:
         """A retriever for ``question``: ``retrieve`` runs once, on first call."""
@@ -232,4 +337,4 @@ class RetrieverSource(_Conversion):
                 docs.append(self.convert(self.retriever.retrieve(QueryBundle(query))))
             return docs[0][:k]
 
-        return retrieve
+        return HonoursK(retrieve) if self.returns_everything else retrieve

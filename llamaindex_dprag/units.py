@@ -4,12 +4,18 @@ The privacy unit is one individual. In LlamaIndex a ``Document`` is split into
 nodes (chunks), so by default a node's unit is its source document
 (``node.ref_doc_id``), falling back to the node id for nodes without a source.
 When one individual owns several documents, name the metadata key that
-identifies them (``unit_key="patient_id"``): every node must then carry it.
+identifies them (``unit_key="patient_id"``): a node without it belongs to no
+known unit and is dropped.
 
 Scores: dprag wants "higher = more relevant". Stores that return distances
 (FAISS ``IndexFlatL2``) declare ``score_direction="distance"`` and their score
 becomes ``-distance``; a public ``score_range`` (in the store's own units) clips
-scores into it.
+scores into it. A node without a finite score is dropped.
+
+Dropped, never an error: nodes are converted after the query was charged, so an
+exception would depend on the private data. A dropped node becomes a
+placeholder that keeps its slot in the store's ranking
+(:func:`~dprag_core.retrieval.documents.admit`).
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
 >>> n = NodeWithScore(node=TextNode(id_="n1", text="x", metadata={"patient": 7}), score=0.5)
@@ -27,7 +33,7 @@ from typing import Literal
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 from dprag_core._validation import finite
-from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.documents import ScoredDocument, admit
 
 __all__ = [
     "ScoreDirection",
@@ -42,19 +48,19 @@ __all__ = [
 ScoreDirection = Literal["similarity", "distance"]
 
 
-def node_unit(node: BaseNode, unit_key: str | None = None) -> str:
-    """The privacy unit of ``node``: ``metadata[unit_key]``, else its source document id.
+def node_unit(node: BaseNode, unit_key: str | None = None) -> str | None:
+    """The privacy unit of ``node``: its source document id, or ``metadata[unit_key]``.
+
+    None when ``unit_key`` is missing (the node is then dropped).
 
     >>> from llama_index.core.schema import TextNode
-    >>> node_unit(TextNode(id_="n1", text="x"))
-    'n1'
+    >>> node_unit(TextNode(id_="n1", text="x")), node_unit(TextNode(id_="n1", text="x"), "who")
+    ('n1', None)
     """
     if unit_key is None:
         return str(node.ref_doc_id or node.node_id)
-    if unit_key not in node.metadata:
-        # the message names the key only: node ids and text stay out of errors
-        raise KeyError(f"a node lacks the privacy-unit metadata key {unit_key!r}")
-    return str(node.metadata[unit_key])
+    value = node.metadata.get(unit_key)
+    return None if value is None else str(value)
 
 
 def check_score_range(score_range: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -91,11 +97,13 @@ def normalise_score(
 ) -> float:
     """A store score as a dprag score: clipped into ``score_range``, negated for distances.
 
+    NaN for a missing or non-finite score (the node is then dropped).
+
     >>> normalise_score(0.3, score_direction="distance", score_range=(0.0, 2.0))
     -0.3
     """
     if score is None or not math.isfinite(float(score)):
-        raise ValueError("every retrieved node needs a finite score")
+        return math.nan
     value = float(score)
     if score_range is not None:
         value = min(max(value, score_range[0]), score_range[1])
@@ -109,19 +117,22 @@ def to_scored_document(
     score_direction: ScoreDirection = "similarity",
     score_range: tuple[float, float] | None = None,
     metadata_mode: MetadataMode = MetadataMode.LLM,
+    slot: int = 0,
 ) -> ScoredDocument:
-    """Convert one scored node (text = ``node.get_content(metadata_mode)``).
+    """Convert one scored node (text = ``node.get_content(metadata_mode)``), or a placeholder.
 
     >>> from llama_index.core.schema import TextNode
     >>> to_scored_document(NodeWithScore(node=TextNode(id_="a", text="t"), score=1.0)).id
     'a'
+    >>> to_scored_document(NodeWithScore(node=TextNode(id_="a", text="t"))).is_padding
+    True
     """
-    return ScoredDocument(
-        id=node.node.node_id,
-        text=node.node.get_content(metadata_mode=metadata_mode),
-        score=normalise_score(node.score, score_direction=score_direction, score_range=score_range),
-        unit=node_unit(node.node, unit_key),
-    )
+    unit = node_unit(node.node, unit_key)
+    score = normalise_score(node.score, score_direction=score_direction, score_range=score_range)
+    if unit is None or math.isnan(score):
+        return ScoredDocument.padding(slot)  # before reading the text: it is not used
+    text = node.node.get_content(metadata_mode=metadata_mode)
+    return admit(node.node.node_id, text, score, unit, slot=slot)
 
 
 def to_scored_documents(
@@ -132,22 +143,22 @@ def to_scored_documents(
     score_range: tuple[float, float] | None = None,
     metadata_mode: MetadataMode = MetadataMode.LLM,
 ) -> list[ScoredDocument]:
-    """Convert scored nodes and sort them best first (stable).
+    """Convert scored nodes, in the given (the store's rank) order: never re-sorted.
 
     >>> from llama_index.core.schema import TextNode
-    >>> pairs = [("a", 0.1), ("b", 0.9)]
+    >>> pairs = [("b", 0.9), ("a", 0.1)]
     >>> ns = [NodeWithScore(node=TextNode(id_=i, text=""), score=s) for i, s in pairs]
     >>> [d.id for d in to_scored_documents(ns)]
     ['b', 'a']
     """
-    docs = [
+    return [
         to_scored_document(
             n,
             unit_key=unit_key,
             score_direction=score_direction,
             score_range=score_range,
             metadata_mode=metadata_mode,
+            slot=slot,
         )
-        for n in nodes
+        for slot, n in enumerate(nodes)
     ]
-    return sorted(docs, key=lambda d: -d.score)

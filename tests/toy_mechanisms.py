@@ -47,6 +47,16 @@ class ToyMechanism(Mechanism):
         yield result
 
 
+class AboveToy(ToyMechanism):
+    """Asks for every candidate above a public score (like MuRAG, DPICL)."""
+
+    def candidates_needed(self) -> None:
+        return None
+
+    def min_score(self) -> float:
+        return 0.0
+
+
 class LeakyMechanism(ToyMechanism):
     """Deliberately broken: answers with its documents' text (the canary must see it)."""
 

@@ -10,14 +10,16 @@ Privacy units: the mechanism needs one score per unit. A unit's score is the
 keeps *all* chunks of the selected units, best first. Adding or removing one
 unit then adds or removes one score and one group of chunks.
 
-**Guarantee**: ``cost()`` = Budget(ε) — τ is ε-DP w.r.t. add/remove of one
-privacy unit when ``docs`` holds *every* unit scoring above the lower bound s_lo
-(units at or below s_lo never count nor get selected: retrieve with
-``min_score = s_lo``), and still w.r.t. substitution when ``docs`` is a
-data-dependent top-N (Δ = 1 covers both). The *selected documents* remain
-private data: they may only feed a DP mechanism (DPICL), never be shown as
-such; with a top-N candidate list neighbouring selections differ by two units,
-not one, which that mechanism must account for. Padding documents are ignored.
+**Guarantee**: ``cost()`` = Budget(ε) — τ (a point of a public grid) is ε-DP
+w.r.t. add/remove of one privacy unit when ``docs`` holds *every* unit scoring
+above the lower bound s_lo (units at or below s_lo never count nor get selected:
+retrieve with ``min_score = s_lo``); Δ = 1 also covers substitution. The
+*selected documents* remain private data: they may only feed a DP mechanism
+(DPICL), never be shown as such. With the complete candidate set, given τ the
+selections of neighbouring corpora differ by the one unit; with a data-dependent
+top-N candidate list one added unit can push another out and the selections
+differ by two units, which no downstream claim accounts for: adapters therefore
+fetch every unit above s_lo. Padding documents are ignored.
 
 >>> sel = DPThreshold(epsilon=50.0, bounds=(0.0, 1.0), k=2)
 >>> docs = [ScoredDocument(id=str(i), text="", score=s) for i, s in enumerate([0.9, 0.8, 0.1])]

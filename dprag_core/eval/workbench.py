@@ -64,7 +64,10 @@ class CorpusIndex:
     :class:`~dprag_core.retrieval.documents.ScoredDocument` (best first; fewer when
     the corpus is smaller); ``index.above(question, tau)`` every document scoring
     above ``tau`` (FAISS range search). Each document is its own privacy unit.
+    It honours k (``honours_k = True``), so every mechanism accepts it.
     """
+
+    honours_k = True
 
     def __init__(
         self,

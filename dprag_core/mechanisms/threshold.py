@@ -2,13 +2,21 @@
 Preserving Document Retrieval").
 
 Instead of a top-k, which one document can shift, sample a threshold τ with DP
-and keep every document scoring above it. τ ranges over the **public** interval
-[s_lo, s_hi]; scores are clipped into it. Between consecutive sorted scores the
-utility is constant, so the density ∝ exp(ε·u(τ)/(2Δ)) is piecewise constant:
-pick an interval with probability ∝ width·exp(ε·u/(2Δ)) (Gumbel-max over
-log-weights, so nothing underflows even at ε = 1000 or with 10⁵ scores; tied
-scores make zero-width intervals whose log-weight is −inf, never NaN), then draw
-τ uniformly inside it.
+and keep every document scoring above it. τ ranges over a **public grid** of
+``grid`` points (default 2³²) inside the public interval [s_lo, s_hi]: point i
+is g_i = s_lo + (i + ½)·(s_hi − s_lo)/grid. Scores are clipped into the
+interval. Between consecutive sorted scores the utility is constant, so the
+grid points fall into n + 1 runs of equal utility: pick a run with probability
+∝ (grid points in it)·exp(ε·u/(2Δ)) (Gumbel-max over log-weights, so nothing
+underflows even at ε = 1000 or with 10⁵ scores; runs without a grid point, e.g.
+between tied scores, get log-weight −inf, never NaN), then a grid point
+uniformly inside it. This is exactly the exponential mechanism over the grid
+points (P[g_i] ∝ exp(ε·u(g_i)/(2Δ))).
+
+Why a grid: the released τ is g_i, computed from the integer i and the public
+bounds only. Drawing τ = left + U·(right − left) between two private scores in
+floating point instead would let the low-order bits of τ depend on those scores
+(Mironov 2012's attack on floating-point Laplace, in another guise).
 
 Utilities (n_>(τ) = #{i : s_i > τ}):
 
@@ -25,11 +33,11 @@ Utilities (n_>(τ) = #{i : s_i > τ}):
   one document rescales every weight and Δ is not bounded by 1.)
 
 **Claim: ε-DP** for add/remove (or substitution) of one privacy unit with one
-score per unit (McSherry & Talwar 2007 on the continuous range with the base
-measure Lebesgue on [s_lo, s_hi]; the EM is also ε-bounded-range). τ is the DP
-output. The documents above τ are still private data: they may only feed a DP
-mechanism (DP-ICL), which then relies on neighbouring corpora selecting sets
-that differ by the one unit (two under substitution).
+score per unit (McSherry & Talwar 2007, the exponential mechanism over the
+finite public grid; it is also ε-bounded-range). τ is the DP output. The
+documents above τ are still private data: they may only feed a DP mechanism
+(DP-ICL), which then relies on neighbouring corpora selecting sets that differ
+by the one unit (two under substitution).
 
 >>> tau = dp_threshold([0.9, 0.8, 0.1], epsilon=50.0, bounds=(0.0, 1.0), k=2, rng=0)
 >>> 0.1 < tau < 0.8
@@ -50,9 +58,12 @@ from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.exponential import gumbel_max
 
 __all__ = [
+    "GRID_POINTS",
     "ThresholdIntervals",
     "Utility",
     "dp_threshold",
+    "grid_below",
+    "grid_points",
     "threshold_intervals",
     "top_k_utility",
     "top_p_utility",
@@ -62,6 +73,9 @@ __all__ = [
 ]
 
 Utility = Literal["top_k", "top_p"]
+
+GRID_POINTS = 2**32
+"""Default number of public grid points τ is drawn from."""
 
 
 def validate_bounds(bounds: tuple[float, float]) -> tuple[float, float]:
@@ -151,12 +165,47 @@ def utility_sensitivity(utility: Utility, *, p: float | None = None) -> float:
     raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
 
 
+def grid_points(
+    index: ArrayLike, *, bounds: tuple[float, float], grid: int = GRID_POINTS
+) -> NDArray[np.float64]:
+    """The public grid points g_i = s_lo + (i + ½)·(s_hi − s_lo)/grid for indices ``index``.
+
+    >>> grid_points([0, 3], bounds=(0.0, 1.0), grid=4).tolist()
+    [0.125, 0.875]
+    """
+    lo, hi = bounds
+    step = (hi - lo) / grid
+    return np.asarray(lo + (np.asarray(index, dtype=np.float64) + 0.5) * step, dtype=np.float64)
+
+
+def grid_below(
+    values: ArrayLike, *, bounds: tuple[float, float], grid: int = GRID_POINTS
+) -> NDArray[np.int64]:
+    """For each value x, the number of grid points g_i < x (exact, with float rounding fixed).
+
+    >>> grid_below([0.0, 0.125, 0.2, 1.0], bounds=(0.0, 1.0), grid=4).tolist()
+    [0, 0, 1, 4]
+    """
+    lo, hi = bounds
+    x = np.asarray(values, dtype=np.float64)
+    guess = np.ceil((x - lo) / ((hi - lo) / grid) - 0.5)
+    i = np.clip(np.nan_to_num(guess), 0, grid).astype(np.int64)
+    while True:  # the guess is off by at most a rounding step: move to the exact count
+        down = (i > 0) & (grid_points(i - 1, bounds=bounds, grid=grid) >= x)
+        up = (i < grid) & (grid_points(i, bounds=bounds, grid=grid) < x)
+        if not (down.any() or up.any()):
+            return np.asarray(i, dtype=np.int64)
+        i = i - down + up
+
+
 @dataclass(frozen=True)
 class ThresholdIntervals:
-    """The exact output law of :func:`dp_threshold`: τ is uniform on interval j w.p. probs[j].
+    """The exact output law of :func:`dp_threshold`.
 
-    Interval j is (edges[j], edges[j+1]); ``utilities[j]`` is u there and
-    ``selected[j]`` the number of scores above any τ inside it.
+    Run j holds the grid points in [edges[j], edges[j+1]) (the last run also
+    holds s_hi); τ is uniform over its ``counts[j]`` grid points w.p. probs[j].
+    ``utilities[j]`` is u there and ``selected[j]`` the number of scores above
+    any τ inside it. ``first[j]`` is the index of the run's first grid point.
 
     >>> threshold_intervals([0.5], epsilon=1.0, bounds=(0.0, 1.0), k=1).edges.tolist()
     [0.0, 0.5, 1.0]
@@ -166,6 +215,10 @@ class ThresholdIntervals:
     utilities: NDArray[np.float64]
     selected: NDArray[np.int64]
     log_weights: NDArray[np.float64]
+    first: NDArray[np.int64]
+    counts: NDArray[np.int64]
+    bounds: tuple[float, float]
+    grid: int
 
     @property
     def probs(self) -> NDArray[np.float64]:
@@ -182,17 +235,19 @@ def threshold_intervals(
     k: int | None = None,
     p: float | None = None,
     alpha: float = 1.0,
+    grid: int = GRID_POINTS,
 ) -> ThresholdIntervals:
-    """The n + 1 intervals between the sorted clipped scores, with their utilities and log-weights.
+    """The n + 1 runs of grid points between the sorted clipped scores, with their law.
 
-    log-weight = log(width) + ε·u/(2Δ); zero-width intervals (ties, scores at a
-    bound) get −inf.
+    log-weight = log(grid points in the run) + ε·u/(2Δ); runs without a grid
+    point (ties, scores at a bound, runs narrower than the grid step) get −inf.
 
-    >>> law = threshold_intervals([0.5], epsilon=2.0, bounds=(0.0, 1.0), k=1)
-    >>> law.selected.tolist(), law.probs.round(4).tolist()
-    ([1, 0], [0.7311, 0.2689])
+    >>> law = threshold_intervals([0.5], epsilon=2.0, bounds=(0.0, 1.0), k=1, grid=4)
+    >>> law.selected.tolist(), law.counts.tolist(), law.probs.round(4).tolist()
+    ([1, 0], [2, 2], [0.7311, 0.2689])
     """
     eps = positive_finite("epsilon", epsilon)
+    size = positive_int("grid", grid)
     lo, hi = validate_bounds(bounds)
     s = _clipped_sorted(scores, lo, hi)
     n = s.size
@@ -213,19 +268,30 @@ def threshold_intervals(
     else:
         raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
     delta_u = utility_sensitivity(utility, p=p)
-    widths = np.diff(edges)
+    below = grid_below(edges, bounds=(lo, hi), grid=size)
+    below[-1] = size  # the last run ends at s_hi and holds every remaining grid point
+    counts = np.diff(below)
     with np.errstate(divide="ignore"):
-        log_w = np.log(widths) + eps * u / (2.0 * delta_u)
-    return ThresholdIntervals(edges=edges, utilities=u, selected=above, log_weights=log_w)
+        log_w = np.log(counts.astype(np.float64)) + eps * u / (2.0 * delta_u)
+    return ThresholdIntervals(
+        edges=edges,
+        utilities=u,
+        selected=above,
+        log_weights=log_w,
+        first=below[:-1],
+        counts=counts,
+        bounds=(lo, hi),
+        grid=size,
+    )
 
 
 def _sample_tau(
     law: ThresholdIntervals, *, size: int, rng: np.random.Generator
 ) -> NDArray[np.float64]:
-    """``size`` independent thresholds from ``law`` (Gumbel-max interval, then uniform)."""
+    """``size`` independent thresholds from ``law`` (Gumbel-max run, then a uniform grid point)."""
     j = gumbel_max(law.log_weights, size=size, rng=rng)
-    left, right = law.edges[j], law.edges[j + 1]
-    return np.asarray(left + rng.random(size) * (right - left), dtype=np.float64)
+    index = law.first[j] + rng.integers(0, law.counts[j])
+    return grid_points(index, bounds=law.bounds, grid=law.grid)
 
 
 def dp_threshold(
@@ -237,18 +303,19 @@ def dp_threshold(
     k: int | None = None,
     p: float | None = None,
     alpha: float = 1.0,
+    grid: int = GRID_POINTS,
     rng: RngLike = None,
 ) -> float:
-    """Sample a DP similarity threshold τ ∈ [s_lo, s_hi] (ε-DP, module docstring).
+    """Sample a DP similarity threshold τ, a point of the public grid (ε-DP, module docstring).
 
-    ``scores``: one score per privacy unit; ``bounds``: the public (s_lo, s_hi).
-    Keep the units with score > τ.
+    ``scores``: one score per privacy unit; ``bounds``: the public (s_lo, s_hi);
+    ``grid``: the number of public grid points. Keep the units with score > τ.
 
     >>> tau = dp_threshold([0.3] * 5, epsilon=1.0, bounds=(-1.0, 1.0), k=2, rng=3)
     >>> -1.0 <= tau <= 1.0
     True
     """
     law = threshold_intervals(
-        scores, epsilon=epsilon, bounds=bounds, utility=utility, k=k, p=p, alpha=alpha
+        scores, epsilon=epsilon, bounds=bounds, utility=utility, k=k, p=p, alpha=alpha, grid=grid
     )
     return float(_sample_tau(law, size=1, rng=make_rng(rng))[0])

@@ -6,11 +6,13 @@
 """
 
 from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import PADDING_PREFIX, ScoredDocument, stable_id
 from dprag_core.retrieval.partition import partition_voters
 
 __all__ = [
     "PADDING_PREFIX",
+    "HonoursK",
     "Retriever",
     "ScoredDocument",
     "partition_voters",

@@ -5,18 +5,21 @@
 'a'
 >>> ScoredDocument.padding(0).is_padding
 True
+>>> admit("b", "", float("nan"), "u", slot=3).is_padding  # unusable: a placeholder
+True
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any
 
-__all__ = ["PADDING_PREFIX", "ScoredDocument", "stable_id"]
+__all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "stable_id"]
 
 PADDING_PREFIX = "__dprag_padding__"
 
@@ -36,8 +39,10 @@ class ScoredDocument:
     """A retrieved document (or chunk) with its similarity score.
 
     ``score``: higher means more relevant, on the public range the retriever
-    declares. ``unit``: the privacy unit (one individual); all chunks of a unit
-    go to the same voter and are charged together. Defaults to ``id``.
+    declares; a finite number (NaN would make every sort and comparison
+    meaningless, so NaN and infinities are refused; only padding scores -inf).
+    ``unit``: the privacy unit (one individual); all chunks of a unit go to the
+    same voter and are charged together. Defaults to ``id``.
 
     The ``repr`` never shows the text: private content must not leak through
     logs or tracebacks.
@@ -53,12 +58,18 @@ class ScoredDocument:
             raise ValueError("id must be a non-empty string")
         if not isinstance(self.text, str):
             raise TypeError(f"text must be a string, got {type(self.text).__name__}")
-        if isinstance(self.score, bool) or not isinstance(self.score, Real):
-            raise TypeError(f"score must be a real number, got {type(self.score).__name__}")
         if not isinstance(self.unit, str):
             raise TypeError(f"unit must be a string, got {type(self.unit).__name__}")
-        if self.id.startswith(PADDING_PREFIX) and (self.text or self.score != float("-inf")):
-            raise ValueError(f"id must not start with the reserved prefix {PADDING_PREFIX!r}")
+        score = self.score
+        if isinstance(score, bool) or not isinstance(score, Real):
+            raise TypeError(f"score must be a real number, got {type(score).__name__}")
+        score = float(score)
+        if self.id.startswith(PADDING_PREFIX):
+            if self.text or score != -math.inf:
+                raise ValueError(f"id must not start with the reserved prefix {PADDING_PREFIX!r}")
+        elif not math.isfinite(score):
+            raise ValueError("score must be a finite number (NaN and infinities are refused)")
+        object.__setattr__(self, "score", score)
         if not self.unit:
             object.__setattr__(self, "unit", self.id)
 
@@ -71,3 +82,34 @@ class ScoredDocument:
     def is_padding(self) -> bool:
         """True for placeholders made by :meth:`padding`."""
         return self.id.startswith(PADDING_PREFIX)
+
+
+def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> ScoredDocument:
+    """``ScoredDocument(id, text, score, unit)``, or a placeholder when it cannot be one.
+
+    Adapters build documents *after* the query was charged, from whatever the
+    store returned, so an exception there would depend on the private data.
+    Instead a document whose id is missing or uses the reserved padding prefix,
+    whose score is missing or not a finite number, or whose privacy unit is
+    missing (``unit=None``) becomes ``ScoredDocument.padding(slot)``: it keeps
+    its place in the store's ranking (so "fewer than k came back" still means
+    "exhausted") but is never a candidate. Dropping such a document is a
+    function of that document alone, so the neighbouring relation is kept.
+
+    >>> admit("a", "t", 0.5, None, slot=0).is_padding, admit("a", "t", 0.5, "u", slot=0).unit
+    (True, 'u')
+    """
+    usable = (
+        isinstance(id, str)
+        and bool(id)
+        and not id.startswith(PADDING_PREFIX)
+        and isinstance(score, Real)
+        and not isinstance(score, bool)
+        and math.isfinite(float(score))
+        and isinstance(unit, str)
+        and bool(unit)
+    )
+    if not usable:
+        return ScoredDocument.padding(slot)
+    assert isinstance(id, str) and isinstance(score, Real) and isinstance(unit, str)
+    return ScoredDocument(id=id, text=text, score=float(score), unit=unit)

@@ -111,7 +111,12 @@ class FaissCorpus:
         )
 
     def search(self, query_embedding: npt.ArrayLike, k: int) -> list[ScoredDocument]:
-        """The ``k`` most similar documents (fewer if the corpus is smaller), best first."""
+        """The ``k`` most similar documents (fewer if the corpus is smaller), best first.
+
+        Honours k: the first ``min(k, len(self))`` of one fixed ranking (score,
+        then insertion order among ties), so one added document is inserted into
+        it and moves no other document's relative place.
+        """
         k = positive_int("k", k)
         q = _normalised(query_embedding, self.dim, "query_embedding")
         if q.shape[0] != 1:
@@ -119,7 +124,12 @@ class FaissCorpus:
         if not self._ids:
             return []
         scores, rows = self._index.search(q, min(k, len(self._ids)))
-        return [self._doc(int(r), s) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0]
+        # one fixed rank order, whatever k: score, then insertion order among ties
+        hits = sorted(
+            ((float(s), int(r)) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0),
+            key=lambda sr: (-sr[0], sr[1]),
+        )
+        return [self._doc(r, s) for s, r in hits]
 
     def range_search(self, query_embedding: npt.ArrayLike, tau: float) -> list[ScoredDocument]:
         """Every document with score > ``tau`` (tau in [-1, 1]), best first."""
@@ -147,6 +157,9 @@ class FaissCorpus:
 class FaissRetriever:
     """``retriever(question, k)`` plus native ``retriever.above(question, tau)``.
 
+    It honours k (``honours_k = True``) and has a range search, so every
+    mechanism accepts it (:mod:`~dprag_core.retrieval.capabilities`).
+
     >>> import numpy as np
     >>> corpus = FaissCorpus(dim=2)
     >>> corpus.add(["a"], ["x"], np.array([[1.0, 0.0]]))
@@ -154,6 +167,8 @@ class FaissRetriever:
     >>> [d.id for d in r("q", 5)], [d.id for d in r.above("q", 0.5)]
     (['a'], ['a'])
     """
+
+    honours_k = True
 
     def __init__(self, corpus: FaissCorpus, embed: Callable[[str], npt.ArrayLike]) -> None:
         if not callable(embed):

@@ -1,18 +1,27 @@
-"""Top-n retrieval at the level of privacy units.
+"""Top-n retrieval at the level of privacy units, in the store's own rank order.
 
 Voting mechanisms (DPVote, DPSparseVote, DP-KSA, ...) are proven for a
 retrieved set in which adding or removing one privacy unit *substitutes* one
-unit (Koga et al.; DESIGN §1). That holds for a top-n list of units, each
-represented by its best-matching chunk:
+unit (Koga et al.; DESIGN §1). :func:`top_units` returns **the first n distinct
+units of the store's ranking**, each by its first (best-ranked) chunk:
 
-* the top-n units ranked by their best chunk's score change by at most one
-  substitution when one unit is added or removed, and
-* a unit's best chunk depends on that unit alone.
+* The store ranks chunks by a function of (query, chunk) with its own tie rule,
+  so adding a unit inserts its chunks into the ranking and leaves the relative
+  order of every other chunk unchanged. The order of the *units* by their first
+  chunk is then the old order with one unit inserted: the first n units change
+  by at most one substitution (the new unit in, the n-th old one out).
+* A unit with c chunks takes one place, not c: a chunk-level top-n would let it
+  push c other chunks, held by up to c voters, out of the list.
+* Nothing is re-sorted. Re-sorting a window by (score, id) would rank tied
+  chunks (every chunk of a retriever without scores) by id inside a window whose
+  width depends on how many chunks each unit owns: "the n smallest ids in a
+  data-dependent window", not a top-n.
 
-A top-n list of *chunks* does not: a unit with c chunks can push c other
-chunks, held by up to c voters, out of the list. So each unit contributes its
-best chunk only, and k grows until n distinct units are found or the store is
-exhausted.
+The retriever must honour k (:mod:`~dprag_core.retrieval.capabilities`): k
+doubles until the first k chunks hold n distinct units or fewer than k come
+back (the store is exhausted). There is no cap: a capped list would let one
+added unit push others out. Placeholders (unusable documents, see
+:func:`~dprag_core.retrieval.documents.admit`) keep their slot but are skipped.
 
 >>> docs = [ScoredDocument(id=f"c{i}", text="", score=1 - i / 10, unit=f"u{i // 2}")
 ...         for i in range(10)]
@@ -28,32 +37,47 @@ from dprag_core._validation import positive_int
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.documents import ScoredDocument
 
-__all__ = ["best_chunk_per_unit", "top_units"]
+__all__ = ["best_chunk_per_unit", "first_chunk_per_unit", "top_units"]
+
+
+def first_chunk_per_unit(docs: Iterable[ScoredDocument]) -> list[ScoredDocument]:
+    """Each privacy unit's first chunk, in the given (rank) order; placeholders skipped.
+
+    >>> docs = [ScoredDocument(id="b", text="", score=0.5, unit="u"),
+    ...         ScoredDocument(id="a", text="", score=0.5, unit="v"),
+    ...         ScoredDocument(id="c", text="", score=0.5, unit="u")]
+    >>> [d.id for d in first_chunk_per_unit(docs)]
+    ['b', 'a']
+    """
+    first: dict[str, ScoredDocument] = {}
+    for doc in docs:
+        if not doc.is_padding:
+            first.setdefault(doc.unit, doc)
+    return list(first.values())
 
 
 def best_chunk_per_unit(docs: Iterable[ScoredDocument]) -> list[ScoredDocument]:
     """Each privacy unit's best chunk, best first (ties broken by id).
+
+    For a *complete* candidate set only (every unit above a public threshold):
+    (score, id) is then a fixed order on documents, so the k best units change
+    by one substitution between neighbours. Never use it on a top-k window.
 
     >>> docs = [ScoredDocument(id="a", text="", score=0.2, unit="u"),
     ...         ScoredDocument(id="b", text="", score=0.9, unit="u")]
     >>> [d.id for d in best_chunk_per_unit(docs)]
     ['b']
     """
-    best: dict[str, ScoredDocument] = {}
-    for doc in sorted(docs, key=lambda d: (-d.score, d.id)):
-        best.setdefault(doc.unit, doc)
-    return list(best.values())
+    return first_chunk_per_unit(sorted(docs, key=lambda d: (-d.score, d.id)))
 
 
-def top_units(
-    retriever: Retriever, question: str, n: int, *, max_k: int = 1_000_000
-) -> list[ScoredDocument]:
-    """The best chunk of each of the top ``n`` privacy units, best first."""
+def top_units(retriever: Retriever, question: str, n: int) -> list[ScoredDocument]:
+    """The first chunk of each of the first ``n`` privacy units in the retriever's ranking."""
     n = positive_int("n", n)
     k = n
     while True:
-        docs = list(retriever(question, k))
-        units = best_chunk_per_unit(docs)
-        if len(units) >= n or len(docs) < k or k >= max_k:
+        docs = list(retriever(question, k))[:k]
+        units = first_chunk_per_unit(docs)
+        if len(units) >= n or len(docs) < k:
             return units[:n]
-        k = min(2 * k, max_k)
+        k *= 2

@@ -16,6 +16,7 @@ from dprag_core import (
 )
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 
 QUESTION = "Which drug treats Flumplenaxism?"
@@ -101,7 +102,9 @@ def test_pipeline_retrieves_above_lower_bound_and_refuses_overspend() -> None:
 
     model = _model()
     mech = DPICL(model, epsilon=2.0, max_new_tokens=4, bounds=(0.5, 1.0), k=5)
-    rag = PrivateRAG(mech, retriever, accountant=InMemoryCorpusAccountant(Budget(3.0, 1e-5)))
+    rag = PrivateRAG(
+        mech, HonoursK(retriever), accountant=InMemoryCorpusAccountant(Budget(3.0, 1e-5))
+    )
     rag.answer(QUESTION, rng=4)
     assert asked == [32]  # retrieve_above from the public lower bound (store exhausted)
     assert len(model.prompts[0]) <= 11  # the 0.1 document is below the public bound

@@ -21,6 +21,7 @@ from dprag_core.algorithms.ksa import (
     keyword_histogram,
 )
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 
 QUESTION = "Which treatment cures Flumplenaxism?"
@@ -176,7 +177,7 @@ def test_pipeline_charges_before_retrieval_and_refuses_overspend() -> None:
     model = ScriptedTextModel()
     mech = DPKSA(model, epsilon=1.0, n_docs=80)
     acc = InMemoryCorpusAccountant(Budget(1.5, 1e-3))
-    rag = PrivateRAG(mech, retriever, accountant=acc)
+    rag = PrivateRAG(mech, HonoursK(retriever), accountant=acc)
     first = rag.answer(QUESTION, rng=0)
     assert retrieved == [80] and first.guarantee == mech.query_cost()
     with pytest.raises(PrivacyBudgetExhausted):

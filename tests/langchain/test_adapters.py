@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -97,12 +98,16 @@ def test_score_function_validation_and_clipping() -> None:
     with pytest.raises(ValueError, match="low must be < high"):
         ScoreFunction("bad", low=1.0, high=0.0)
     f = ScoreFunction("neg", low=-2.0, high=0.0, transform=lambda d: -d)
-    assert (f.convert(5.0), f.convert(-1.0), f.convert(float("nan"))) == (-2.0, 0.0, -2.0)
+    assert (f.convert(5.0), f.convert(-1.0)) == (-2.0, 0.0)
+    assert math.isnan(f.convert(float("nan")))  # dropped later, never ranked
 
 
 def test_units() -> None:
     doc = Document(page_content="x", metadata={"patient": 7})
     assert privacy_unit(doc, "patient") == "7"
     assert privacy_unit(doc) == privacy_unit(Document(page_content="x", metadata={"patient": 7}))
-    sd = to_scored_document(Document(page_content=SECRET, id="d1"), 0.3, unit_key="patient")
+    sd = to_scored_document(Document(page_content=SECRET, id="d1"), 0.3)
     assert (sd.id, sd.unit, sd.score) == ("d1", "d1", 0.3) and SECRET not in repr(sd)
+    # without its unit_key a document is dropped (a placeholder), never an error
+    orphan = to_scored_document(Document(page_content=SECRET, id="d1"), 0.3, unit_key="patient")
+    assert orphan.is_padding and SECRET not in repr(orphan)

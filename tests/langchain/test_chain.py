@@ -14,7 +14,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
-from toy_mechanisms import ToyMechanism
+from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
@@ -136,7 +136,9 @@ def test_custom_event_reaches_callback_handler(store: InMemoryVectorStore) -> No
 def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) -> None:
     retriever = CountingRetriever(store=store)
     acc = InMemoryCorpusAccountant(Budget(1.5, 1e-3))
-    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(k=3), accountant=acc)
+    chain = DPRAGChain(
+        retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3), accountant=acc
+    )
     assert chain.invoke(QUESTION).answer == "3 candidates"
     assert retriever.calls == 1
     with pytest.raises(PrivacyBudgetExhausted):
@@ -150,7 +152,9 @@ def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) 
 async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:
     retriever = CountingRetriever(store=store)
     acc = InMemoryCorpusAccountant(Budget(0.5))
-    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(k=3), accountant=acc)
+    chain = DPRAGChain(
+        retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3), accountant=acc
+    )
     with pytest.raises(PrivacyBudgetExhausted):
         await chain.ainvoke(QUESTION)
     with pytest.raises(PrivacyBudgetExhausted):
@@ -161,39 +165,50 @@ async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:
 def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
     mech = ToyMechanism(k=5)
     retriever = CountingRetriever(store=store)
-    chain = DPRAGChain(retriever=retriever, mechanism=mech, unit_key="patient")
+    chain = DPRAGChain(
+        retriever=retriever, retriever_honours_k=True, mechanism=mech, unit_key="patient"
+    )
     assert chain.invoke(QUESTION).details == {"n": 5}  # k reached the user's retriever
 
 
-class AboveToy(ToyMechanism):
-    """Asks for every candidate above a public score (like MuRAG, DPICL)."""
-
-    def candidates_needed(self) -> None:
-        return None
-
-    def min_score(self) -> float:
-        return 0.0
+def test_undeclared_retrievers_are_refused_when_built(store: InMemoryVectorStore) -> None:
+    for mech in (ToyMechanism(k=2), AboveToy()):
+        with pytest.raises(ValueError, match="Sources that qualify: vectorstore="):
+            DPRAGChain(retriever=store.as_retriever(), mechanism=mech)
+        with pytest.raises(ValueError, match="Sources that qualify"):
+            DPRAGChain(retriever=CountingRetriever(store=store), mechanism=mech)
 
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
     plain = store.as_retriever()
-    assert DPRAGChain(retriever=plain, mechanism=ToyMechanism(k=2)).invoke(QUESTION).answer
-    with pytest.raises(ValueError, match="without metadata\\['score'\\]"):
-        DPRAGChain(retriever=plain, mechanism=AboveToy()).invoke(QUESTION)
+    top = DPRAGChain(retriever=plain, retriever_honours_k=True, mechanism=ToyMechanism(k=2))
+    assert top.invoke(QUESTION).details == {"n": 2}  # its own rank order is enough
+    # a threshold mechanism drops documents without a score: no data-dependent error
+    above = DPRAGChain(retriever=plain, retriever_honours_k=True, mechanism=AboveToy())
+    assert above.invoke(QUESTION).details == {"n": 0}
     with_scores = CountingRetriever(store=store)
-    n = DPRAGChain(retriever=with_scores, mechanism=AboveToy()).invoke(QUESTION).details["n"]
-    assert 1 <= n < len(corpus())
+    chain = DPRAGChain(retriever=with_scores, retriever_honours_k=True, mechanism=AboveToy())
+    assert 1 <= chain.invoke(QUESTION).details["n"] < len(corpus())
 
 
 def test_min_score_outside_range(store: InMemoryVectorStore) -> None:
-    from langchain_dprag import RELEVANCE
+    from langchain_dprag import ScoreFunction
 
     class Low(AboveToy):
         def min_score(self) -> float:
             return -0.5
 
+    unit = ScoreFunction("unit", low=0.0, high=1.0)
     with pytest.raises(ValueError, match="outside the score range"):
-        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=RELEVANCE)
+        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=unit)
+
+
+def test_distances_are_not_read_as_similarities(store: InMemoryVectorStore) -> None:
+    from langchain_dprag import RELEVANCE, SQUARED_L2_UNIT
+
+    for wrong in (SQUARED_L2_UNIT, RELEVANCE):
+        with pytest.raises(ValueError, match="returns cosine scores"):
+            DPRAGChain(vectorstore=store, mechanism=ToyMechanism(), score_function=wrong)
 
 
 def test_mechanism_failure_is_withheld(store: InMemoryVectorStore) -> None:
@@ -211,7 +226,7 @@ def test_repr_shows_no_documents(store: InMemoryVectorStore) -> None:
         docs: list[Document]
 
     retriever = DocsRetriever(store=store, docs=corpus())
-    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism())
+    chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism())
     for text in (repr(chain), str(chain), str(chain.to_json())):
         assert "DocsRetriever" in text or "DPRAGChain" in text
         assert "Alice" not in text and "aspirin" not in text

@@ -93,13 +93,13 @@ def test_ledger_filter_charges_every_relevant_unit() -> None:
 
 
 def test_threshold_ranks_units_not_chunks() -> None:
-    # unit u owns the 3 best chunks: a chunk-level top-3 would hold one unit only, and
-    # adding u would push 3 units out of the candidates (count sensitivity 3, not 1)
+    # unit u owns the 3 best chunks: the threshold counts units (one score each, its best
+    # chunk), so k=3 selects u, v, w, with all of u's chunks
     from langchain_core.documents import Document
 
     store = InMemoryVectorStore(HashingEmbeddings())
     texts = [("alpha beta gamma", "u")] * 3 + [
-        ("alpha beta delta", "v"), ("alpha epsilon zeta", "w"), ("alpha eta theta", "x")
+        ("alpha beta delta", "v"), ("alpha epsilon zeta", "w"), ("eta theta iota", "x")
     ]  # fmt: skip
     store.add_documents(
         [
@@ -112,7 +112,7 @@ def test_threshold_ranks_units_not_chunks() -> None:
         fetch_k=3, unit_key="who", rng=0,
     )  # fmt: skip
     assert sorted(d.metadata["who"] for d in retriever.invoke("alpha beta gamma")) == [
-        "u", "v", "w"
+        "u", "u", "u", "v", "w"
     ]  # fmt: skip
 
 
@@ -173,6 +173,7 @@ def test_dp_retriever_inside_chain_is_sealed() -> None:
     retriever = DPRetriever(
         vectorstore=_store(), epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(10.0))
     )
-    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(k=3))
+    # declared for this side-door test only: a DPRetriever returns about k, not the top k
+    chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3))
     events = list(chain.stream(QUESTION))
     assert events and SECRET not in dump([e.model_dump() for e in events])

@@ -127,7 +127,11 @@ def test_canary_from_any_retriever(index: Any, channels: Any) -> None:
         use_async=False,
     )
     engine = DPQueryEngine.from_retriever(
-        fusion, mechanism=ToyMechanism(k=4), budget=Budget(5.0, 1e-3), source_ids=True
+        fusion,
+        mechanism=ToyMechanism(k=4),
+        budget=Budget(5.0, 1e-3),
+        source_ids=True,
+        returns_everything=True,  # declared for this side-door test only
     )
     response = engine.query(QUESTION)
     assert str(response) == "4 candidates"

@@ -20,6 +20,7 @@ from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.retrieval.capabilities import HonoursK
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
 
 
@@ -29,6 +30,7 @@ class SpySource:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.calls: list[int] = []
+        self.honours_k = inner.honours_k
 
     def bind(self, question: str) -> Any:
         bound = self.inner.bind(question)
@@ -37,7 +39,7 @@ class SpySource:
             self.calls.append(k)
             return bound(q, k)
 
-        return retrieve
+        return HonoursK(retrieve) if self.honours_k else retrieve
 
 
 def spy(engine: DPQueryEngine) -> SpySource:
@@ -212,8 +214,9 @@ def test_units_from_source_document_or_metadata(index: Any) -> None:
     assert by_doc[0].unit == "doc-canary"
     by_key = IndexSource(index, unit_key="patient").bind(QUESTION)(QUESTION, 3)
     assert by_key[0].unit == "p-canary"
-    with pytest.raises(KeyError, match="privacy-unit metadata key 'owner'"):
-        IndexSource(index, unit_key="owner").bind(QUESTION)(QUESTION, 3)
+    # nodes without the key are dropped (placeholders keep their slots), never an error
+    orphans = IndexSource(index, unit_key="owner").bind(QUESTION)(QUESTION, 3)
+    assert len(orphans) == 3 and all(d.is_padding for d in orphans)
 
 
 def test_from_retriever_uses_the_index_store(index: Any) -> None:
@@ -232,7 +235,11 @@ def test_from_other_retriever_cuts_to_k(index: Any) -> None:
     fusion = QueryFusionRetriever(
         [index.as_retriever(similarity_top_k=6)], similarity_top_k=6, num_queries=1
     )
-    engine = DPQueryEngine.from_retriever(fusion, mechanism=ToyMechanism(k=3))
+    with pytest.raises(ValueError, match="Sources that qualify: DPQueryEngine"):
+        DPQueryEngine.from_retriever(fusion, mechanism=ToyMechanism(k=3))
+    engine = DPQueryEngine.from_retriever(
+        fusion, mechanism=ToyMechanism(k=3), returns_everything=True
+    )
     assert isinstance(engine._source, RetrieverSource)
     assert engine.query(QUESTION).response == "3 candidates"
 
@@ -263,3 +270,19 @@ def test_repr_shows_no_documents(index: Any) -> None:
     engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(1.0))
     assert repr(engine).startswith("DPQueryEngine(mechanism=ToyMechanism()")
     assert "Patient" not in repr(engine) and "Patient" not in str(engine)
+
+
+def test_distances_and_foreign_query_modes_are_refused_when_built(index: Any) -> None:
+    storage = StorageContext.from_defaults(vector_store=FaissVectorStore(faiss.IndexFlatL2(DIM)))
+    l2_index = VectorStoreIndex(
+        corpus_nodes(), storage_context=storage, embed_model=HashEmbedding()
+    )
+    with pytest.raises(ValueError, match="returns distance scores"):
+        DPQueryEngine.from_index(l2_index, mechanism=ToyMechanism())
+    DPQueryEngine.from_index(l2_index, mechanism=ToyMechanism(), score_direction="distance")
+    with pytest.raises(ValueError, match="returns similarity scores"):
+        DPQueryEngine.from_index(index, mechanism=ToyMechanism(), score_direction="distance")
+    with pytest.raises(ValueError, match="query_mode must be 'default'"):
+        DPQueryEngine.from_retriever(
+            index.as_retriever(vector_store_query_mode="mmr"), mechanism=ToyMechanism()
+        )

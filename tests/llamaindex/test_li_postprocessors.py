@@ -89,8 +89,8 @@ def test_threshold_validation() -> None:
     with pytest.raises(TypeError, match="budget must be a Budget or a CorpusAccountant"):
         DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=1.0)  # type: ignore[arg-type]
     post = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=Budget(5.0))
-    with pytest.raises(ValueError, match="finite score"):
-        post.postprocess_nodes([NodeWithScore(node=TextNode(id_="a", text=""), score=None)])
+    # a node without a score is dropped: no error after the charge
+    assert post.postprocess_nodes([NodeWithScore(node=TextNode(id_="a", text=""))]) == []
     assert "private" not in repr(post)
 
 

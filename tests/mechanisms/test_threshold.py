@@ -24,12 +24,38 @@ BOUNDS = (0.0, 1.0)
 
 
 def test_top_k_law_by_hand() -> None:
-    law = threshold_intervals([0.2, 0.6], epsilon=2.0, bounds=BOUNDS, k=1)
+    # grid of 10 points 0.05, 0.15, ..., 0.95: 2 below 0.2, 4 in [0.2, 0.6), 4 above
+    law = threshold_intervals([0.2, 0.6], epsilon=2.0, bounds=BOUNDS, k=1, grid=10)
     assert law.edges.tolist() == [0.0, 0.2, 0.6, 1.0]
     assert law.selected.tolist() == [2, 1, 0]
     assert law.utilities.tolist() == [-1.0, 0.0, -1.0]
-    weights = np.array([0.2 * np.exp(-1.0), 0.4, 0.4 * np.exp(-1.0)])  # width · e^{εu/2}
+    assert law.counts.tolist() == [2, 4, 4] and law.first.tolist() == [0, 2, 6]
+    weights = np.array([2 * np.exp(-1.0), 4, 4 * np.exp(-1.0)])  # points · e^{εu/2}
     np.testing.assert_allclose(law.probs, weights / weights.sum(), rtol=1e-12)
+    taus = _sample_tau(law, size=1000, rng=np.random.default_rng(0))
+    assert set(np.round(taus, 12)) <= {round(0.05 + 0.1 * i, 12) for i in range(10)}
+
+
+def test_grid_below_is_exact() -> None:
+    rng = np.random.default_rng(7)
+    for lo, hi, grid in [(-1.0, 1.0, 2**32), (0.0, 1.0, 10), (0.3, 0.7, 1000), (-5.0, 2.0, 3)]:
+        points = th.grid_points(np.arange(min(grid, 2000)), bounds=(lo, hi), grid=grid)
+        values = np.concatenate([rng.uniform(lo, hi, 500), points, [lo, hi]])
+        below = th.grid_below(values, bounds=(lo, hi), grid=grid)
+        inside = (below > 0) & (below < grid)
+        assert np.all(th.grid_points(below[inside] - 1, bounds=(lo, hi), grid=grid)
+                      < values[inside])  # fmt: skip
+        assert np.all(th.grid_points(below[below < grid], bounds=(lo, hi), grid=grid)
+                      >= values[below < grid])  # fmt: skip
+
+
+def test_released_tau_is_a_grid_point_whatever_the_scores() -> None:
+    # the low-order bits of τ come from the public grid, never from a private score
+    grid = set(th.grid_points(np.arange(1000), bounds=BOUNDS, grid=1000).tolist())
+    for scores in ([0.123456789, 0.87654321], [0.1234567891234, 0.8765432198765]):
+        taus = {dp_threshold(scores, epsilon=1.0, bounds=BOUNDS, k=1, grid=1000, rng=s)
+                for s in range(200)}  # fmt: skip
+        assert len(taus) > 50 and taus <= grid
 
 
 def test_utilities_match_the_utility_functions_at_midpoints() -> None:
@@ -141,14 +167,16 @@ def _binned_sampler(utility: str, kw: dict[str, float]):  # type: ignore[no-unty
 
 def _exact_bin_loss(utility: str, kw: dict[str, float]) -> float:
     def bin_probs(scores: list[float]) -> np.ndarray:
+        # exact on the grid: run j puts probs[j]/counts[j] on each of its grid points
         law = threshold_intervals(scores, epsilon=EPSILON, bounds=BOUNDS, utility=utility, **kw)
-        edges = np.union1d(law.edges, BINS)
-        mids = 0.5 * (edges[:-1] + edges[1:])
-        j = np.clip(np.searchsorted(law.edges, mids) - 1, 0, law.probs.size - 1)
-        widths = np.diff(law.edges)[j]
-        dens = np.where(widths > 0, law.probs[j] / np.where(widths > 0, widths, 1), 0.0)
-        mass = dens * np.diff(edges)
-        return np.bincount(np.digitize(mids, BINS[1:-1]), weights=mass, minlength=3)
+        cuts = th.grid_below(BINS[1:-1], bounds=BOUNDS, grid=law.grid)
+        mass = np.zeros(3)
+        for j in np.nonzero(law.counts)[0]:
+            start, stop = law.first[j], law.first[j] + law.counts[j]
+            ranges = zip([0, *cuts], [*cuts, law.grid], strict=True)
+            for b, (lo, hi) in enumerate(ranges):
+                mass[b] += law.probs[j] * max(0, min(stop, hi) - max(start, lo)) / law.counts[j]
+        return mass
 
     p, q = bin_probs(PAIR_D), bin_probs(PAIR_D_PRIME)
     return float(np.max(np.abs(np.log(p / q))))

@@ -82,3 +82,23 @@ def test_retrieve_for_uses_a_native_range_search() -> None:
     retriever = RangeRetriever()
     docs = retrieve_for(Wants(), retriever, "q")  # type: ignore[arg-type]
     assert [d.id for d in docs] == ["a"] and retriever.calls == ["above"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 10_000), units=st.integers(1, 15), n=st.integers(1, 8))
+def test_unscored_ranking_substitutes_at_most_one_unit(seed: int, units: int, n: int) -> None:
+    """A retriever without scores (every score tied): its own rank order is the only order."""
+    rng = np.random.default_rng(seed)
+    ranking = [
+        ScoredDocument(id=f"z{u}c{c}", text="", score=1.0, unit=f"u{u}")
+        for u in range(units)
+        for c in range(int(rng.integers(1, 5)))
+    ]
+    rng.shuffle(ranking)  # type: ignore[arg-type]
+    grown = list(ranking)
+    for c in range(int(rng.integers(1, 6))):  # the new unit's chunks land anywhere
+        grown.insert(int(rng.integers(0, len(grown) + 1)), ScoredDocument(
+            id=f"a{c}", text="", score=1.0, unit="new"))  # fmt: skip
+    before = {d.unit for d in top_units(lambda q, k: ranking[:k], "q", n)}
+    after = {d.unit for d in top_units(lambda q, k: grown[:k], "q", n)}
+    assert len(before - after) <= 1 and after - before <= {"new"}
