@@ -13,7 +13,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
+from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, budget, corpus
 from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -42,6 +42,7 @@ class CountingRetriever(BaseRetriever):
 
 def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
     kw.setdefault("mechanism", ToyMechanism(k=3))
+    kw.setdefault("accountant", budget())
     return DPRAGChain(vectorstore=store, **kw)
 
 
@@ -69,7 +70,12 @@ def test_construction_errors(store: InMemoryVectorStore) -> None:
     with pytest.raises(ValueError, match="exactly one"):
         DPRAGChain(mechanism=ToyMechanism())
     with pytest.raises(ValueError, match="exactly one"):
-        DPRAGChain(mechanism=ToyMechanism(), vectorstore=store, retriever=store.as_retriever())
+        DPRAGChain(
+            mechanism=ToyMechanism(),
+            vectorstore=store,
+            retriever=store.as_retriever(),
+            accountant=budget(),
+        )
     with pytest.raises(ValueError):
         DPRAGChain(mechanism="not a mechanism", vectorstore=store)  # type: ignore[arg-type]
 
@@ -161,7 +167,7 @@ async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:
 def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
     mech = ToyMechanism(k=5)
     retriever = CountingRetriever(store=store)
-    chain = DPRAGChain(retriever=retriever, mechanism=mech, unit_key="patient")
+    chain = DPRAGChain(retriever=retriever, mechanism=mech, unit_key="patient", accountant=budget())
     assert chain.invoke(QUESTION).details == {"n": 5}  # k reached the user's retriever
 
 
@@ -177,11 +183,19 @@ class AboveToy(ToyMechanism):
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
     plain = store.as_retriever()
-    assert DPRAGChain(retriever=plain, mechanism=ToyMechanism(k=2)).invoke(QUESTION).answer
-    with pytest.raises(ValueError, match="without metadata\\['score'\\]"):
-        DPRAGChain(retriever=plain, mechanism=AboveToy()).invoke(QUESTION)
+    assert (
+        DPRAGChain(retriever=plain, mechanism=ToyMechanism(k=2), accountant=budget())
+        .invoke(QUESTION)
+        .answer
+    )
+    with pytest.raises(PrivateDataError, match=r"retrieval failed .* with ValueError"):
+        DPRAGChain(retriever=plain, mechanism=AboveToy(), accountant=budget()).invoke(QUESTION)
     with_scores = CountingRetriever(store=store)
-    n = DPRAGChain(retriever=with_scores, mechanism=AboveToy()).invoke(QUESTION).details["n"]
+    n = (
+        DPRAGChain(retriever=with_scores, mechanism=AboveToy(), accountant=budget())
+        .invoke(QUESTION)
+        .details["n"]
+    )
     assert 1 <= n < len(corpus())
 
 
@@ -193,7 +207,9 @@ def test_min_score_outside_range(store: InMemoryVectorStore) -> None:
             return -0.5
 
     with pytest.raises(ValueError, match="outside the score range"):
-        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=RELEVANCE)
+        DPRAGChain(
+            vectorstore=store, mechanism=Low(), score_function=RELEVANCE, accountant=budget()
+        )
 
 
 def test_mechanism_failure_is_withheld(store: InMemoryVectorStore) -> None:
@@ -211,7 +227,7 @@ def test_repr_shows_no_documents(store: InMemoryVectorStore) -> None:
         docs: list[Document]
 
     retriever = DocsRetriever(store=store, docs=corpus())
-    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism())
+    chain = DPRAGChain(retriever=retriever, mechanism=ToyMechanism(), accountant=budget())
     for text in (repr(chain), str(chain), str(chain.to_json())):
         assert "DocsRetriever" in text or "DPRAGChain" in text
         assert "Alice" not in text and "aspirin" not in text
@@ -229,20 +245,24 @@ def test_switch_mechanism_is_one_field(store: InMemoryVectorStore, models: Any) 
         ksa.DPKSA(fake, epsilon=5.0, delta=1e-4, n_docs=4),
     ]
     for mechanism in mechanisms:
-        out = DPRAGChain(vectorstore=store, mechanism=mechanism).invoke(QUESTION)
+        out = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget()).invoke(
+            QUESTION
+        )
         assert out.mechanism == mechanism.name and 0 < out.epsilon <= 5.0 * 1.01
 
 
 def test_faiss_store(faiss_store: Any) -> None:
-    out = DPRAGChain(vectorstore=faiss_store, mechanism=ToyMechanism(k=4)).invoke(QUESTION)
+    out = DPRAGChain(
+        vectorstore=faiss_store, mechanism=ToyMechanism(k=4), accountant=budget()
+    ).invoke(QUESTION)
     assert out.details == {"n": 4}
 
 
 def test_other_store_embeddings() -> None:
     vs = InMemoryVectorStore(HashingEmbeddings(dim=32))
-    assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2)).invoke(QUESTION).details == {
-        "n": 0
-    }
+    assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2), accountant=budget()).invoke(
+        QUESTION
+    ).details == {"n": 0}
 
 
 def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
@@ -266,7 +286,7 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
             return DPAnswer(str(make_rng(rng).integers(10**9)), None, self.name)
 
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
-    chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7)
+    chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7, accountant=budget())
     draws = {chain.invoke("q").answer for _ in range(3)}
     assert len(draws) == 3
     assert isinstance(chain.rng, np.random.Generator)
