@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -211,20 +211,20 @@ def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> l
     e.g. FAISS ``range_search``) is used directly. What comes back goes
     through :func:`clean_documents`.
     """
-    return clean_documents(_retrieve(mechanism, retriever, question))
-
-
-def _retrieve(mechanism: Mechanism, retriever: Retriever, question: str) -> Sequence[object]:
     n = mechanism.candidates_needed()
+
+    def cleaned(q: str, k: int) -> list[ScoredDocument]:
+        return clean_documents(retriever(q, k))
+
     if n is not None:
-        return top_units(retriever, question, n) if n > 0 else []
+        return top_units(cleaned, question, n) if n > 0 else []
     tau = mechanism.min_score()
     if tau is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
     above = getattr(retriever, "above", None)
     if callable(above):
-        return [d for d in above(question, tau) if d.score > tau]
-    return retrieve_above(retriever, question, tau)
+        return [d for d in clean_documents(above(question, tau)) if d.score > tau]
+    return retrieve_above(cleaned, question, tau)
 
 
 class PrivateRAG:
