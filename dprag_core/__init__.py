@@ -11,6 +11,7 @@ Imports only numpy and dp_accounting; the transformers backend
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.errors import PrivateDataError, reveal_private_errors
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -21,7 +22,9 @@ __all__ = [
     "InMemoryCorpusAccountant",
     "Mechanism",
     "PrivacyBudgetExhausted",
+    "PrivateDataError",
     "PrivateRAG",
     "ScoredDocument",
+    "reveal_private_errors",
 ]
 __version__ = "0.1.0"

@@ -290,3 +290,21 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
     draws = {chain.invoke("q").answer for _ in range(3)}
     assert len(draws) == 3
     assert isinstance(chain.rng, np.random.Generator)
+
+
+def test_a_dp_chain_needs_a_budget(store: InMemoryVectorStore) -> None:
+    """No budget, no chain: the error names a persistent accountant (was: ran unbounded)."""
+    with pytest.raises(ValueError, match=r'accountant=SQLiteCorpusAccountant\("budget.db"'):
+        DPRAGChain(vectorstore=store, mechanism=ToyMechanism())
+    with pytest.raises(ValueError, match="instance of CorpusAccountant"):  # pydantic
+        DPRAGChain(vectorstore=store, mechanism=ToyMechanism(), accountant=Budget(5.0))  # type: ignore[arg-type]
+
+
+def test_long_question_refused_before_the_charge(store: InMemoryVectorStore) -> None:
+    acc = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    chain = _chain(store, accountant=acc, max_question_tokens=16)
+    with pytest.raises(ValueError, match="max_question_tokens=16"):
+        chain.invoke("Which drug? " * 40)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        list(chain.stream("Which" + chr(0xD800)))
+    assert acc.queries == 0
