@@ -308,3 +308,19 @@ def test_long_question_refused_before_the_charge(store: InMemoryVectorStore) -> 
     with pytest.raises(ValueError, match="lone surrogate"):
         list(chain.stream("Which" + chr(0xD800)))
     assert acc.queries == 0
+
+
+def test_retrieved_non_documents_are_dropped(store: InMemoryVectorStore) -> None:
+    """Retrieval comes after the charge: junk from a retriever is dropped, not an error."""
+
+    class Junk(CountingRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+        ) -> list[Any]:
+            found = super()._get_relevant_documents(query, run_manager=run_manager, k=k)
+            return ["not a document", *found[:2]]
+
+    chain = DPRAGChain(
+        retriever=Junk(store=store), mechanism=ToyMechanism(k=3), accountant=budget()
+    )
+    assert chain.invoke(QUESTION).details == {"n": 2}
