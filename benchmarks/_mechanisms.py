@@ -12,10 +12,12 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.ksa import DPKSA
+from dprag_core.budget import Budget
 from dprag_core.models.hf import HFTextModel, HFTokenModel
 
 
@@ -108,3 +110,12 @@ def dp_mechanisms_for(
         token_share=args.token_share,
         max_new_tokens=args.max_new_tokens,
     )
+
+
+def per_answer_budget() -> InMemoryCorpusAccountant:
+    """A corpus budget no benchmark run exhausts: these scripts measure single answers.
+
+    Every DP app needs a budget (``PrivateRAG`` refuses to run without one); a
+    deployment uses a persistent one, a benchmark of per-answer utility does not.
+    """
+    return InMemoryCorpusAccountant(Budget(1e12, 0.5))

@@ -30,7 +30,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms_for, mechanism_arguments
+from _mechanisms import dp_mechanisms_for, mechanism_arguments, per_answer_budget
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -58,7 +58,7 @@ def attack(
     nonmembers: Sequence[PatientRecord],
     seed: int,
 ) -> dict[str, float]:
-    app = PrivateRAG(mech, index)
+    app = PrivateRAG(mech, index, accountant=per_answer_budget())
     scores: dict[str, list[float]] = {"member": [], "nonmember": []}
     answers, secrets = [], []
     for group, records in (("member", members), ("nonmember", nonmembers)):

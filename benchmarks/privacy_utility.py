@@ -27,7 +27,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms_for, mechanism_arguments
+from _mechanisms import dp_mechanisms_for, mechanism_arguments, per_answer_budget
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -51,7 +51,7 @@ def run_mechanism(
     mech: Mechanism, index: CorpusIndex, items: Sequence[QAItem], seed: int
 ) -> dict[str, Any]:
     """Answer every item through PrivateRAG; per-item metrics and timing."""
-    app = PrivateRAG(mech, index)
+    app = PrivateRAG(mech, index, accountant=per_answer_budget())
     rows = []
     start = time.perf_counter()
     for i, item in enumerate(items):

@@ -12,6 +12,7 @@ from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAcc
 from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.errors import PrivateDataError, reveal_private_errors
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -22,8 +23,10 @@ __all__ = [
     "InMemoryCorpusAccountant",
     "Mechanism",
     "PrivacyBudgetExhausted",
+    "PrivateDataError",
     "PrivateRAG",
     "SQLiteCorpusAccountant",
     "ScoredDocument",
+    "reveal_private_errors",
 ]
 __version__ = "0.1.0"

@@ -5,30 +5,176 @@ so a query that would overspend is refused before any work, and nothing is
 released uncharged. Mechanisms with per-unit ledgers (MuRAG) charge their
 ledger inside ``answer`` before they release anything.
 
+There is no default budget (:func:`require_accountant`). A default would be
+either in memory (it restarts from zero with every process, so it bounds
+nothing in a deployment) or a file dprag creates on its own (a surprise on
+disk, with a total nobody chose). So an app whose mechanism charges a
+per-query cost is refused when it is built unless it is given a
+:class:`CorpusAccountant`, and the error says how to make one. Non-private
+baselines (``query_cost()`` is None) need none; MuRAG carries its per-unit
+ledger and NaiveMulti its own accountant.
+
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 
+import numpy as np
+
+from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.budget import DPAnswer
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.errors import guarded
+from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, requirement
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import top_units
 
-__all__ = ["PrivateRAG", "charge_query", "check_question", "check_source", "retrieve_for"]
+__all__ = [
+    "CORE_SOURCES",
+    "DEFAULT_MAX_QUESTION_TOKENS",
+    "HOW_TO_SET_A_BUDGET",
+    "PrivateRAG",
+    "charge_query",
+    "check_accountant",
+    "check_query",
+    "check_question",
+    "check_source",
+    "clean_documents",
+    "question_tokens",
+    "require_accountant",
+    "retrieve_for",
+]
+
+DEFAULT_MAX_QUESTION_TOKENS = 512
+"""Longest question accepted by default, in tokens of the mechanism's model."""
+
+_END = object()
 
 CORE_SOURCES = (
     "FaissRetriever (FaissCorpus.as_retriever), CorpusIndex, any retriever with "
     "honours_k = True or a native above(question, tau), or HonoursK(fn) (your promise "
     "that fn(question, k) returns the store's first min(k, N) documents, best first)"
 )
+
+HOW_TO_SET_A_BUDGET = (
+    'SQLiteCorpusAccountant("budget.db", total=Budget(epsilon, delta)) for a budget that '
+    "survives restarts and is shared by the processes of one host, PostgresCorpusAccountant "
+    "for several hosts, or InMemoryCorpusAccountant(Budget(epsilon, delta)) in a notebook "
+    "or a test only"
+)
+
+
+def check_accountant(accountant: object, *, parameter: str = "accountant") -> CorpusAccountant:
+    """``accountant`` if it is a :class:`CorpusAccountant`, else a TypeError saying how to make one.
+
+    A bare ``Budget`` is refused too: turning it into a budget silently would
+    pick a backend (in memory: per process, gone at restart) for the user.
+
+    >>> from dprag_core.budget import Budget
+    >>> check_accountant(Budget(1.0), parameter="budget")
+    Traceback (most recent call last):
+    ...
+    TypeError: budget must be a CorpusAccountant, got Budget: pass budget=SQLiteCorpusAccountant(...
+    """
+    if not isinstance(accountant, CorpusAccountant):
+        raise TypeError(
+            f"{parameter} must be a CorpusAccountant, got {type(accountant).__name__}: pass "
+            f"{parameter}={HOW_TO_SET_A_BUDGET}"
+        )
+    return accountant
+
+
+def require_accountant(
+    mechanism: Mechanism, accountant: object, *, parameter: str = "accountant"
+) -> CorpusAccountant | None:
+    """``accountant``, checked: required when ``mechanism`` charges a per-query cost.
+
+    Raises a TypeError for anything but a :class:`CorpusAccountant` or None
+    (:func:`check_accountant`), and a ValueError naming ``parameter`` when a
+    DP mechanism has no budget.
+
+    >>> from dprag_core.budget import Budget
+    >>> class Costly(Mechanism):
+    ...     def query_cost(self): return Budget(1.0)
+    ...     def answer(self, question, docs, *, rng=None): ...
+    >>> require_accountant(Costly(), None)
+    Traceback (most recent call last):
+    ...
+    ValueError: Mechanism charges a corpus budget on every query: pass accountant=...
+    """
+    if accountant is None:
+        if mechanism.query_cost() is not None:
+            raise ValueError(
+                f"{mechanism.name} charges a corpus budget on every query: pass "
+                f"{parameter}={HOW_TO_SET_A_BUDGET}"
+            )
+        return None
+    return check_accountant(accountant, parameter=parameter)
+
+
+def _token_model(mechanism: Mechanism) -> TokenModel | None:
+    # wrappers (MuRAG, MuRAGAda, NaiveMulti) hold the generating mechanism as ``inner``
+    current: object = mechanism
+    for _ in range(4):
+        model = getattr(current, "model", None)
+        if isinstance(model, TokenModel):
+            return model
+        current = getattr(current, "inner", None)
+        if current is None:
+            return None
+    return None
+
+
+def question_tokens(mechanism: Mechanism, question: str) -> int:
+    """The length of ``question`` in tokens of ``mechanism``'s model.
+
+    Exact for mechanisms over a :class:`TokenModel` (its ``encode``). A text
+    model (an API behind LangChain or LlamaIndex) exposes no tokenizer, so for
+    those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> question_tokens(NonRAG(Api()), "abcdefgh")
+    2
+    """
+    model = _token_model(mechanism)
+    if model is not None:
+        return len(model.encode(question))
+    return math.ceil(len(question.encode("utf-8")) / 4)
+
+
+def check_query(mechanism: Mechanism, question: object, *, max_question_tokens: int) -> str:
+    """Everything about a query that can be checked before its budget is charged.
+
+    ``question`` must be a non-empty string of valid Unicode, at most
+    ``max_question_tokens`` long (:func:`question_tokens`): a very long
+    question costs minutes and gigabytes in a voting mechanism's prefill.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> check_query(NonRAG(Api()), "x" * 40, max_question_tokens=5)
+    Traceback (most recent call last):
+    ...
+    ValueError: question is 10 tokens long, more than max_question_tokens=5
+    """
+    text = check_question(question)
+    n = question_tokens(mechanism, text)
+    if n > max_question_tokens:
+        raise ValueError(
+            f"question is {n} tokens long, more than max_question_tokens={max_question_tokens}"
+        )
+    return text
 
 
 def check_source(
@@ -65,6 +211,34 @@ def charge_query(
         accountant.charge(cost, query_id=uuid.uuid4().hex if query_id is None else query_id)
 
 
+def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:
+    """The retrieved candidates a mechanism may read: treated alike whatever the data.
+
+    Retrieval runs after the charge, so what it returns must not make a query
+    fail in a data-dependent way: anything that is not a
+    :class:`ScoredDocument` becomes a placeholder (it keeps its slot in the
+    store's ranking, so "fewer than k came back" still means "exhausted", and
+    is never a candidate), and a lone surrogate in a text (which no tokenizer or
+    model API accepts) becomes U+FFFD.
+
+    >>> docs = clean_documents([ScoredDocument("a", "x" + chr(0xD800), 0.5), "not a document"])
+    >>> [(d.text, d.is_padding) for d in docs]
+    [('x\ufffd', False), ('', True)]
+    """
+    cleaned = []
+    for slot, doc in enumerate(docs):
+        if not isinstance(doc, ScoredDocument):
+            cleaned.append(ScoredDocument.padding(slot))
+            continue
+        try:
+            doc.text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in doc.text)
+            doc = dataclasses.replace(doc, text=text)
+        cleaned.append(doc)
+    return cleaned
+
+
 def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:
     """Retrieve what ``mechanism`` asks for (the retriever was checked by :func:`check_source`).
 
@@ -77,30 +251,49 @@ def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> l
     (``retriever.above(question, tau)``, e.g. FAISS ``range_search``) is used
     directly, otherwise its k-honouring query grows until it has returned
     everything above the threshold (:func:`~dprag_core.retrieval.above.retrieve_above`).
-    Placeholders for unusable documents never reach the mechanism.
+    What comes back goes through :func:`clean_documents` first; placeholders
+    for unusable documents never reach the mechanism.
     """
     n = mechanism.candidates_needed()
+
+    def cleaned(q: str, k: int) -> list[ScoredDocument]:
+        return clean_documents(retriever(q, k))
+
     if n is not None:
-        return top_units(retriever, question, n) if n > 0 else []
+        return top_units(cleaned, question, n) if n > 0 else []
     tau = mechanism.min_score()
     if tau is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
     if has_range_search(retriever):
-        found = retriever.above(question, tau)  # type: ignore[attr-defined]
+        found = clean_documents(retriever.above(question, tau))  # type: ignore[attr-defined]
         return [d for d in found if not d.is_padding and d.score > tau]
-    return retrieve_above(retriever, question, tau)
+    return retrieve_above(cleaned, question, tau)
 
 
 class PrivateRAG:
-    """A DP RAG app in three parts: a retriever, a mechanism and a budget.
+    """A DP RAG app in three parts: a retriever, a mechanism and a corpus budget.
 
     ``retriever(question, k)`` returns scored candidates, best first, and
     declares what it promises (:mod:`~dprag_core.retrieval.capabilities`): a
     top-n mechanism needs ``honours_k``, a threshold mechanism a native range
     search or ``honours_k``; any other retriever is refused here, with a
-    ``ValueError`` naming the sources that qualify. ``accountant`` (optional)
-    holds the corpus-level budget that each query's fixed cost is charged
-    against before retrieval.
+    ``ValueError`` naming the sources that qualify. ``accountant`` holds the
+    corpus-level budget that each query's fixed cost is charged against before
+    retrieval; it is required for every mechanism
+    with a per-query cost (:func:`require_accountant`). ``max_question_tokens``
+    bounds the question's length (:func:`check_query`). The question, the
+    ``rng`` and the budget are checked before anything is charged; a failure
+    after that (retrieval, generation) raises a data-free
+    :class:`~dprag_core.errors.PrivateDataError`.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> rag = PrivateRAG(NonRAG(Api()), lambda q, k: [])
+    >>> rag.answer("Who?", rng="seed")
+    Traceback (most recent call last):
+    ...
+    TypeError: rng must be a numpy Generator, an int seed or None, got str
     """
 
     def __init__(
@@ -109,30 +302,50 @@ class PrivateRAG:
         retriever: Retriever,
         *,
         accountant: CorpusAccountant | None = None,
+        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
         check_source(mechanism, retriever, qualifying=CORE_SOURCES)
+        self.accountant = require_accountant(mechanism, accountant)
         self.mechanism = mechanism
         self.retriever = retriever
-        self.accountant = accountant
+        self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
 
-    def _prepare(self, question: str) -> Sequence[ScoredDocument]:
-        check_question(question)
+    def _start(self, question: object, rng: RngLike) -> tuple[str, np.random.Generator]:
+        text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
+        generator = make_rng(rng)
         charge_query(self.mechanism, self.accountant)
-        return retrieve_for(self.mechanism, self.retriever, question)
+        return text, generator
+
+    def _retrieve(self, question: str) -> list[ScoredDocument]:
+        name = getattr(self.retriever, "__name__", type(self.retriever).__name__)
+        return guarded(
+            "retrieval", name, lambda: retrieve_for(self.mechanism, self.retriever, question)
+        )
+
+    def _private_answer(self, question: str, rng: np.random.Generator) -> DPAnswer:
+        return self.mechanism.answer(question, self._retrieve(question), rng=rng)
+
+    def _private_stream(self, question: str, rng: np.random.Generator) -> Iterator[str | DPAnswer]:
+        return self.mechanism.stream(question, self._retrieve(question), rng=rng)
 
     def answer(self, question: str, *, rng: RngLike = None) -> DPAnswer:
-        """Charge, retrieve and answer one question."""
-        docs = self._prepare(question)
-        return self.mechanism.answer(question, docs, rng=rng)
+        """Check, charge, retrieve and answer one question."""
+        text, generator = self._start(question, rng)
+        name = self.mechanism.name
+        return guarded("generation", name, lambda: self._private_answer(text, generator))
 
     def stream(self, question: str, *, rng: RngLike = None) -> Iterator[str | DPAnswer]:
         """Like :meth:`answer`, yielding released text chunks then the DPAnswer."""
-        docs = self._prepare(question)
-        yield from self.mechanism.stream(question, docs, rng=rng)
+        text, generator = self._start(question, rng)
+        name = self.mechanism.name
+        # only the mechanism's own generator holds the documents; it is closed on failure
+        items = guarded("generation", name, lambda: self._private_stream(text, generator))
+        while (item := guarded("generation", name, lambda: next(items, _END))) is not _END:
+            yield item  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"PrivateRAG(mechanism={self.mechanism!r}, accountant={self.accountant!r})"

@@ -165,7 +165,9 @@ def main(argv: list[str] | None = None) -> None:
         vectorstore=store,  # the same FAISS store (similarity_search_with_score = cosine)
         mechanism=mechanism,
         unit_key="patient",
-        accountant=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),  # the corpus-level budget
+        # the corpus budget, charged before each query (required). Deployed:
+        # SQLiteCorpusAccountant("budget.db", total=Budget(50.0, 1e-3)), which survives restarts
+        accountant=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),
     )
     app = dp_rag | RunnableLambda(lambda out: out.answer) | StrOutputParser()
 

@@ -30,6 +30,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
 from dprag_core.models.hf import HFTextModel, HFTokenModel
@@ -177,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
     engine = DPQueryEngine.from_index(
         index,
         mechanism=build_mechanism(args.mechanism, HFTokenModel(model, tokenizer)),
-        budget=Budget(50.0, 1e-3),  # the corpus-level budget, charged before each query
+        # the corpus budget, charged before each query (required). Deployed:
+        # SQLiteCorpusAccountant("budget.db", total=Budget(50.0, 1e-3)), which survives restarts
+        budget=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),
         score_range=COSINE_RANGE,  # public range of the cosine scores
         unit_key="patient",  # one patient = one privacy unit
     )

@@ -93,7 +93,8 @@ class DocumentSource:
             pairs = search_with_scores(self.vectorstore, question, k, self.score_function)
             return [(doc, score) for doc, score in pairs]
         assert self.retriever is not None
-        docs = self.retriever.invoke(question, sealed_config(), k=k)[:k]
+        found = self.retriever.invoke(question, sealed_config(), k=k)
+        docs = [d for d in found if isinstance(d, Document)][:k]  # after the charge: no errors
         return [(doc, self._metadata_score(doc)) for doc in docs]
 
     def _metadata_score(self, doc: Document) -> float | None:

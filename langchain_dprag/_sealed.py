@@ -11,7 +11,16 @@ prompts and documents of a retrieval or a model call over the private corpus.
 variables and the configure hooks are cleared and LangSmith tracing is
 disabled; :func:`sealed_config` is the config to pass to the private calls
 (no callbacks; a muted console handler, so that ``set_debug(True)`` does not
-attach a printer).
+attach a printer). Inside a sealed context the provider clients' loggers are
+muted too (:mod:`dprag_core.quiet_logs`).
+
+Two routes still reach a run started with ``invoke`` even there: a configure
+hook switched on by its *environment variable* (``register_configure_hook(...,
+env_var=...)``), and an instrumentor that patches the callback manager itself
+(OpenInference's LangChain instrumentor, MLflow autolog). The model calls
+avoid the machinery altogether (:mod:`langchain_dprag.models`); a user's
+``BaseRetriever`` cannot, so :func:`refuse_side_doors` detects both and the
+chain refuses to run, naming them, before anything is charged.
 
 >>> run_sealed(lambda x: x + 1, 1)
 2
@@ -20,15 +29,28 @@ attach a printer).
 from __future__ import annotations
 
 import contextvars
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackManager, CallbackManager
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tracers.stdout import ConsoleCallbackHandler
+from langchain_core.utils.env import env_var_is_set
 from langsmith.run_helpers import tracing_context
 
-__all__ = ["MutedConsoleHandler", "Sealed", "run_sealed", "sealed_config"]
+from dprag_core.quiet_logs import mute_this_context
+
+__all__ = [
+    "MutedConsoleHandler",
+    "Sealed",
+    "SideDoorError",
+    "refuse_side_doors",
+    "run_sealed",
+    "sealed_config",
+    "side_doors",
+]
 
 T = TypeVar("T")
 
@@ -98,6 +120,58 @@ def _clear_tracing_context() -> None:
         hooks = list(_configure_hooks)
     for var, *_ in hooks:
         var.set(None)
+    mute_this_context()
+
+
+class SideDoorError(RuntimeError):
+    """A LangChain run over private data would reach a handler dprag cannot switch off."""
+
+
+def _patched(cls: type) -> list[str]:
+    found = []
+    for name, attr in vars(cls).items():
+        func = attr.__func__ if isinstance(attr, (classmethod, staticmethod)) else attr
+        if isinstance(attr, (property, type)) or not callable(func):
+            continue
+        own = isinstance(func, types.FunctionType) and func.__module__.startswith("langchain_core.")
+        if not own:
+            found.append(f"{cls.__name__}.{name} is patched (an instrumentor)")
+    return found
+
+
+def side_doors() -> list[str]:
+    """What would see a LangChain run over private data despite sealing: empty when safe.
+
+    Configure hooks switched on by their environment variable, and callback
+    manager methods replaced by an instrumentor (OpenInference, MLflow autolog).
+
+    >>> side_doors()
+    []
+    """
+    from langchain_core.tracers.context import _configure_hooks
+
+    found = [
+        f"{handler.__name__} (a configure hook switched on by ${env_var})"
+        for _, _, handler, env_var in _configure_hooks
+        if env_var is not None and handler is not None and env_var_is_set(env_var)
+    ]
+    for cls in (BaseCallbackManager, CallbackManager, AsyncCallbackManager):
+        found += _patched(cls)
+    return found
+
+
+def refuse_side_doors(where: str) -> None:
+    """Raise :class:`SideDoorError` naming every :func:`side_doors` entry, if any.
+
+    >>> refuse_side_doors("the retriever")
+    """
+    found = side_doors()
+    if found:
+        raise SideDoorError(
+            f"{where} would run over private documents where these would see them: "
+            f"{'; '.join(found)}. Unset the variable or remove the instrumentation, or pass "
+            "vectorstore= (searched directly, outside LangChain's callback machinery)"
+        )
 
 
 def _call_untraced(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:

@@ -6,24 +6,30 @@ privacy comes from ``mechanism=`` (DPSparseVote, DPVote, DPKSA, DPICL, MuRAG,
 or a non-private baseline). Moving between mechanisms changes only that field.
 
 Every query follows dprag's order (``dprag_core.pipeline``): validate the
-question, charge the mechanism's fixed cost to ``accountant`` (refused with
-``PrivacyBudgetExhausted`` *before* retrieval), retrieve, answer. Mechanisms
-with per-unit ledgers (MuRAG) charge their ledger inside ``answer``.
+question (:func:`~dprag_core.pipeline.check_query`), charge the mechanism's
+fixed cost to ``accountant`` (refused with ``PrivacyBudgetExhausted`` *before*
+retrieval), retrieve, answer. ``accountant`` is required for every mechanism
+with a per-query cost (there is no default budget:
+:func:`~dprag_core.pipeline.require_accountant`); mechanisms with per-unit
+ledgers (MuRAG) charge their ledger inside ``answer``.
 
 What LangChain sees: the question, the DP answer, a ``dprag_privacy_spend``
 custom event per query (epsilon, delta, mechanism), and a nested retriever run
 that starts with the question and ends with an *empty* document list. What it
 never sees: the retrieved documents (no ``context`` key, no callback payload,
-no trace, no log record, no exception message, no ``repr``). The user's
-retriever and the mechanism's LangChain model calls run sealed: without the
-surrounding callbacks and with tracing off. The trade-off: runs *inside* a
-compound retriever (a re-ranker, a multi-query LLM) do not appear in traces.
+no trace, no log record, no exception message or traceback frame, no
+``repr``). The user's retriever runs sealed (without the surrounding callbacks,
+tracing off), and the mechanism's LangChain model calls bypass the callback
+machinery altogether (:mod:`langchain_dprag.models`). The trade-off: runs
+*inside* a compound retriever (a re-ranker, a multi-query LLM) do not appear
+in traces.
 
 >>> from langchain_core.embeddings import DeterministicFakeEmbedding
 >>> from langchain_core.vectorstores import InMemoryVectorStore
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
->>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model))  # doctest: +SKIP
+>>> budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))  # doctest: +SKIP
+>>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget)  # doctest: +SKIP
 >>> chain.invoke("Which drug treats migraine?").answer  # doctest: +SKIP
 """
 
@@ -45,15 +51,24 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
 
+from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
+from dprag_core.errors import guarded
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.pipeline import charge_query, check_question, check_source, retrieve_for
+from dprag_core.pipeline import (
+    DEFAULT_MAX_QUESTION_TOKENS,
+    charge_query,
+    check_query,
+    check_question,
+    check_source,
+    require_accountant,
+    retrieve_for,
+)
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
-from langchain_dprag._sealed import Sealed
-from langchain_dprag.errors import guarded
+from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
 __all__ = ["PRIVACY_SPEND_EVENT", "ChainInput", "DPRAGChain", "DPRAGOutput"]
@@ -148,7 +163,10 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     here, when the chain is built); ``mechanism`` (which holds its model: a TokenModel for
     token-level mechanisms, a :class:`~langchain_dprag.models.LangChainTextModel`
     for text-level ones); ``accountant`` (the corpus budget each query's fixed
-    cost is charged to; MuRAG carries its own ledger); ``unit_key`` (metadata key
+    cost is charged to, e.g. ``SQLiteCorpusAccountant("budget.db",
+    total=Budget(10, 1e-5))``: required for DP mechanisms; MuRAG carries its
+    own ledger); ``max_question_tokens`` (longest question accepted, in tokens
+    of the mechanism's model); ``unit_key`` (metadata key
     naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
     for tests and benchmarks only: the seed starts one generator that every query
     draws from, so queries never reuse noise).
@@ -160,7 +178,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
     before anything is retrieved.
 
-    >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism)  # doctest: +SKIP
+    >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism,
+    ...                    accountant=budget)  # doctest: +SKIP
     >>> out = chain.invoke({"question": "Which drug treats migraine?"})  # doctest: +SKIP
     >>> out.answer, out.epsilon, out.delta  # doctest: +SKIP
     """
@@ -176,6 +195,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     retriever_honours_k: bool = False
     """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
     accountant: CorpusAccountant | None = None
+    max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
     rng: RngLike = None
     """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
 
@@ -187,6 +207,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
             check_score_function(self.vectorstore, self.score_function)
         source = self._source
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
+        require_accountant(self.mechanism, self.accountant)
+        positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
         low, high = self.score_function.bounds
         if tau is not None and not low <= tau <= high:
@@ -219,13 +241,33 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     # -- the pipeline: validate, charge, retrieve, answer -----------------------------
 
-    def _prepare(
+    def _start(self, question: str) -> str:
+        text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
+        if self.retriever is not None:  # a run of the user's retriever: see _sealed
+            refuse_side_doors(self.retriever.get_name())
+        charge_query(self.mechanism, self.accountant)
+        return text
+
+    def _retrieve(
         self, question: str, run_manager: CallbackManagerForChainRun
     ) -> list[ScoredDocument]:
-        charge_query(self.mechanism, self.accountant)
         needs_scores = self.mechanism.candidates_needed() is None
-        retriever = self._source.bind(run_manager.get_child(), needs_scores=needs_scores)
-        return retrieve_for(self.mechanism, retriever, question)
+        source = self._source
+        retriever = source.bind(run_manager.get_child(), needs_scores=needs_scores)
+        return guarded(
+            "retrieval", source.name, lambda: retrieve_for(self.mechanism, retriever, question)
+        )
+
+    # below the guards of _invoke and _outputs: the only frames that hold documents
+    def _private_answer(self, question: str, run_manager: CallbackManagerForChainRun) -> DPAnswer:
+        docs = self._retrieve(question, run_manager)
+        return Sealed().call(self.mechanism.answer, question, docs, rng=self.rng)
+
+    def _private_stream(
+        self, question: str, run_manager: CallbackManagerForChainRun, sealed: Sealed
+    ) -> Iterator[str | DPAnswer]:
+        docs = self._retrieve(question, run_manager)
+        return sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
 
     def _report(self, result: DPAnswer, run_manager: CallbackManagerForChainRun) -> None:
         dispatch_custom_event(
@@ -237,27 +279,23 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> DPRAGOutput:
-        question = question_of(value)
-        docs = self._prepare(question, run_manager)
+        question = self._start(question_of(value))
         name = self.mechanism.name
-        result = guarded(
-            "generation",
-            name,
-            lambda: Sealed().call(self.mechanism.answer, question, docs, rng=self.rng),
-        )
+        result = guarded("generation", name, lambda: self._private_answer(question, run_manager))
         self._report(result, run_manager)
         return DPRAGOutput.from_answer(result)
 
     def _outputs(
         self, question: str, run_manager: CallbackManagerForChainRun
     ) -> Iterator[DPRAGOutput]:
-        docs = self._prepare(question, run_manager)
+        question = self._start(question)
         sealed, name = Sealed(), self.mechanism.name
-        items = sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
-        while True:
-            item = guarded("generation", name, lambda: sealed.call(next, items, _END))
-            if item is _END:
-                return
+        # only the mechanism's own generator holds the documents; a failure closes it
+        items = guarded(
+            "generation", name, lambda: self._private_stream(question, run_manager, sealed)
+        )
+        step = lambda: sealed.call(next, items, _END)  # noqa: E731
+        while (item := guarded("generation", name, step)) is not _END:
             if isinstance(item, DPAnswer):
                 self._report(item, run_manager)
                 yield DPRAGOutput.from_answer(item, text=False)

@@ -47,6 +47,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.algorithms.murag import charge_active
 from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
@@ -123,8 +124,7 @@ class DPRetriever(BaseRetriever):
             )
         if threshold:
             positive_finite("epsilon", self.epsilon)
-            if not isinstance(self.accountant, CorpusAccountant):
-                raise TypeError("accountant must be a CorpusAccountant for the DP threshold")
+            check_accountant(self.accountant)
         else:
             if not isinstance(self.ledger, Ledger):
                 raise TypeError("ledger must be a dprag Ledger for the ledger filter")

@@ -9,9 +9,10 @@ Inside a DP query those payloads are the private documents and the voters'
 outputs, so they must not reach any handler.
 
 The retriever also logs the start of every retrieved node at DEBUG
-(``llama_index.core.indices.utils``), so inside a private section the records
-of the ``llama_index.*`` loggers are dropped too (a filter on each of them that
-only acts while the section is active).
+(``llama_index.core.indices.utils``) and provider clients log their requests
+(``openai._base_client`` the request JSON with the prompt), so inside a private
+section the records of those loggers are dropped too
+(:func:`dprag_core.quiet_logs.muted_logs`).
 
 The dispatcher has no per-call switch (``propagate`` is a per-dispatcher flag,
 global to the process), so :func:`private_section` sets a context variable and
@@ -25,8 +26,10 @@ before. The trade-off: the operator's traces show the DP query engine's own span
 generation inside it, including its LLM token usage.
 
 Exceptions raised by private code can quote it (an API error echoing the
-prompt), so :func:`call_sanitized` replaces them by :class:`PrivateStageError`, which
-names only the stage and the exception type.
+prompt) and their tracebacks hold it: the entry points run private code under
+the core sanitiser :func:`dprag_core.errors.guarded`, which raises a fresh
+:class:`~dprag_core.errors.PrivateDataError` (``PrivateStageError`` is the
+same class, under the name this package used first).
 
 >>> from llama_index.core.instrumentation import get_dispatcher
 >>> with private_section():
@@ -37,31 +40,25 @@ names only the stage and the exception type.
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
-from dprag_core.budget import PrivacyBudgetExhausted
+from dprag_core.errors import PrivateDataError
+from dprag_core.quiet_logs import muted_logs
 
-__all__ = ["PrivateStageError", "call_sanitized", "is_private", "private_section"]
+__all__ = ["PrivateStageError", "is_private", "private_section"]
 
 _PRIVATE: ContextVar[bool] = ContextVar("llamaindex_dprag_private", default=False)
 _GUARD_ATTR = "__llamaindex_dprag_guard__"
 _install_lock = threading.Lock()
-_T = TypeVar("_T")
 
 
-class PrivateStageError(RuntimeError):
-    """A failure inside the private part of a DP query, with its message withheld.
-
-    The original exception may quote private documents (an LLM provider echoing
-    the prompt, a tokenizer quoting text), so only the stage and its type are kept.
-    No budget is refunded: what was charged stays charged.
-    """
+PrivateStageError = PrivateDataError
+"""The old name of :class:`dprag_core.errors.PrivateDataError` (the same class)."""
 
 
 def is_private() -> bool:
@@ -124,34 +121,6 @@ def _install() -> None:
             setattr(CallbackManager, name, _guard(getattr(CallbackManager, name), _nothing))
 
 
-class _PrivateRecordFilter(logging.Filter):
-    """Drops LlamaIndex log records emitted inside a private section."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _PRIVATE.get()
-
-
-_RECORD_FILTER = _PrivateRecordFilter()
-_filtered_count = -1
-
-
-def _filter_llamaindex_loggers() -> None:
-    global _filtered_count
-    loggers = logging.root.manager.loggerDict
-    if len(loggers) == _filtered_count:
-        return
-    with _install_lock:
-        for name, logger in list(loggers.items()):
-            is_llamaindex = name == "llama_index" or name.startswith("llama_index.")
-            if (
-                is_llamaindex
-                and isinstance(logger, logging.Logger)
-                and _RECORD_FILTER not in logger.filters
-            ):
-                logger.addFilter(_RECORD_FILTER)
-        _filtered_count = len(loggers)
-
-
 @contextmanager
 def private_section() -> Iterator[None]:
     """Run a block without reporting anything to LlamaIndex handlers.
@@ -164,30 +133,9 @@ def private_section() -> Iterator[None]:
     True
     """
     _install()
-    _filter_llamaindex_loggers()
     token = _PRIVATE.set(True)
     try:
-        yield
+        with muted_logs():
+            yield
     finally:
         _PRIVATE.reset(token)
-
-
-def call_sanitized(stage: str, fn: Callable[[], _T]) -> _T:
-    """Return ``fn()``; re-raise any exception as :class:`PrivateStageError` without its text.
-
-    :class:`PrivacyBudgetExhausted` passes through: its message is built from
-    budgets and counts only. The replacement is raised outside the ``except``
-    block, so it carries no ``__context__`` pointing at the original.
-
-    >>> call_sanitized("generation", lambda: 1 / 0)
-    Traceback (most recent call last):
-    ...
-    llamaindex_dprag._quiet.PrivateStageError: generation failed (ZeroDivisionError)
-    """
-    try:
-        return fn()
-    except (PrivacyBudgetExhausted, PrivateStageError):
-        raise
-    except Exception as exc:
-        failure = type(exc).__name__
-    raise PrivateStageError(f"{stage} failed ({failure})")

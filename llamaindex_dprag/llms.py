@@ -10,9 +10,9 @@ The prompts and completions are private: the calls run inside
 :func:`~llamaindex_dprag._quiet.private_section`, so the LLM's
 ``LLMCompletionStartEvent`` / ``EndEvent``, its spans and its callback-manager
 ``LLM`` events reach no handler (which also means that token-usage handlers do
-not count these calls), and an error is re-raised as
-:class:`~llamaindex_dprag._quiet.PrivateStageError` without its message (a
-provider error can quote the prompt).
+not count these calls), the provider clients' loggers are muted, and an error
+is re-raised as a fresh :class:`~dprag_core.errors.PrivateDataError` without
+its message, cause or traceback (a provider error can quote the prompt).
 
 >>> from llama_index.core.llms import MockLLM
 >>> LlamaIndexTextModel(MockLLM(max_tokens=2)).generate(["Question: x"])
@@ -30,7 +30,8 @@ from typing import Any
 from llama_index.core.llms import LLM
 
 from dprag_core._validation import positive_int
-from llamaindex_dprag._quiet import PrivateStageError, call_sanitized, private_section
+from dprag_core.errors import aguarded, guarded
+from llamaindex_dprag._quiet import private_section
 
 __all__ = ["LlamaIndexTextModel"]
 
@@ -74,12 +75,15 @@ class LlamaIndexTextModel:
         with private_section():
             if self.max_concurrency == 1 or len(prompts) <= 1:
                 kwargs = self._kwargs(max_new_tokens)
-                return call_sanitized(
+                return guarded(
                     "LLM completion",
+                    self._name,
                     lambda: [self.llm.complete(p, **kwargs).text for p in prompts],
                 )
-            return call_sanitized(
-                "LLM completion", lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens))
+            return guarded(
+                "LLM completion",
+                self._name,
+                lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens)),
             )
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
@@ -87,12 +91,13 @@ class LlamaIndexTextModel:
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         prompts = list(prompts)
         with private_section():
-            try:
-                return await self._agenerate(prompts, max_new_tokens)
-            except Exception as exc:
-                failure = type(exc).__name__
-        # raised outside the except block: the original (maybe quoting the prompt) is dropped
-        raise PrivateStageError(f"LLM completion failed ({failure})")
+            return await aguarded(
+                "LLM completion", self._name, lambda: self._agenerate(prompts, max_new_tokens)
+            )
+
+    @property
+    def _name(self) -> str:
+        return type(self.llm).__name__
 
     async def _agenerate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         limit = asyncio.Semaphore(self.max_concurrency)

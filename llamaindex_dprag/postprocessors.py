@@ -3,8 +3,9 @@
 These compose with a user's own retriever and synthesizer::
 
     retriever = index.as_retriever(similarity_top_k=50)
+    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))
     nodes = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), k=5,
-                                     budget=accountant).postprocess_nodes(retriever.retrieve(q))
+                                     budget=budget).postprocess_nodes(retriever.retrieve(q))
 
 Read what each one guarantees **on its own** before using it: both choose *which*
 nodes go on, but the nodes they return still carry the private text (and their
@@ -38,12 +39,13 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from dprag_core._validation import finite, positive_finite, positive_int
-from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.murag import charge_active
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
+from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.units import best_chunk_per_unit
 from llamaindex_dprag.units import (
@@ -90,10 +92,11 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     is drawn with the continuous exponential mechanism over the public
     ``score_range`` (scores are clipped into it; ``score_direction="distance"``
     negates distances first) and the nodes scoring above τ are returned, best
-    first. Its cost (``epsilon``) is charged to ``budget`` (a :class:`Budget` or
-    a shared :class:`CorpusAccountant`) *before* anything is computed; an
-    exhausted budget raises :class:`PrivacyBudgetExhausted`. τ is a point of a
-    public grid (:mod:`dprag_core.mechanisms.threshold`).
+    first. Its cost (``epsilon``) is charged to ``budget`` (a
+    :class:`CorpusAccountant`, required: e.g. ``SQLiteCorpusAccountant("budget.db",
+    total=Budget(10, 1e-5))``) *before* anything is computed; an exhausted
+    budget raises :class:`PrivacyBudgetExhausted`. τ is a point of a public grid
+    (:mod:`dprag_core.mechanisms.threshold`).
 
     Privacy units (``unit_key``, default: the node's source document) are
     selected whole: a unit scores its best node, and all its nodes go on.
@@ -111,8 +114,9 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     engine).
 
     >>> from llama_index.core.schema import TextNode
+    >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
     >>> post = DPThresholdPostprocessor(epsilon=50.0, score_range=(0.0, 1.0), k=1,
-    ...                                 budget=Budget(100.0), rng=0)
+    ...                                 budget=InMemoryCorpusAccountant(Budget(100.0)), rng=0)
     >>> nodes = [NodeWithScore(node=TextNode(id_=i, text=""), score=s)
     ...          for i, s in [("a", 0.9), ("b", 0.2)]]
     >>> [n.node.node_id for n in post.postprocess_nodes(nodes)]
@@ -139,7 +143,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
         *,
         epsilon: float,
         score_range: tuple[float, float],
-        budget: Budget | CorpusAccountant,
+        budget: CorpusAccountant,
         score_direction: str = "similarity",
         utility: str = "top_k",
         k: int = 10,
@@ -159,12 +163,6 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
         threshold = DPThreshold(
             epsilon=epsilon, bounds=bounds, utility=cast(Utility, utility), k=k, p=p, alpha=alpha
         )
-        if isinstance(budget, Budget):
-            budget = InMemoryCorpusAccountant(budget)
-        if not isinstance(budget, CorpusAccountant):
-            raise TypeError(
-                f"budget must be a Budget or a CorpusAccountant, got {type(budget).__name__}"
-            )
         fields: dict[str, Any] = {
             "epsilon": threshold.epsilon,
             "score_range": (low, high),
@@ -174,7 +172,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
             "p": threshold.p,
             "alpha": threshold.alpha,
             "unit_key": unit_key,
-            "accountant": budget,
+            "accountant": check_accountant(budget, parameter="budget"),
         }
         super().__init__(**fields)
         self._threshold = threshold
@@ -187,8 +185,9 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     def cost(self) -> Budget:
         """The guarantee charged per call.
 
+        >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
         >>> DPThresholdPostprocessor(epsilon=0.5, score_range=(-1, 1), k=3,
-        ...                          budget=Budget(1.0)).cost()
+        ...                          budget=InMemoryCorpusAccountant(Budget(1.0))).cost()
         Budget(epsilon=0.5, delta=0.0)
         """
         cost: Budget = self._threshold.cost()

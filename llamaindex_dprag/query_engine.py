@@ -2,14 +2,16 @@
 
 One line turns an index into a DP query engine::
 
+    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))
     engine = DPQueryEngine.from_index(index, mechanism=DPSparseVote(model, ...),
-                                      budget=Budget(10.0, 1e-5))
+                                      budget=budget)
     response = engine.query("Which treatment did Alice receive?")
     response.metadata["epsilon"], response.metadata["delta"]
 
-Every query follows :mod:`dprag_core.pipeline`'s order: validate the question,
-charge the mechanism's fixed cost to the corpus budget (a query that would
-overspend raises :class:`PrivacyBudgetExhausted` before anything is retrieved),
+Every query follows :mod:`dprag_core.pipeline`'s order: validate the question
+(:func:`~dprag_core.pipeline.check_query`), charge the mechanism's fixed cost
+to the corpus budget (required for every DP mechanism: there is no default; a
+query that would overspend raises :class:`PrivacyBudgetExhausted` before anything is retrieved),
 retrieve exactly the candidates the mechanism asks for, then answer. The
 privacy logic is the mechanism's; the engine only translates. A source that
 cannot give the mechanism its candidates (one that does not honour k, for a
@@ -24,14 +26,15 @@ retrieved node ids as empty text nodes, and those ids are **not** covered by the
 DP guarantee (which documents match a question is itself private). Retrieval
 and generation run inside :func:`~llamaindex_dprag._quiet.private_section`, so
 instrumentation and callback handlers see the engine's span (question, DP
-answer) and nothing of the documents, and their exceptions surface as
-:class:`~llamaindex_dprag._quiet.PrivateStageError` without their message.
+answer) and nothing of the documents, and their exceptions surface as a fresh
+:class:`~dprag_core.errors.PrivateDataError` without their message, cause or
+traceback frames (:mod:`dprag_core.errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
 from typing import Any, TypeVar
 
 from llama_index.core.base.response.schema import (
@@ -45,15 +48,23 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 from dprag_core._validation import positive_int
-from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.budget import DPAnswer
+from dprag_core.errors import guarded
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.pipeline import charge_query, check_question, check_source, retrieve_for
+from dprag_core.pipeline import (
+    DEFAULT_MAX_QUESTION_TOKENS,
+    charge_query,
+    check_query,
+    check_source,
+    require_accountant,
+    retrieve_for,
+)
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from llamaindex_dprag._quiet import call_sanitized, private_section
+from llamaindex_dprag._quiet import private_section
 from llamaindex_dprag.sources import (
     LLAMAINDEX_SOURCES,
     CandidateSource,
@@ -70,6 +81,7 @@ _END = object()
 def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
     """The publishable facts of a DP answer, as ``Response.metadata``.
 
+    >>> from dprag_core.budget import Budget
     >>> answer_metadata(DPAnswer("x", Budget(1.0), "DPSparseVote"))["epsilon"]
     1.0
     """
@@ -82,34 +94,28 @@ def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
     }
 
 
-def _private(stage: str, fn: Callable[[], _T]) -> _T:
+def _private(stage: str, where: str, fn: Callable[[], _T]) -> _T:
     with private_section():
-        return call_sanitized(stage, fn)
-
-
-def _accountant(budget: Budget | CorpusAccountant | None) -> CorpusAccountant | None:
-    if budget is None or isinstance(budget, CorpusAccountant):
-        return budget
-    if isinstance(budget, Budget):
-        return InMemoryCorpusAccountant(budget)
-    raise TypeError(
-        f"budget must be a Budget, a CorpusAccountant or None, got {type(budget).__name__}"
-    )
+        return guarded(stage, where, fn)
 
 
 class DPQueryEngine(CustomQueryEngine):
     """Answer questions over a private index with a dprag mechanism.
 
     Build it with :meth:`from_index` or :meth:`from_retriever`. ``budget`` (a
-    :class:`Budget` or a shared :class:`CorpusAccountant`) is the corpus-level
-    allowance each query's fixed cost is charged against; MuRAG-style
-    mechanisms charge their own per-unit ledger instead. ``streaming=True``
+    :class:`CorpusAccountant`, e.g. ``SQLiteCorpusAccountant("budget.db",
+    total=Budget(10, 1e-5))``) is the corpus-level allowance each query's fixed
+    cost is charged against; it is required for every mechanism with a
+    per-query cost (:func:`~dprag_core.pipeline.require_accountant`), while
+    MuRAG-style mechanisms charge their own per-unit ledger and non-private
+    baselines need none. ``max_question_tokens`` bounds the question's length
+    (:func:`~dprag_core.pipeline.check_query`). ``streaming=True``
     returns a ``StreamingResponse`` that yields text as the mechanism releases
     it (token by token for DPSparseVote); its metadata is filled in when the
     stream ends. ``rng``: a seed or generator for tests only (one generator is
     made once and reused; default: OS entropy per query).
 
-    >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=Budget(10, 1e-5))
+    >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
     >>> # print(engine.query("Which treatment did Alice receive?"))
     """
 
@@ -120,6 +126,7 @@ class DPQueryEngine(CustomQueryEngine):
     streaming: bool = False
     source_ids: bool = False
     similarity_top_k: int | None = Field(default=None, exclude=True)
+    max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
 
     _source: CandidateSource = PrivateAttr()
     _rng: Any = PrivateAttr(default=None)
@@ -129,10 +136,11 @@ class DPQueryEngine(CustomQueryEngine):
         *,
         mechanism: Mechanism,
         source: CandidateSource,
-        budget: Budget | CorpusAccountant | None = None,
+        budget: CorpusAccountant | None = None,
         streaming: bool = False,
         source_ids: bool = False,
         similarity_top_k: int | None = None,
+        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         rng: RngLike = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
@@ -153,10 +161,11 @@ class DPQueryEngine(CustomQueryEngine):
                 )
         fields: dict[str, Any] = {
             "mechanism": mechanism,
-            "accountant": _accountant(budget),
+            "accountant": require_accountant(mechanism, budget, parameter="budget"),
             "streaming": bool(streaming),
             "source_ids": bool(source_ids),
             "similarity_top_k": similarity_top_k,
+            "max_question_tokens": positive_int("max_question_tokens", max_question_tokens),
             "callback_manager": callback_manager or CallbackManager([]),
         }
         super().__init__(**fields)
@@ -169,8 +178,9 @@ class DPQueryEngine(CustomQueryEngine):
         index: Any,
         *,
         mechanism: Mechanism,
-        budget: Budget | CorpusAccountant | None = None,
+        budget: CorpusAccountant | None = None,
         similarity_top_k: int | None = None,
+        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         score_direction: str = "similarity",
         score_range: tuple[float, float] | None = None,
         unit_key: str | None = None,
@@ -194,7 +204,7 @@ class DPQueryEngine(CustomQueryEngine):
         clipped into it. ``unit_key``: metadata key naming the privacy unit
         (default: the node's source document).
 
-        >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=Budget(10, 1e-5))
+        >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
         """
         source = IndexSource(
             index,
@@ -212,6 +222,7 @@ class DPQueryEngine(CustomQueryEngine):
             streaming=streaming,
             source_ids=source_ids,
             similarity_top_k=similarity_top_k,
+            max_question_tokens=max_question_tokens,
             rng=rng,
         )
 
@@ -221,8 +232,9 @@ class DPQueryEngine(CustomQueryEngine):
         retriever: Any,
         *,
         mechanism: Mechanism,
-        budget: Budget | CorpusAccountant | None = None,
+        budget: CorpusAccountant | None = None,
         similarity_top_k: int | None = None,
+        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         score_direction: str = "similarity",
         score_range: tuple[float, float] | None = None,
         unit_key: str | None = None,
@@ -242,7 +254,7 @@ class DPQueryEngine(CustomQueryEngine):
         whole ranking (or every node above the mechanism's ``min_score``), best
         first. It is then called once per question inside a private section.
 
-        >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech)
+        >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech, budget=budget)
         """
         from llama_index.core.indices.vector_store.retrievers.retriever import (
             VectorIndexRetriever,
@@ -266,6 +278,7 @@ class DPQueryEngine(CustomQueryEngine):
             streaming=streaming,
             source_ids=source_ids,
             similarity_top_k=similarity_top_k,
+            max_question_tokens=max_question_tokens,
             rng=rng,
         )
 
@@ -279,47 +292,48 @@ class DPQueryEngine(CustomQueryEngine):
         wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
         return wider if self._source.honours_k else lambda q, k: wider(q, k)
 
-    def _prepare(self, query_str: str) -> list[ScoredDocument]:
-        question = check_question(query_str)
+    def _prepare(self, query_str: str) -> str:
+        question = check_query(
+            self.mechanism, query_str, max_question_tokens=self.max_question_tokens
+        )
         charge_query(self.mechanism, self.accountant)
+        return question
+
+    def _retrieve(self, question: str) -> list[ScoredDocument]:
         retriever = self._retriever(question)
-        return _private("retrieval", lambda: retrieve_for(self.mechanism, retriever, question))
+        return _private(
+            "retrieval",
+            self.mechanism.name,
+            lambda: retrieve_for(self.mechanism, retriever, question),
+        )
 
     def _source_nodes(self, docs: Sequence[ScoredDocument]) -> list[NodeWithScore]:
         if not self.source_ids:
             return []
         return [NodeWithScore(node=TextNode(id_=d.id, text="")) for d in docs if not d.is_padding]
 
-    def _chunks(
-        self, question: str, docs: Sequence[ScoredDocument], metadata: dict[str, Any]
-    ) -> Generator[str, None, None]:
-        stream = self.mechanism.stream(question, docs, rng=self._rng)
-        while True:
-            item = _private("generation", lambda: next(stream, _END))
-            if item is _END:
-                return
-            if isinstance(item, DPAnswer):
-                metadata.update(answer_metadata(item))
-            elif item:
-                yield str(item)
+    # below the guard in _run: the only frames that hold documents
+    def _private_answer(self, question: str) -> tuple[DPAnswer, list[NodeWithScore]]:
+        docs = self._retrieve(question)
+        with private_section():
+            answer = self.mechanism.answer(question, docs, rng=self._rng)
+        return answer, self._source_nodes(docs)
+
+    def _private_stream(self, question: str) -> tuple[Iterator[Any], list[NodeWithScore]]:
+        docs = self._retrieve(question)
+        return self.mechanism.stream(question, docs, rng=self._rng), self._source_nodes(docs)
 
     def _run(self, query_str: str) -> Response | StreamingResponse:
-        docs = self._prepare(query_str)
+        question = self._prepare(query_str)
+        name = self.mechanism.name
         if self.streaming:
-            metadata: dict[str, Any] = {"mechanism": self.mechanism.name}
+            items, nodes = guarded("generation", name, lambda: self._private_stream(question))
+            metadata: dict[str, Any] = {"mechanism": name}
             return StreamingResponse(
-                response_gen=self._chunks(query_str, docs, metadata),
-                source_nodes=self._source_nodes(docs),
-                metadata=metadata,
+                response_gen=_chunks(name, items, metadata), source_nodes=nodes, metadata=metadata
             )
-        answer = _private(
-            "generation", lambda: self.mechanism.answer(query_str, docs, rng=self._rng)
-        )
-        return Response(
-            response=answer.text,
-            source_nodes=self._source_nodes(docs),
-            metadata=answer_metadata(answer),
-        )
+        answer, nodes = guarded("generation", name, lambda: self._private_answer(question))
+        return Response(response=answer.text, source_nodes=nodes, metadata=answer_metadata(answer))
 
     def custom_query(self, query_str: str) -> Response | StreamingResponse:
         """Answer one question (``Response``, or ``StreamingResponse`` when streaming)."""
@@ -344,6 +358,17 @@ class DPQueryEngine(CustomQueryEngine):
             f"DPQueryEngine(mechanism={self.mechanism!r}, accountant={self.accountant!r}, "
             f"streaming={self.streaming}, source_ids={self.source_ids})"
         )
+
+
+def _chunks(
+    name: str, items: Iterator[Any], metadata: dict[str, Any]
+) -> Generator[str, None, None]:
+    # ``items`` (the mechanism's generator) holds the documents; a failure closes it
+    while (item := _private("generation", name, lambda: next(items, _END))) is not _END:
+        if isinstance(item, DPAnswer):
+            metadata.update(answer_metadata(item))
+        elif item:
+            yield str(item)
 
 
 async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncGenerator[str, None]:

@@ -19,13 +19,26 @@ __all__ = ["Mechanism", "StreamingMechanism", "check_question"]
 
 
 def check_question(question: object) -> str:
-    """A question must be a non-empty string (its text is never echoed in errors).
+    """A question must be a non-empty string of valid Unicode (its text is never echoed).
+
+    A lone surrogate (``chr(0xD800)``) cannot be encoded for a tokenizer or a
+    model API: it is refused here, before anything is charged.
 
     >>> check_question("Who treats headache?")
     'Who treats headache?'
+    >>> check_question("Who" + chr(0xD800))
+    Traceback (most recent call last):
+    ...
+    ValueError: question must be valid Unicode text: it contains a lone surrogate
     """
     if not isinstance(question, str) or not question.strip():
         raise ValueError("question must be a non-empty string")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            "question must be valid Unicode text: it contains a lone surrogate"
+        ) from None
     return question
 
 

@@ -214,3 +214,11 @@ CASES: list[Case] = [
         lambda mod, m: _murag(mod, _dpsparse(m, epsilon=2.0, delta=0.0, selection="exponential")),
     ),
 ]
+
+
+def budget() -> Any:
+    """A large in-memory corpus budget: enough for any test, refused by none."""
+    from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+    from dprag_core.budget import Budget
+
+    return InMemoryCorpusAccountant(Budget(1e6, 0.5))

@@ -132,7 +132,7 @@ async def test_detector_fires_on_leaky_mechanism(store: InMemoryVectorStore) -> 
 async def test_detector_fires_without_sealing(
     store: InMemoryVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Calling the model in the chain's context (no sealing) leaks its prompt to traces."""
+    """Calling the model through ``invoke`` in the chain's context leaks its prompt to traces."""
     ksa = pytest.importorskip("dprag_core.algorithms.ksa")
     import langchain_dprag.chain
     import langchain_dprag.models
@@ -141,7 +141,7 @@ async def test_detector_fires_without_sealing(
         def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
             return fn(*args, **kwargs)
 
-    monkeypatch.setattr(langchain_dprag.models, "run_sealed", lambda fn, *a, **k: fn(*a[:1], **k))
+    monkeypatch.setattr(langchain_dprag.models, "_complete", lambda m, p, kw: m.invoke(p).text)
     monkeypatch.setattr(langchain_dprag.chain, "Sealed", Unsealed)
     mechanism = ksa.DPKSA(LangChainTextModel(EchoChatModel()), epsilon=5.0, n_docs=8)
     seen = await _exercise(_chain(mechanism, store), check_output=False)

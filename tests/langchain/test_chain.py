@@ -13,7 +13,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, corpus
+from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, budget, corpus
 from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -42,6 +42,7 @@ class CountingRetriever(BaseRetriever):
 
 def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
     kw.setdefault("mechanism", ToyMechanism(k=3))
+    kw.setdefault("accountant", budget())
     return DPRAGChain(vectorstore=store, **kw)
 
 
@@ -69,7 +70,12 @@ def test_construction_errors(store: InMemoryVectorStore) -> None:
     with pytest.raises(ValueError, match="exactly one"):
         DPRAGChain(mechanism=ToyMechanism())
     with pytest.raises(ValueError, match="exactly one"):
-        DPRAGChain(mechanism=ToyMechanism(), vectorstore=store, retriever=store.as_retriever())
+        DPRAGChain(
+            mechanism=ToyMechanism(),
+            vectorstore=store,
+            retriever=store.as_retriever(),
+            accountant=budget(),
+        )
     with pytest.raises(ValueError):
         DPRAGChain(mechanism="not a mechanism", vectorstore=store)  # type: ignore[arg-type]
 
@@ -166,7 +172,11 @@ def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
     mech = ToyMechanism(k=5)
     retriever = CountingRetriever(store=store)
     chain = DPRAGChain(
-        retriever=retriever, retriever_honours_k=True, mechanism=mech, unit_key="patient"
+        retriever=retriever,
+        retriever_honours_k=True,
+        mechanism=mech,
+        unit_key="patient",
+        accountant=budget(),
     )
     assert chain.invoke(QUESTION).details == {"n": 5}  # k reached the user's retriever
 
@@ -181,13 +191,19 @@ def test_undeclared_retrievers_are_refused_when_built(store: InMemoryVectorStore
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
     plain = store.as_retriever()
-    top = DPRAGChain(retriever=plain, retriever_honours_k=True, mechanism=ToyMechanism(k=2))
+    top = DPRAGChain(
+        retriever=plain, retriever_honours_k=True, mechanism=ToyMechanism(k=2), accountant=budget()
+    )
     assert top.invoke(QUESTION).details == {"n": 2}  # its own rank order is enough
     # a threshold mechanism drops documents without a score: no data-dependent error
-    above = DPRAGChain(retriever=plain, retriever_honours_k=True, mechanism=AboveToy())
+    above = DPRAGChain(
+        retriever=plain, retriever_honours_k=True, mechanism=AboveToy(), accountant=budget()
+    )
     assert above.invoke(QUESTION).details == {"n": 0}
     with_scores = CountingRetriever(store=store)
-    chain = DPRAGChain(retriever=with_scores, retriever_honours_k=True, mechanism=AboveToy())
+    chain = DPRAGChain(
+        retriever=with_scores, retriever_honours_k=True, mechanism=AboveToy(), accountant=budget()
+    )
     assert 1 <= chain.invoke(QUESTION).details["n"] < len(corpus())
 
 
@@ -200,7 +216,7 @@ def test_min_score_outside_range(store: InMemoryVectorStore) -> None:
 
     unit = ScoreFunction("unit", low=0.0, high=1.0)
     with pytest.raises(ValueError, match="outside the score range"):
-        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=unit)
+        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=unit, accountant=budget())
 
 
 def test_distances_are_not_read_as_similarities(store: InMemoryVectorStore) -> None:
@@ -208,7 +224,12 @@ def test_distances_are_not_read_as_similarities(store: InMemoryVectorStore) -> N
 
     for wrong in (SQUARED_L2_UNIT, RELEVANCE):
         with pytest.raises(ValueError, match="returns cosine scores"):
-            DPRAGChain(vectorstore=store, mechanism=ToyMechanism(), score_function=wrong)
+            DPRAGChain(
+                vectorstore=store,
+                mechanism=ToyMechanism(),
+                score_function=wrong,
+                accountant=budget(),
+            )
 
 
 def test_mechanism_failure_is_withheld(store: InMemoryVectorStore) -> None:
@@ -226,7 +247,9 @@ def test_repr_shows_no_documents(store: InMemoryVectorStore) -> None:
         docs: list[Document]
 
     retriever = DocsRetriever(store=store, docs=corpus())
-    chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism())
+    chain = DPRAGChain(
+        retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(), accountant=budget()
+    )
     for text in (repr(chain), str(chain), str(chain.to_json())):
         assert "DocsRetriever" in text or "DPRAGChain" in text
         assert "Alice" not in text and "aspirin" not in text
@@ -244,20 +267,24 @@ def test_switch_mechanism_is_one_field(store: InMemoryVectorStore, models: Any) 
         ksa.DPKSA(fake, epsilon=5.0, delta=1e-4, n_docs=4),
     ]
     for mechanism in mechanisms:
-        out = DPRAGChain(vectorstore=store, mechanism=mechanism).invoke(QUESTION)
+        out = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget()).invoke(
+            QUESTION
+        )
         assert out.mechanism == mechanism.name and 0 < out.epsilon <= 5.0 * 1.01
 
 
 def test_faiss_store(faiss_store: Any) -> None:
-    out = DPRAGChain(vectorstore=faiss_store, mechanism=ToyMechanism(k=4)).invoke(QUESTION)
+    out = DPRAGChain(
+        vectorstore=faiss_store, mechanism=ToyMechanism(k=4), accountant=budget()
+    ).invoke(QUESTION)
     assert out.details == {"n": 4}
 
 
 def test_other_store_embeddings() -> None:
     vs = InMemoryVectorStore(HashingEmbeddings(dim=32))
-    assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2)).invoke(QUESTION).details == {
-        "n": 0
-    }
+    assert DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2), accountant=budget()).invoke(
+        QUESTION
+    ).details == {"n": 0}
 
 
 def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
@@ -281,7 +308,41 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
             return DPAnswer(str(make_rng(rng).integers(10**9)), None, self.name)
 
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
-    chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7)
+    chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7, accountant=budget())
     draws = {chain.invoke("q").answer for _ in range(3)}
     assert len(draws) == 3
     assert isinstance(chain.rng, np.random.Generator)
+
+
+def test_a_dp_chain_needs_a_budget(store: InMemoryVectorStore) -> None:
+    """No budget, no chain: the error names a persistent accountant (was: ran unbounded)."""
+    with pytest.raises(ValueError, match=r'accountant=SQLiteCorpusAccountant\("budget.db"'):
+        DPRAGChain(vectorstore=store, mechanism=ToyMechanism())
+    with pytest.raises(ValueError, match="instance of CorpusAccountant"):  # pydantic
+        DPRAGChain(vectorstore=store, mechanism=ToyMechanism(), accountant=Budget(5.0))  # type: ignore[arg-type]
+
+
+def test_long_question_refused_before_the_charge(store: InMemoryVectorStore) -> None:
+    acc = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    chain = _chain(store, accountant=acc, max_question_tokens=16)
+    with pytest.raises(ValueError, match="max_question_tokens=16"):
+        chain.invoke("Which drug? " * 40)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        list(chain.stream("Which" + chr(0xD800)))
+    assert acc.queries == 0
+
+
+def test_retrieved_non_documents_are_dropped(store: InMemoryVectorStore) -> None:
+    """Retrieval comes after the charge: junk from a retriever is dropped, not an error."""
+
+    class Junk(CountingRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+        ) -> list[Any]:
+            found = super()._get_relevant_documents(query, run_manager=run_manager, k=k)
+            return ["not a document", *found[:2]]
+
+    chain = DPRAGChain(
+        retriever=Junk(store=store), mechanism=ToyMechanism(k=3), accountant=budget()
+    )
+    assert chain.invoke(QUESTION).details == {"n": 2}

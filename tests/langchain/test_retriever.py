@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests
-from lc_support import QUESTION, HashingEmbeddings, corpus
+from lc_support import QUESTION, HashingEmbeddings, budget, corpus
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
@@ -174,6 +174,11 @@ def test_dp_retriever_inside_chain_is_sealed() -> None:
         vectorstore=_store(), epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(10.0))
     )
     # declared for this side-door test only: a DPRetriever returns about k, not the top k
-    chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=ToyMechanism(k=3))
+    chain = DPRAGChain(
+        retriever=retriever,
+        retriever_honours_k=True,
+        mechanism=ToyMechanism(k=3),
+        accountant=budget(),
+    )
     events = list(chain.stream(QUESTION))
     assert events and SECRET not in dump([e.model_dump() for e in events])

@@ -20,6 +20,7 @@ from li_helpers import CANARY, QUESTION, FailingLLM, QuestionLLM, leaks
 from li_mechanisms import CASES, Models, case_modes, mechanism_classes
 from toy_mechanisms import Case, LeakyMechanism, ToyMechanism, build
 
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel, PrivateStageError, _quiet
 
@@ -61,7 +62,7 @@ def test_canary_never_leaks(
     engine = DPQueryEngine.from_index(
         index,
         mechanism=mechanism,
-        budget=Budget(100.0, 0.5),
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
         score_range=(-1.0, 1.0),
         streaming=mode in ("stream", "astream"),
         rng=0,
@@ -87,7 +88,9 @@ def test_every_mechanism_in_the_tree_has_a_canary_case() -> None:
 def test_canary_sees_a_leaking_mechanism(index: Any, channels: Any) -> None:
     """Mutation: a mechanism that answers with its documents is caught in the answer
     and in the engine's span result."""
-    engine = DPQueryEngine.from_index(index, mechanism=LeakyMechanism(k=2))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=LeakyMechanism(k=2), budget=InMemoryCorpusAccountant(Budget(100.0, 0.5))
+    )
     response = engine.query(QUESTION)
     assert CANARY in leaks(response)
     assert CANARY in leaks(channels.spans.seen)
@@ -129,7 +132,7 @@ def test_canary_from_any_retriever(index: Any, channels: Any) -> None:
     engine = DPQueryEngine.from_retriever(
         fusion,
         mechanism=ToyMechanism(k=4),
-        budget=Budget(5.0, 1e-3),
+        budget=InMemoryCorpusAccountant(Budget(5.0, 1e-3)),
         source_ids=True,
         returns_everything=True,  # declared for this side-door test only
     )
@@ -147,20 +150,22 @@ def test_exception_messages_do_not_quote_documents(index: Any, channels: Any, mo
     engine = DPQueryEngine.from_index(
         index,
         mechanism=ksa.DPKSA(model, epsilon=5.0, n_docs=4),
-        budget=Budget(100.0, 0.5),
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
         streaming=mode == "stream",
     )
     with pytest.raises(PrivateStageError) as info:
         ask(engine, mode)
     err = info.value
-    assert str(err).endswith("failed (ValueError)")
+    assert "failed in DPKSA with PrivateDataError" not in str(err) and "ValueError" in str(err)
     assert err.__context__ is None and err.__cause__ is None
     rendered = "".join(traceback.format_exception(err))
     assert leaks([rendered, str(err), channels.everything()]) == []
 
 
 def test_budget_error_quotes_no_document(index: Any, channels: Any) -> None:
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(1.5, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(), budget=InMemoryCorpusAccountant(Budget(1.5, 1e-5))
+    )
     engine.query(QUESTION)
     with pytest.raises(PrivacyBudgetExhausted) as info:
         engine.query(QUESTION)

@@ -56,7 +56,9 @@ def dpsparsevote(tiny_token_model: Any, **kw: Any) -> Any:
 
 
 def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(k=4), budget=Budget(3.0, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(k=4), budget=InMemoryCorpusAccountant(Budget(3.0, 1e-5))
+    )
     response = engine.query(QUESTION)
     assert isinstance(response, Response)
     assert response.response == "4 candidates"  # exactly candidates_needed() retrieved
@@ -73,7 +75,10 @@ def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
 
 def test_source_ids_opt_in_gives_ids_without_text(index: Any) -> None:
     engine = DPQueryEngine.from_index(
-        index, mechanism=ToyMechanism(k=3), budget=Budget(3.0, 1e-5), source_ids=True
+        index,
+        mechanism=ToyMechanism(k=3),
+        budget=InMemoryCorpusAccountant(Budget(3.0, 1e-5)),
+        source_ids=True,
     )
     nodes = engine.query(QUESTION).source_nodes
     assert nodes[0].node.node_id == "node-doc-canary"
@@ -82,13 +87,17 @@ def test_source_ids_opt_in_gives_ids_without_text(index: Any) -> None:
 
 
 def test_fewer_documents_than_needed(index: Any) -> None:
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(k=50))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(k=50), budget=InMemoryCorpusAccountant(Budget(100.0, 0.5))
+    )
     assert engine.query(QUESTION).response == f"{len(corpus_nodes())} candidates"
 
 
 def test_budget_exhaustion_is_refused_before_retrieval(index: Any) -> None:
     embed = index._embed_model
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(1.5, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(), budget=InMemoryCorpusAccountant(Budget(1.5, 1e-5))
+    )
     source = spy(engine)
     engine.query(QUESTION)
     assert source.calls == [4]
@@ -102,7 +111,10 @@ def test_budget_exhaustion_is_refused_before_retrieval(index: Any) -> None:
 
 def test_streaming_refuses_before_returning_a_stream(index: Any) -> None:
     engine = DPQueryEngine.from_index(
-        index, mechanism=ToyMechanism(), budget=Budget(0.5, 1e-5), streaming=True
+        index,
+        mechanism=ToyMechanism(),
+        budget=InMemoryCorpusAccountant(Budget(0.5, 1e-5)),
+        streaming=True,
     )
     source = spy(engine)
     with pytest.raises(PrivacyBudgetExhausted):
@@ -123,7 +135,9 @@ def test_shared_accountant(index: Any) -> None:
 
 
 def test_bad_question_spends_nothing(index: Any) -> None:
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(3.0, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(), budget=InMemoryCorpusAccountant(Budget(3.0, 1e-5))
+    )
     source = spy(engine)
     with pytest.raises(ValueError, match="question must be a non-empty string"):
         engine.query("   ")
@@ -136,7 +150,7 @@ def test_streaming_dpsparsevote_token_by_token(index: Any, tiny_token_model: Any
         return DPQueryEngine.from_index(
             index,
             mechanism=dpsparsevote(tiny_token_model, epsilon=20.0),
-            budget=Budget(50.0, 1e-3),
+            budget=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),
             streaming=streaming,
             rng=3,  # a seed under which the tiny random model releases several tokens
         )
@@ -154,7 +168,10 @@ def test_streaming_dpsparsevote_token_by_token(index: Any, tiny_token_model: Any
 
 def test_async_query_and_stream(index: Any, tiny_token_model: Any) -> None:
     engine = DPQueryEngine.from_index(
-        index, mechanism=ToyMechanism(), budget=Budget(5.0, 1e-5), streaming=False
+        index,
+        mechanism=ToyMechanism(),
+        budget=InMemoryCorpusAccountant(Budget(5.0, 1e-5)),
+        streaming=False,
     )
     response = asyncio.run(engine.aquery(QUESTION))
     assert isinstance(response, Response) and response.response == "4 candidates"
@@ -172,8 +189,18 @@ def test_async_query_and_stream(index: Any, tiny_token_model: Any) -> None:
 
 def test_similarity_top_k(index: Any) -> None:
     with pytest.raises(ValueError, match="similarity_top_k must be None or 4"):
-        DPQueryEngine.from_index(index, mechanism=ToyMechanism(k=4), similarity_top_k=10)
-    DPQueryEngine.from_index(index, mechanism=ToyMechanism(k=4), similarity_top_k=4)
+        DPQueryEngine.from_index(
+            index,
+            mechanism=ToyMechanism(k=4),
+            similarity_top_k=10,
+            budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
+        )
+    DPQueryEngine.from_index(
+        index,
+        mechanism=ToyMechanism(k=4),
+        similarity_top_k=4,
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
+    )
 
 
 def test_threshold_mechanism_fetches_every_candidate_above_tau(index: Any) -> None:
@@ -184,7 +211,12 @@ def test_threshold_mechanism_fetches_every_candidate_above_tau(index: Any) -> No
         def min_score(self) -> float:
             return 0.2
 
-    engine = DPQueryEngine.from_index(index, mechanism=AboveTau(), similarity_top_k=40)
+    engine = DPQueryEngine.from_index(
+        index,
+        mechanism=AboveTau(),
+        similarity_top_k=40,
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
+    )
     source = spy(engine)
     answer = engine.query(QUESTION).response
     docs = IndexSource(index).bind(QUESTION)(QUESTION, 100)
@@ -221,7 +253,9 @@ def test_units_from_source_document_or_metadata(index: Any) -> None:
 
 def test_from_retriever_uses_the_index_store(index: Any) -> None:
     engine = DPQueryEngine.from_retriever(
-        index.as_retriever(similarity_top_k=1), mechanism=ToyMechanism(k=5)
+        index.as_retriever(similarity_top_k=1),
+        mechanism=ToyMechanism(k=5),
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
     )
     assert isinstance(engine._source, IndexSource)
     assert (
@@ -238,7 +272,10 @@ def test_from_other_retriever_cuts_to_k(index: Any) -> None:
     with pytest.raises(ValueError, match="Sources that qualify: DPQueryEngine"):
         DPQueryEngine.from_retriever(fusion, mechanism=ToyMechanism(k=3))
     engine = DPQueryEngine.from_retriever(
-        fusion, mechanism=ToyMechanism(k=3), returns_everything=True
+        fusion,
+        mechanism=ToyMechanism(k=3),
+        returns_everything=True,
+        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
     )
     assert isinstance(engine._source, RetrieverSource)
     assert engine.query(QUESTION).response == "3 candidates"
@@ -247,7 +284,7 @@ def test_from_other_retriever_cuts_to_k(index: Any) -> None:
 def test_bad_construction(index: Any) -> None:
     with pytest.raises(TypeError, match="mechanism must be a dprag Mechanism"):
         DPQueryEngine.from_index(index, mechanism="dpsparsevote")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="budget must be a Budget"):
+    with pytest.raises(TypeError, match="budget must be a CorpusAccountant"):
         DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=5.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="score_direction must be"):
         DPQueryEngine.from_index(index, mechanism=ToyMechanism(), score_direction="up")
@@ -267,7 +304,9 @@ def test_bad_construction(index: Any) -> None:
 
 
 def test_repr_shows_no_documents(index: Any) -> None:
-    engine = DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(1.0))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=ToyMechanism(), budget=InMemoryCorpusAccountant(Budget(1.0))
+    )
     assert repr(engine).startswith("DPQueryEngine(mechanism=ToyMechanism()")
     assert "Patient" not in repr(engine) and "Patient" not in str(engine)
 
@@ -279,7 +318,12 @@ def test_distances_and_foreign_query_modes_are_refused_when_built(index: Any) ->
     )
     with pytest.raises(ValueError, match="returns distance scores"):
         DPQueryEngine.from_index(l2_index, mechanism=ToyMechanism())
-    DPQueryEngine.from_index(l2_index, mechanism=ToyMechanism(), score_direction="distance")
+    DPQueryEngine.from_index(
+        l2_index,
+        mechanism=ToyMechanism(),
+        score_direction="distance",
+        budget=InMemoryCorpusAccountant(Budget(1.0)),
+    )
     with pytest.raises(ValueError, match="returns similarity scores"):
         DPQueryEngine.from_index(index, mechanism=ToyMechanism(), score_direction="distance")
     with pytest.raises(ValueError, match="query_mode must be 'default'"):

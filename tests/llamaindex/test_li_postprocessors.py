@@ -32,7 +32,11 @@ SCORES = {"a": 0.9, "b": 0.8, "c": 0.3, "d": -0.2, "e": 0.85}
 def test_threshold_matches_the_core_mechanism() -> None:
     """Same seed, same scores: exactly DPThreshold's selection (no logic of its own)."""
     post = DPThresholdPostprocessor(
-        epsilon=1.0, score_range=(-1.0, 1.0), k=2, budget=Budget(100.0), rng=11
+        epsilon=1.0,
+        score_range=(-1.0, 1.0),
+        k=2,
+        budget=InMemoryCorpusAccountant(Budget(100.0)),
+        rng=11,
     )
     core = DPThreshold(epsilon=1.0, bounds=(-1.0, 1.0), k=2)
     gen = np.random.default_rng(11)
@@ -57,7 +61,12 @@ def test_threshold_charges_before_returning() -> None:
 
 def test_threshold_high_epsilon_picks_top_k_units_whole() -> None:
     post = DPThresholdPostprocessor(
-        epsilon=500.0, score_range=(-1.0, 1.0), k=2, budget=Budget(1e4), unit_key="who", rng=1
+        epsilon=500.0,
+        score_range=(-1.0, 1.0),
+        k=2,
+        budget=InMemoryCorpusAccountant(Budget(1e4)),
+        unit_key="who",
+        rng=1,
     )
     # b and c belong to one unit: it scores 0.8 (its best) and is kept whole
     picked = post.postprocess_nodes(nodes(SCORES, units={"b": "u", "c": "u"}))
@@ -72,7 +81,7 @@ def test_threshold_on_distances() -> None:
         score_range=(0.0, 4.0),
         score_direction="distance",
         k=2,
-        budget=Budget(1e4),
+        budget=InMemoryCorpusAccountant(Budget(1e4)),
         rng=2,
     )
     picked = post.postprocess_nodes(nodes({"far": 3.5, "near": 0.1, "mid": 0.4, "x": 2.0}))
@@ -81,14 +90,25 @@ def test_threshold_on_distances() -> None:
 
 def test_threshold_validation() -> None:
     with pytest.raises(ValueError, match="score_range is required"):
-        DPThresholdPostprocessor(epsilon=1.0, score_range=None, budget=Budget(1.0))  # type: ignore[arg-type]
+        DPThresholdPostprocessor(
+            epsilon=1.0, score_range=None, budget=InMemoryCorpusAccountant(Budget(1.0))
+        )  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
-        DPThresholdPostprocessor(epsilon=-1.0, score_range=(-1, 1), budget=Budget(1.0))
+        DPThresholdPostprocessor(
+            epsilon=-1.0, score_range=(-1, 1), budget=InMemoryCorpusAccountant(Budget(1.0))
+        )
     with pytest.raises(ValueError, match="utility must be"):
-        DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=Budget(1.0), utility="x")
-    with pytest.raises(TypeError, match="budget must be a Budget or a CorpusAccountant"):
+        DPThresholdPostprocessor(
+            epsilon=1.0,
+            score_range=(-1, 1),
+            budget=InMemoryCorpusAccountant(Budget(1.0)),
+            utility="x",
+        )
+    with pytest.raises(TypeError, match="budget must be a CorpusAccountant"):
         DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=1.0)  # type: ignore[arg-type]
-    post = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), budget=Budget(5.0))
+    post = DPThresholdPostprocessor(
+        epsilon=1.0, score_range=(-1, 1), budget=InMemoryCorpusAccountant(Budget(5.0))
+    )
     # a node without a score is dropped: no error after the charge
     assert post.postprocess_nodes([NodeWithScore(node=TextNode(id_="a", text=""))]) == []
     assert "private" not in repr(post)

@@ -1,0 +1,138 @@
+"""PrivateRAG in a deployment: a budget always on, checks before the charge, errors data-free.
+
+Each test below failed on the code before issue 14: a DP app ran without any
+budget, ``rng='seed'`` / a lone surrogate / a long question failed only after
+the charge, non-document retriever results and surrogates in documents made a
+charged query fail, and the core loop passed a retriever's or a model's
+exception (message and frames) through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from fake_token_model import FakeTokenModel
+from private_frames import reachable_text
+from toy_mechanisms import ToyMechanism
+
+from dprag_core import InMemoryCorpusAccountant, PrivateRAG
+from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.errors import PrivateDataError, reveal_private_errors
+from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.documents import ScoredDocument
+
+SECRET = "qx81canary-lorenzo"
+DOCS = [ScoredDocument(f"d{i}", f"record {i}: code {SECRET}", 0.9 - i / 10) for i in range(4)]
+
+
+def retriever(question: str, k: int) -> list[Any]:
+    return list(DOCS[:k])
+
+
+def acc() -> InMemoryCorpusAccountant:
+    return InMemoryCorpusAccountant(Budget(100.0, 0.5))
+
+
+class Seen(ToyMechanism):
+    """Records the documents it is given."""
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        self.docs = list(docs)
+        return super().answer(question, docs, rng=rng)
+
+
+class Failing(ToyMechanism):
+    """Fails quoting its documents, holding them in its frame."""
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        prompts = [f"Context: {d.text}" for d in docs]
+        raise ValueError(f"model rejected {prompts}")
+
+
+def test_a_dp_mechanism_needs_a_budget() -> None:
+    with pytest.raises(ValueError, match=r'SQLiteCorpusAccountant\("budget.db"'):
+        PrivateRAG(ToyMechanism(), retriever)
+    with pytest.raises(TypeError, match="accountant must be a CorpusAccountant, got Budget"):
+        PrivateRAG(ToyMechanism(), retriever, accountant=Budget(5.0))  # type: ignore[arg-type]
+    # not DP: no budget needed (its answers carry epsilon = inf)
+    model = FakeTokenModel([("", "ab")])
+    assert PrivateRAG(NonRAG(model, max_new_tokens=2), retriever).answer("Who?").text
+
+
+@pytest.mark.parametrize(
+    ("question", "rng", "error"),
+    [
+        ("Who?", "seed", TypeError),
+        ("Who" + chr(0xD800) + "?", None, ValueError),
+        ("Who? " * 400, None, ValueError),
+    ],
+    ids=["rng", "surrogate", "long"],
+)
+def test_checks_come_before_the_charge(question: str, rng: Any, error: type) -> None:
+    budget = acc()
+    mechanism = Seen()
+    mechanism.model = FakeTokenModel([("", "ab")])  # type: ignore[attr-defined]
+    app = PrivateRAG(mechanism, retriever, accountant=budget, max_question_tokens=256)
+    with pytest.raises(error):
+        app.answer(question, rng=rng)
+    with pytest.raises(error):
+        list(app.stream(question, rng=rng))
+    assert budget.queries == 0
+
+
+def test_max_question_tokens_counts_model_tokens() -> None:
+    mechanism = Seen()
+    mechanism.model = FakeTokenModel([("", "ab")])  # byte tokens  # type: ignore[attr-defined]
+    app = PrivateRAG(mechanism, retriever, accountant=acc(), max_question_tokens=8)
+    assert app.answer("12345678").text
+    with pytest.raises(ValueError, match="9 tokens long, more than max_question_tokens=8"):
+        app.answer("123456789")
+    with pytest.raises(ValueError, match="max_question_tokens must be an integer >= 1"):
+        PrivateRAG(mechanism, retriever, accountant=acc(), max_question_tokens=0)
+
+
+def test_retrieved_junk_and_surrogates_are_treated_alike() -> None:
+    """After the charge nothing data-dependent may fail: junk dropped, surrogates replaced."""
+
+    def messy(question: str, k: int) -> list[Any]:
+        bad = ScoredDocument("s", "bad " + chr(0xDC00) + " text", 0.95)
+        return [bad, "not a document", None, *DOCS[: k - 3]]
+
+    mechanism = Seen(k=4)
+    PrivateRAG(mechanism, messy, accountant=acc()).answer("Who?")
+    assert [d.id for d in mechanism.docs if not d.is_padding] == ["s", "d0"]
+    assert mechanism.docs[0].text == "bad \ufffd text"
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_failures_leave_nothing_private(mode: str) -> None:
+    def failing_retriever(question: str, k: int) -> list[Any]:
+        docs = list(DOCS)
+        raise RuntimeError(f"store error on {docs[0].text}")
+
+    for app in (
+        PrivateRAG(Failing(), retriever, accountant=acc()),
+        PrivateRAG(ToyMechanism(), failing_retriever, accountant=acc()),
+    ):
+        with pytest.raises(PrivateDataError) as info:
+            app.answer("Who?") if mode == "answer" else list(app.stream("Who?"))
+        assert info.value.__cause__ is None and info.value.__context__ is None
+        seen = reachable_text(info.value)
+        assert SECRET not in seen and "ScoredDocument(" not in seen
+
+
+def test_the_detector_sees_the_original_error() -> None:
+    """Positive control, and the data owner's debug switch: the original error, unchanged."""
+    app = PrivateRAG(Failing(), retriever, accountant=acc())
+    with reveal_private_errors(), pytest.raises(ValueError) as info:
+        app.answer("Who?")
+    assert SECRET in str(info.value) and SECRET in reachable_text(info.value)
+    with pytest.raises(PrivateDataError):  # off again outside the block
+        app.answer("Who?")
