@@ -213,6 +213,7 @@ def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path)
     from dprag_core import PrivateRAG, ScoredDocument
     from dprag_core.algorithms.base import Mechanism
     from dprag_core.budget import DPAnswer
+    from dprag_core.retrieval.capabilities import HonoursK
 
     class Fixed(Mechanism):
         name = "Fixed"
@@ -228,6 +229,7 @@ def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path)
 
     retrieved: list[str] = []
 
+    @HonoursK
     def retriever(question: str, k: int) -> list[ScoredDocument]:
         retrieved.append(question)
         return [ScoredDocument(id="d", text="private", score=0.5)]
