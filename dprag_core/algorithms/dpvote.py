@@ -54,12 +54,13 @@ from dprag_core.accounting.token_budget import default_delta_token, token_limit
 from dprag_core.algorithms._voting import Choice, VotingMechanism
 from dprag_core.budget import Budget
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.mechanisms.exponential import exponential_logits, gumbel_max
+from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.limited_domain import (
     BOTTOM,
-    limited_domain_candidates,
+    limited_domain_candidates_sparse,
     limited_domain_sample,
 )
+from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
@@ -73,7 +74,7 @@ _MAX_CHANGED = 2
 
 
 def _select(
-    counts: npt.NDArray[np.int64],
+    counts: SparseCounts,
     *,
     selection: Selection,
     epsilon: float,
@@ -81,20 +82,27 @@ def _select(
     k_bar: int,
     size: int,
     rng: np.random.Generator,
-    allowed: npt.NDArray[np.bool_] | None = None,
+    domain: npt.NDArray[np.intp] | None = None,
 ) -> npt.NDArray[np.intp]:
-    """``size`` independent private selections from one histogram (-1 = ⊥).
+    """``size`` independent private selections from one histogram (-1 = ⊥), in O(m).
 
-    ``allowed`` (public) restricts the exponential mechanism's domain, e.g. to the
-    tokens with a finite log-probability in the public row (no padded-vocab ids).
+    Both selections read only the non-zero counts and are exactly the dense
+    mechanisms on ``counts.dense()``: the exponential mechanism via
+    :func:`~dprag_core.mechanisms.sparse_exponential.sparse_exponential_sample`
+    (``domain``, public sorted ids, restricts it), LimitedDomain via
+    :func:`~dprag_core.mechanisms.limited_domain.limited_domain_candidates_sparse`.
     """
     if selection == "exponential":
-        utilities = counts.astype(np.float64)
-        if allowed is not None:
-            utilities[~allowed] = -np.inf
-        logits = exponential_logits(utilities, epsilon=epsilon, sensitivity=1.0, monotone=False)
-        return gumbel_max(logits, size=size, rng=rng)
-    candidates = limited_domain_candidates(
+        return sparse_exponential_sample(
+            counts,
+            epsilon=epsilon,
+            sensitivity=1.0,
+            monotone=False,
+            size=size,
+            domain=domain,
+            rng=rng,
+        )
+    candidates = limited_domain_candidates_sparse(
         counts,
         epsilon=epsilon,
         delta=delta,
@@ -112,6 +120,8 @@ class SparseVoteRule:
     the same histograms (the code path is the same). :meth:`decide` returns, per
     run, the token (-1 for ⊥) and whether the step spent budget. ``allowed`` is a
     public mask of the tokens the exponential selection may return (default: all).
+    Histograms may be dense arrays or :class:`SparseCounts`; either way the
+    selection runs on the non-zero counts (O(m) per step, exact: see :func:`_select`).
 
     >>> rule = SparseVoteRule(epsilon_token=2.0, delta_token=1e-6, threshold=1.0, m=2,
     ...                       selection="exponential", rng=0)
@@ -145,13 +155,15 @@ class SparseVoteRule:
             threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
         )
         self._runs = runs
-        self._allowed = None if allowed is None else np.asarray(allowed, dtype=bool)
+        self._domain = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))
 
     def decide(
-        self, counts: npt.NDArray[np.int64], *, public: int
+        self, counts: SparseCounts | npt.ArrayLike, *, public: int
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
         """One token step: free public token, or a private selection (spend)."""
-        spend = self._svt.test(-float(counts[public]))
+        if not isinstance(counts, SparseCounts):
+            counts = SparseCounts.from_dense(counts)
+        spend = self._svt.test(-float(counts.count(public)))
         tokens = np.full(self._runs, public, dtype=np.intp)
         n_spend = int(spend.sum())
         if n_spend:
@@ -163,7 +175,7 @@ class SparseVoteRule:
                 k_bar=self._m,
                 size=n_spend,
                 rng=self._rng,
-                allowed=self._allowed,
+                domain=self._domain,
             )
         return tokens, spend
 
@@ -294,7 +306,7 @@ class DPVote(_DPVotingBase):
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,
@@ -378,24 +390,21 @@ class DPSparseVote(_DPVotingBase):
         if self.threshold > self.m:
             raise ValueError(f"threshold must be in [0, m={self.m}], got {threshold!r}")
 
-    def _start(
-        self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]
-    ) -> SparseVoteRule:
-        # The public row is data-independent: its -inf entries (padded vocabulary rows
-        # of the engine) are excluded from the exponential selection's domain.
+    def _start(self, rng: np.random.Generator) -> SparseVoteRule:
+        # The selection's domain is the model's vocabulary: ids 0..vocab_size-1, the
+        # tokens it can emit (the HF engine excludes padded logit rows from it).
         return SparseVoteRule(
             epsilon_token=self.epsilon_token,
             delta_token=self.delta_token,
             threshold=self.threshold,
             m=self.m,
             selection=self.selection,
-            allowed=np.isfinite(first_rows[self.m]),
             rng=rng,
         )
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,
