@@ -209,7 +209,7 @@ def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> float
 
 def mechanisms(bench: TimedPrefill, m: int, n: int) -> dict[str, Any]:
     """The DP mechanisms with budgets that allow n private tokens (voters agree: released)."""
-    common = {"m": m, "k": 1, "epsilon": 25.0 * n, "epsilon_token": 20.0, "max_new_tokens": n}
+    common = {"m": m, "k": 1, "epsilon": 60.0 * n, "epsilon_token": 50.0, "max_new_tokens": n}
     return {
         "DPVote (LD)": DPVote(bench, delta=1e-4, **common),
         "DPSparseVote (LD)": DPSparseVote(bench, delta=1e-4, **common),

@@ -23,6 +23,11 @@ monotone). Every mechanism below is calibrated for that relation.
   ε_token/2 (SVT) + ε_token/2 (selection), δ_token; a trailing run without a spend
   fits in one of the unused slots. At most c_max spends.
 
+Cost per token does not grow with the vocabulary: the engine hands over the m + 1
+greedy token ids, the histogram keeps only its ≤ m non-zero counts
+(:class:`~dprag_core.mechanisms.histogram.SparseCounts`), and both selections are
+exact O(m) samplers of the same full-vocabulary mechanisms (:func:`_select`).
+
 c_max comes from :func:`~dprag_core.accounting.token_budget.token_limit`: the
 tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
 and for the exponential variant the mixed SVT + bounded-range RDP curve);

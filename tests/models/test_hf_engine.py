@@ -168,3 +168,34 @@ def test_import_models_is_light():
     code = "import sys, dprag_core.models; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_engine_matches_cpu(tiny_tokenizer: Any):
+    """On the GPU: the same greedy tokens and log-probabilities as on the CPU, and
+    HFTextModel.generate equal to model.generate (the loop stays on the device)."""
+    from tiny_models import build_model
+
+    cpu = HFTokenModel(build_model("llama", tiny_tokenizer), tiny_tokenizer)
+    gpu_model = build_model("llama", tiny_tokenizer).to("cuda")
+    gpu = HFTokenModel(gpu_model, tiny_tokenizer)
+    s_cpu, s_gpu = cpu.prefill(PROMPTS), gpu.prefill(PROMPTS)
+    for _ in range(3):
+        np.testing.assert_allclose(s_gpu.logprobs, s_cpu.logprobs, atol=1e-3, rtol=0)
+        np.testing.assert_array_equal(s_gpu.greedy(), s_cpu.greedy())
+        token = int(s_cpu.greedy()[0])
+        s_cpu.step(token)
+        s_gpu.step(token)
+    texts = HFTextModel(gpu_model, tiny_tokenizer).generate(PROMPTS[:1], max_new_tokens=6)
+    ids = torch.tensor([tiny_tokenizer.encode(PROMPTS[0])], device="cuda")
+    with torch.inference_mode():
+        out = gpu_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            do_sample=False,
+            top_k=None,
+            top_p=None,
+            temperature=None,
+        )
+    assert texts == [tiny_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)]
