@@ -1,91 +1,103 @@
-"""Time per generated token: DPSparseVote vs HF greedy generate vs a re-encode loop.
+"""Time per generated token: weight-read floor, bare loop, generate, each DP mechanism.
 
-The three run on the same m+1 prompts (m voters with one document each, plus the
-public prompt) for the same number of tokens, side by side in one process:
+Everything runs on the same m+1 left-padded prompts (m voters holding the *same*
+document, so they agree and tokens are released, plus the public prompt), for
+the same number of tokens, side by side in one process:
 
-- ``dp``: DPSparseVote (exponential selection, a budget large enough that no stop
-  comes from the budget, EOS ignored by a wrapper) on HFTokenModel: one batched
-  prefill, then one [m+1, 1] KV-cached step per token.
-- ``generate``: the physical limit, ``model.generate`` greedy with cache on the same
-  left-padded batch (every row its own argmax; no EOS stop).
-- ``reencode``: the reference-code pattern: each token re-encodes every full prefix
-  (prompt + answer so far) in one batched forward without cache. With
-  ``--reencode-sample S`` only S evenly spaced steps are timed and the others are
-  interpolated linearly (its cost grows linearly with the prefix); S = tokens
-  times every step.
+- ``weight-read floor``: the model's weight bytes / the device's measured copy
+  bandwidth (``dst.copy_(src)`` of a large buffer): no decode step can be faster.
+- ``bare cached greedy loop``: the engine's physical limit in HF eager: one
+  batched prefill, then one [m+1, 1] forward per token with a ``DynamicCache``,
+  argmax on the device and one host sync per token (as a DP loop needs).
+- ``model.generate``: HF greedy generation of the same batch (each row its own token).
+- ``DPVote (LD)``, ``DPSparseVote (LD)``, ``DPSparseVote (EM)`` on ``HFTokenModel``.
+- ``HFTextModel.generate`` (DP-KSA's response generation) vs ``model.generate``.
 
-Prefill is timed separately, so both the total and the decode-only per-token
-times are printed. Models are random-initialised from configs (no downloads):
-``tiny`` (GPT-2 sized for tests) and ``llama100m`` (~95M parameters, vocab 32000).
-CPU contention from other processes changes absolute times, much less the ratios.
+Prefill is timed separately, so the decode-only time per token is printed too;
+ratios are decode-only against the bare loop and against ``generate`` (and
+HFTextModel.generate against generate, totals). Each measurement is repeated
+``--repeats`` times, interleaved, and the median is printed. Models are
+random-initialised from Llama configs (no downloads): ``tiny`` (tests),
+``small`` (~12M, V=32k), ``llama100m`` (95M, V=32k), ``llama1b``
+(Llama-3.2-1B shape, V=128k), ``llama8b`` (Llama-3.1-8B shape, V=128k);
+``--vocab`` overrides V. No EOS exists (fixed-length runs).
+The script imports the ``dprag_core`` of the checkout it lives in.
 
-Run:  nice .venv/bin/python benchmarks/decode.py --model llama100m --tokens 48 --m 40
+Run (CPU):  nice .venv/bin/python benchmarks/decode.py --preset small --tokens 32 --m 40
+Run (GPU):  .venv/bin/python benchmarks/decode.py --device cuda --dtype bfloat16 \\
+                --preset llama1b --m 40 100 --tokens 48 --doc-chars 450
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from tiny_models import build_model, build_tokenizer
+import torch  # noqa: E402
+from tiny_models import build_tokenizer  # noqa: E402
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from dprag_core.algorithms import DPSparseVote
-from dprag_core.models.hf import HFTokenModel, HFTokenSession
-from dprag_core.retrieval import ScoredDocument
+from dprag_core.algorithms import DPSparseVote, DPVote  # noqa: E402
+from dprag_core.models.hf import HFTextModel, HFTokenModel  # noqa: E402
+from dprag_core.retrieval import ScoredDocument  # noqa: E402
 
-WORDS = [
-    "patient",
-    "alice",
-    "martin",
-    "was",
-    "diagnosed",
-    "with",
-    "migraine",
-    "and",
-    "treated",
-    "with",
-    "aspirin",
-    "bob",
-    "durand",
-    "has",
-    "asthma",
-    "his",
-    "doctor",
-    "prescribed",
-    "salbutamol",
-    "twice",
-    "a",
-    "day",
-    "the",
-    "fever",
-    "decreased",
-    "after",
-    "paracetamol",
-    "chloe",
-    "takes",
-    "metformin",
-    "every",
-    "morning",
-    "for",
-    "diabetes",
-]
+#: hidden, intermediate, layers, heads, kv heads, vocab (None: the tokenizer's), tied
+PRESETS: dict[str, tuple[int, int, int, int, int, int | None, bool]] = {
+    "tiny": (64, 128, 2, 4, 2, None, True),
+    "small": (256, 704, 4, 4, 4, 32_000, True),
+    "llama100m": (768, 2048, 10, 12, 12, 32_000, True),
+    "llama1b": (2048, 8192, 16, 32, 8, 128_256, True),
+    "llama8b": (4096, 14336, 32, 32, 8, 128_256, False),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DOC = (
+    "patient alice martin was diagnosed with migraine and treated with aspirin; bob durand "
+    "has asthma and his doctor prescribed salbutamol twice a day; chloe takes metformin "
+    "every morning for diabetes; the fever decreased after paracetamol. "
+)
 
 
-class BenchModel:
-    """Wraps an HFTokenModel: no EOS (fixed-length runs) and a timed prefill."""
+class WideTokenizer:
+    """The tests' tokenizer presented with ``size`` tokens and no EOS (fixed-length runs).
 
-    def __init__(self, inner: HFTokenModel) -> None:
-        self.inner = inner
-        self.prefill_seconds = 0.0
-        self.rows: list[list[int]] = []
+    Ids past the real tokenizer decode as ``id % len(real)``: text is not the point here.
+    """
+
+    eos_token_id = None
+
+    def __init__(self, inner: Any, size: int) -> None:
+        self.inner, self.size = inner, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def decode(self, ids: Any, **kwargs: Any) -> str:
+        n = len(self.inner)
+        return str(self.inner.decode([int(i) % n for i in ids], **kwargs))
+
+
+class TimedPrefill:
+    """Wraps an HFTokenModel; records the seconds of the last prefill."""
+
+    def __init__(self, inner: HFTokenModel, sync: Callable[[], None]) -> None:
+        self.inner, self.sync, self.seconds = inner, sync, 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
     @property
     def vocab_size(self) -> int:
@@ -93,63 +105,92 @@ class BenchModel:
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        return frozenset()
+        return self.inner.eos_token_ids
 
-    def encode(self, text: str) -> list[int]:
-        return self.inner.encode(text)
-
-    def decode(self, ids: Any) -> str:
-        return self.inner.decode(ids)
-
-    def prefill(self, prompts: list[str]) -> HFTokenSession:
-        self.rows = [self.inner.prompt_ids(p) for p in prompts]
+    def prefill(self, prompts: list[str]) -> Any:
         start = time.perf_counter()
         session = self.inner.prefill(prompts)
-        self.prefill_seconds = time.perf_counter() - start
+        if hasattr(session, "greedy"):  # the first tokens are part of the prefill
+            session.greedy()
+        self.sync()
+        self.seconds = time.perf_counter() - start
         return session
 
 
-def build(size: str, tok: Any) -> Any:
-    if size == "tiny":
-        return build_model("llama", tok, hidden=64, layers=2)
+def build_model(preset: str, vocab: int, dtype: torch.dtype, device: str, tok: Any) -> Any:
+    hidden, inter, layers, heads, kv, _, tied = PRESETS[preset]
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=768,
-        intermediate_size=2048,
-        num_hidden_layers=10,
-        num_attention_heads=12,
-        num_key_value_heads=12,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=4096,
+        tie_word_embeddings=tied,
         pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
+        eos_token_id=None,
+        bos_token_id=None,
     )
-    return LlamaForCausalLM(config).eval()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.generation_config.eos_token_id = None
+    return model.eval()
 
 
-def documents(m: int, chars: int, rng: np.random.Generator) -> list[ScoredDocument]:
-    docs = []
-    for i in range(m):
-        text = ""
-        while len(text) < chars:
-            text += " " + str(rng.choice(WORDS))
-        docs.append(ScoredDocument(id=f"d{i}", text=text.strip(), score=1.0 - i / (2 * m)))
-    return docs
+def copy_bandwidth(device: str, sync: Callable[[], None]) -> float:
+    """Bytes per second of a device-to-device copy (each byte read once, written once)."""
+    n = (1 << 30) if device != "cpu" else (1 << 27)
+    src = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(5):
+        sync()
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        times.append(time.perf_counter() - start)
+    return 2 * n / min(times)
 
 
-def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(rows: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
         ids[i, width - len(r) :] = torch.tensor(r)
         mask[i, width - len(r) :] = 1
-    return ids, mask
+    return ids.to(device), mask.to(device)
 
 
-def time_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> float:
+def bare_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[float, float]:
+    """(prefill s, total s): cached greedy decode, same token to every row, one sync per token."""
+    start = time.perf_counter()
+    cache = DynamicCache(config=model.config)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.inference_mode():
+        kw = {"past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **kw)
+        token = int(out.logits[:, -1].argmax(-1).cpu()[0])
+        prefill = time.perf_counter() - start
+        ones = torch.ones((ids.shape[0], 1), dtype=mask.dtype, device=mask.device)
+        position = positions[:, -1:]
+        for _ in range(n - 1):
+            mask = torch.cat([mask, ones], dim=1)
+            position = position + 1
+            step = torch.full_like(position, token)
+            out = model(input_ids=step, attention_mask=mask, position_ids=position, **kw)
+            token = int(out.logits[:, -1].argmax(-1).cpu()[0])
+    return prefill, time.perf_counter() - start
+
+
+def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> float:
     start = time.perf_counter()
     with torch.inference_mode():
         model.generate(
@@ -167,86 +208,113 @@ def time_generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> 
     return time.perf_counter() - start
 
 
-def time_reencode_step(model: Any, rows: list[list[int]], answer: list[int], pad: int) -> float:
-    ids, mask = left_pad([r + answer for r in rows], pad)
-    positions = (mask.cumsum(-1) - 1).clamp_min(0)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        logits = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
-        ).logits[:, -1, :]
-        torch.log_softmax(logits.float(), dim=-1).argmax(dim=-1)
-    return time.perf_counter() - start
+def mechanisms(bench: TimedPrefill, m: int, n: int) -> dict[str, Any]:
+    """The DP mechanisms with budgets that allow n private tokens (voters agree: released)."""
+    common = {"m": m, "k": 1, "epsilon": 60.0 * n, "epsilon_token": 50.0, "max_new_tokens": n}
+    return {
+        "DPVote (LD)": DPVote(bench, delta=1e-4, **common),
+        "DPSparseVote (LD)": DPSparseVote(bench, delta=1e-4, **common),
+        "DPSparseVote (EM)": DPSparseVote(bench, delta=0.0, selection="exponential", **common),
+    }
+
+
+def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
+    device, n = args.device, args.tokens
+    sync: Callable[[], None] = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
+    vocab = args.vocab or PRESETS[preset][5] or len(tok)
+    wide = WideTokenizer(tok, vocab)
+    model = build_model(preset, vocab, DTYPES[args.dtype], device, wide)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    bench = TimedPrefill(HFTokenModel(model, wide), sync)
+    text_model = HFTextModel(model, wide)
+    doc_text = (DOC * (1 + args.doc_chars // len(DOC)))[: args.doc_chars]
+    docs = [ScoredDocument(id=f"d{i}", text=doc_text, score=1.0) for i in range(m)]
+    question = "Which treatment did Alice Martin receive?"
+    mechs = mechanisms(bench, m, n)
+    prompts = mechs["DPSparseVote (EM)"].prompts(question, [docs[:1]] * m)  # voters + public
+    rows = [bench.prompt_ids(p) for p in prompts]
+    ids, mask = left_pad(rows, bench.pad_token_id, device)
+
+    results: dict[str, list[tuple[float, float]]] = {}
+    private: dict[str, int] = {}
+
+    def record(name: str, prefill: float, total: float) -> None:
+        results.setdefault(name, []).append((prefill, total))
+
+    def once() -> None:
+        sync()
+        record("bare cached greedy loop", *bare_loop(model, ids, mask, n))
+        sync()
+        first = generate(model, ids, mask, 1)
+        record("model.generate", first, generate(model, ids, mask, n))
+        for name, mech in mechs.items():
+            sync()
+            start = time.perf_counter()
+            answer = mech.answer(question, docs, rng=0)
+            sync()
+            record(name, bench.seconds, time.perf_counter() - start)
+            assert answer.details["tokens_generated"] == n, answer.details
+            private[name] = int(answer.details["private_tokens"])
+        sync()
+        start = time.perf_counter()
+        text_model.generate(prompts, max_new_tokens=n)
+        sync()
+        record("HFTextModel.generate", 0.0, time.perf_counter() - start)
+
+    once()  # warm-up: allocator, kernels
+    results.clear()
+    for _ in range(args.repeats):
+        once()
+
+    def median(name: str) -> tuple[float, float]:
+        prefill = statistics.median(p for p, _ in results[name])
+        total = statistics.median(t for _, t in results[name])
+        return total, (total - prefill) / (n - 1)
+
+    floor = weight_bytes / copy_bandwidth(device, sync)
+    bare_dec = median("bare cached greedy loop")[1]
+    gen_dec = median("model.generate")[1]
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else f"cpu x{args.threads}"
+    print(
+        f"\n== {preset}: {weight_bytes / 2**30:.2f} GiB of {args.dtype} weights, V={vocab}, "
+        f"{where}, m={m} (+1 public row), {n} tokens, prompt tokens "
+        f"{min(map(len, rows))}-{max(map(len, rows))}, median of {args.repeats}"
+    )
+    head = f"{'total s':>9}{'decode ms/token':>17}{'x bare loop':>13}{'x generate':>12}"
+    print(f"{'':26}{head}{'private':>9}")
+    print(f"{'weight-read floor':26}{'':>9}{1e3 * floor:17.2f}{floor / bare_dec:13.2f}")
+    for name in ["bare cached greedy loop", "model.generate", *mechs]:
+        total, dec = median(name)
+        spent = f"{private[name]:9d}" if name in private else ""
+        ratios = f"{dec / bare_dec:13.2f}{dec / gen_dec:12.2f}"
+        print(f"{name:26}{total:9.3f}{1e3 * dec:17.2f}{ratios}{spent}")
+    text_total, _ = median("HFTextModel.generate")
+    gen_total, _ = median("model.generate")
+    print(
+        f"HFTextModel.generate ({len(prompts)} rows) {text_total:.3f} s vs model.generate "
+        f"{gen_total:.3f} s: {text_total / gen_total:.2f}x"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", choices=["tiny", "llama100m", "both"], default="both")
-    parser.add_argument("--tokens", type=int, default=48)
-    parser.add_argument("--m", type=int, default=40)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), nargs="+", default=["small"])
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--vocab", type=int, default=None, help="override the preset's V")
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--m", type=int, nargs="+", default=[40])
     parser.add_argument("--doc-chars", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--reencode-sample", type=int, default=0, help="0 = every step")
     args = parser.parse_args()
+    if args.tokens < 2 or args.repeats < 1 or min(args.m) < 1:
+        parser.error("--tokens must be >= 2, --repeats and --m >= 1")
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
-    sizes = ["tiny", "llama100m"] if args.model == "both" else [args.model]
-    n, m = args.tokens, args.m
-    for size in sizes:
-        model = build(size, tok)
-        params = sum(p.numel() for p in model.parameters()) / 1e6
-        bench = BenchModel(HFTokenModel(model, tok))
-        docs = documents(m, args.doc_chars, np.random.default_rng(0))
-        mech = DPSparseVote(
-            bench,
-            m=m,
-            k=1,
-            epsilon=1e4,
-            delta=0.0,
-            epsilon_token=1.0,
-            selection="exponential",
-            max_new_tokens=n,
-        )
-        question = "Which treatment did Alice Martin receive?"
-        mech.answer(question, docs[:m], rng=0)  # warm-up (allocator, kernels)
-        start = time.perf_counter()
-        result = mech.answer(question, docs[:m], rng=1)
-        dp_total = time.perf_counter() - start
-        dp_prefill = bench.prefill_seconds
-        generated = int(result.details["tokens_generated"])
-        assert generated == n, result.details
-        rows = bench.rows
-        ids, mask = left_pad(rows, bench.inner.pad_token_id)
-
-        time_generate(model, ids, mask, 2)  # warm-up
-        gen_first = time_generate(model, ids, mask, 1)
-        gen_total = time_generate(model, ids, mask, n)
-
-        answer = [int(x) for x in np.random.default_rng(2).integers(0, len(tok), n)]
-        sample = n if args.reencode_sample <= 0 else min(n, args.reencode_sample)
-        steps = sorted({round(x) for x in np.linspace(0, n - 1, sample)})
-        timed = [
-            time_reencode_step(model, rows, answer[:t], bench.inner.pad_token_id) for t in steps
-        ]
-        re_total = float(np.sum(np.interp(np.arange(n), steps, timed)))
-
-        dp_tok, gen_tok, re_tok = dp_total / n, gen_total / n, re_total / n
-        dp_dec = (dp_total - dp_prefill) / (n - 1)
-        gen_dec = (gen_total - gen_first) / (n - 1)
-        print(
-            f"\n== {size}: {params:.1f}M params, m={m} (+1 public row), {n} tokens, "
-            f"prompt tokens {min(map(len, rows))}-{max(map(len, rows))}, "
-            f"threads={args.threads}, reencode steps timed {len(steps)}/{n}"
-        )
-        print(f"{'':18}{'total s':>9}{'per token ms':>14}{'decode-only ms/token':>22}")
-        print(f"{'DPSparseVote':18}{dp_total:9.2f}{1e3 * dp_tok:14.1f}{1e3 * dp_dec:22.1f}")
-        print(f"{'HF generate':18}{gen_total:9.2f}{1e3 * gen_tok:14.1f}{1e3 * gen_dec:22.1f}")
-        print(f"{'re-encode loop':18}{re_total:9.2f}{1e3 * re_tok:14.1f}{'':>22}")
-        print(
-            f"ratios: DPSparseVote / generate = {dp_tok / gen_tok:.2f} per token "
-            f"({dp_dec / gen_dec:.2f} decode-only); re-encode / DPSparseVote = "
-            f"{re_tok / dp_tok:.1f}x; private tokens {result.details['private_tokens']}"
-        )
+    for preset in args.preset:
+        for m in args.m:
+            run(args, preset, m, tok)
 
 
 if __name__ == "__main__":

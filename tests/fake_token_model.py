@@ -6,9 +6,14 @@ substring occurs in the row's prompt gives the row's answer; at step t the row
 puts probability 0.9 on the t-th byte of its answer (EOS past the end), the rest
 spread evenly. The model records every prefill and step, so tests can check
 that a mechanism runs ONE session of m+1 rows and ONE step per released token.
+It implements both protocols: ``greedy()`` for the voting mechanisms and
+``logprobs`` (via ``prefill_logprobs``) for DP-ICL; ``logprob_reads`` counts
+how often the full rows were read.
 
 >>> fake = FakeTokenModel([("Context", "ab"), ("", "xy")])
 >>> s = fake.prefill(["Context: doc\\nQ", "Q"])
+>>> s.greedy().tolist() == [ord("a"), ord("x")]
+True
 >>> [int(r.argmax()) for r in s.logprobs] == [ord("a"), ord("x")]
 True
 """
@@ -33,7 +38,6 @@ class FakeSession:
         self._owner = owner
         self._answers = answers
         self.appended: list[int] = []
-        self._logprobs = self._rows()
 
     def _rows(self) -> np.ndarray:
         t = len(self.appended)
@@ -42,16 +46,19 @@ class FakeSession:
             rows[i, ans[t] if t < len(ans) else EOS] = math.log(0.9)
         return rows
 
+    def greedy(self) -> np.ndarray:
+        t = len(self.appended)
+        return np.array([a[t] if t < len(a) else EOS for a in self._answers], dtype=np.intp)
+
     @property
     def logprobs(self) -> np.ndarray:
-        return self._logprobs
+        self._owner.logprob_reads += 1
+        return self._rows()
 
-    def step(self, token: int) -> np.ndarray:
+    def step(self, token: int) -> None:
         assert 0 <= token < VOCAB
         self.appended.append(int(token))
         self._owner.steps += 1
-        self._logprobs = self._rows()
-        return self._logprobs
 
 
 class FakeTokenModel:
@@ -62,6 +69,7 @@ class FakeTokenModel:
         self.sessions: list[FakeSession] = []
         self.prompts: list[list[str]] = []
         self.steps = 0
+        self.logprob_reads = 0
 
     @property
     def vocab_size(self) -> int:
@@ -88,3 +96,6 @@ class FakeTokenModel:
         session = FakeSession(self, [self._answer(p) for p in prompts])
         self.sessions.append(session)
         return session
+
+    def prefill_logprobs(self, prompts: Sequence[str]) -> FakeSession:
+        return self.prefill(prompts)

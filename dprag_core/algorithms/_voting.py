@@ -1,10 +1,14 @@
 """Shared token loop of the voting mechanisms (VoteRAG, DPVote, DPSparseVote).
 
 One batched prefill of the m voter prompts (+ the public prompt when the
-mechanism uses it), then per token: each row's greedy token, the voters' vote
-histogram, the mechanism's choice, and ONE batched ``session.step(token)``
-appending the chosen token to every row (DESIGN §6). Released text is streamed
-as it is decoded (:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
+mechanism uses it), then per token: each row's greedy token
+(``session.greedy()``: m (+1) integers from the engine, never a [B, V] matrix),
+the voters' vote histogram as a
+:class:`~dprag_core.mechanisms.histogram.SparseCounts` (at most m non-zero
+counts: O(m), whatever the vocabulary size), the mechanism's choice, and ONE
+batched ``session.step(token)`` appending the chosen token to every row
+(DESIGN §6). Released text is streamed as it is decoded
+(:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
 """
 
 from __future__ import annotations
@@ -14,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dprag_core._validation import positive_int
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
@@ -31,8 +35,6 @@ __all__ = [
     "VotingMechanism",
     "check_template",
     "check_token_model",
-    "greedy_tokens",
-    "vote_histogram",
 ]
 
 
@@ -64,24 +66,6 @@ def check_token_model(model: object) -> TokenModel:
     if not isinstance(model, TokenModel):
         raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
     return model
-
-
-def greedy_tokens(logprobs: npt.NDArray[np.float32]) -> npt.NDArray[np.intp]:
-    """Each row's argmax token (ties to the lower id).
-
-    >>> greedy_tokens(np.array([[0.1, 0.5, 0.5], [0.9, 0.0, 0.1]])).tolist()
-    [1, 0]
-    """
-    return np.asarray(np.argmax(logprobs, axis=1), dtype=np.intp)
-
-
-def vote_histogram(votes: npt.NDArray[np.intp], vocab_size: int) -> npt.NDArray[np.int64]:
-    """Counts over the vocabulary of the voters' tokens.
-
-    >>> vote_histogram(np.array([2, 2, 0]), 4).tolist()
-    [1, 0, 2, 0]
-    """
-    return np.bincount(votes, minlength=vocab_size).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -141,12 +125,12 @@ class VotingMechanism(StreamingMechanism):
     def _details(self) -> Mapping[str, Any]:
         return {}
 
-    def _start(self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]) -> Any:
+    def _start(self, rng: np.random.Generator) -> Any:
         return None
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,
@@ -174,14 +158,13 @@ class VotingMechanism(StreamingMechanism):
         eos = self.model.eos_token_ids
         vocab = self.model.vocab_size
         limit = self._token_limit()
-        rows = session.logprobs
-        state = self._start(gen, rows)
+        state = self._start(gen)
         decoder = IncrementalDecoder(self.model)
         generated = private = 0
         stop = "max_tokens"
         while True:
-            greedy = greedy_tokens(rows)
-            counts = vote_histogram(greedy[: self.m], vocab)
+            greedy = session.greedy()
+            counts = SparseCounts.from_votes(greedy[: self.m], size=vocab)
             public = int(greedy[self.m]) if self.uses_public else None
             choice = self._choose(counts, public, state, gen)
             private += choice.private
@@ -200,7 +183,7 @@ class VotingMechanism(StreamingMechanism):
                 break
             if generated >= self.max_new_tokens:
                 break
-            rows = session.step(choice.token)
+            session.step(choice.token)
         tail = decoder.flush()
         if tail:
             yield tail

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dprag_core._validation import positive_int
 from dprag_core.algorithms._decoding import IncrementalDecoder
@@ -27,6 +26,7 @@ from dprag_core.algorithms._voting import Choice, VotingMechanism, check_templat
 from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
@@ -41,19 +41,18 @@ def _check_model(model: object) -> TokenModel | TextModel:
 
 
 def _greedy_stream(model: TokenModel, prompt: str, max_new_tokens: int) -> Iterator[str]:
-    """Greedy decoding of one prompt on the cached engine, yielding text chunks."""
+    """Greedy decoding of one prompt on the cached engine (one token id per step), yielding text."""
     session = model.prefill([prompt])
     decoder = IncrementalDecoder(model)
-    rows = session.logprobs
     for t in range(max_new_tokens):
-        token = int(np.argmax(rows[0]))
+        token = int(session.greedy()[0])
         if token in model.eos_token_ids:
             break
         chunk = decoder.push(token)
         if chunk:
             yield chunk
         if t + 1 < max_new_tokens:
-            rows = session.step(token)
+            session.step(token)
     tail = decoder.flush()
     if tail:
         yield tail
@@ -180,12 +179,13 @@ class VoteRAG(VotingMechanism):
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,
     ) -> Choice:
-        return Choice(int(np.argmax(counts)), False)
+        # indices are sorted: argmax over the stored counts ties to the lower token id
+        return Choice(int(counts.indices[np.argmax(counts.counts)]), False)
 
     def __repr__(self) -> str:
         return f"VoteRAG(m={self.m}, k={self.k}, max_new_tokens={self.max_new_tokens})"

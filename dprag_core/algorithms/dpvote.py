@@ -23,6 +23,11 @@ monotone). Every mechanism below is calibrated for that relation.
   ε_token/2 (SVT) + ε_token/2 (selection), δ_token; a trailing run without a spend
   fits in one of the unused slots. At most c_max spends.
 
+Cost per token does not grow with the vocabulary: the engine hands over the m + 1
+greedy token ids, the histogram keeps only its ≤ m non-zero counts
+(:class:`~dprag_core.mechanisms.histogram.SparseCounts`), and both selections are
+exact O(m) samplers of the same full-vocabulary mechanisms (:func:`_select`).
+
 c_max comes from :func:`~dprag_core.accounting.token_budget.token_limit`: the
 tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
 and for the exponential variant the mixed SVT + bounded-range RDP curve);
@@ -54,12 +59,13 @@ from dprag_core.accounting.token_budget import default_delta_token, token_limit
 from dprag_core.algorithms._voting import Choice, VotingMechanism
 from dprag_core.budget import Budget
 from dprag_core.mechanisms._rng import RngLike, make_rng
-from dprag_core.mechanisms.exponential import exponential_logits, gumbel_max
+from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.limited_domain import (
     BOTTOM,
-    limited_domain_candidates,
+    limited_domain_candidates_sparse,
     limited_domain_sample,
 )
+from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
@@ -73,7 +79,7 @@ _MAX_CHANGED = 2
 
 
 def _select(
-    counts: npt.NDArray[np.int64],
+    counts: SparseCounts,
     *,
     selection: Selection,
     epsilon: float,
@@ -81,20 +87,27 @@ def _select(
     k_bar: int,
     size: int,
     rng: np.random.Generator,
-    allowed: npt.NDArray[np.bool_] | None = None,
+    domain: npt.NDArray[np.intp] | None = None,
 ) -> npt.NDArray[np.intp]:
-    """``size`` independent private selections from one histogram (-1 = ⊥).
+    """``size`` independent private selections from one histogram (-1 = ⊥), in O(m).
 
-    ``allowed`` (public) restricts the exponential mechanism's domain, e.g. to the
-    tokens with a finite log-probability in the public row (no padded-vocab ids).
+    Both selections read only the non-zero counts and are exactly the dense
+    mechanisms on ``counts.dense()``: the exponential mechanism via
+    :func:`~dprag_core.mechanisms.sparse_exponential.sparse_exponential_sample`
+    (``domain``, public sorted ids, restricts it), LimitedDomain via
+    :func:`~dprag_core.mechanisms.limited_domain.limited_domain_candidates_sparse`.
     """
     if selection == "exponential":
-        utilities = counts.astype(np.float64)
-        if allowed is not None:
-            utilities[~allowed] = -np.inf
-        logits = exponential_logits(utilities, epsilon=epsilon, sensitivity=1.0, monotone=False)
-        return gumbel_max(logits, size=size, rng=rng)
-    candidates = limited_domain_candidates(
+        return sparse_exponential_sample(
+            counts,
+            epsilon=epsilon,
+            sensitivity=1.0,
+            monotone=False,
+            size=size,
+            domain=domain,
+            rng=rng,
+        )
+    candidates = limited_domain_candidates_sparse(
         counts,
         epsilon=epsilon,
         delta=delta,
@@ -112,6 +125,8 @@ class SparseVoteRule:
     the same histograms (the code path is the same). :meth:`decide` returns, per
     run, the token (-1 for ⊥) and whether the step spent budget. ``allowed`` is a
     public mask of the tokens the exponential selection may return (default: all).
+    Histograms may be dense arrays or :class:`SparseCounts`; either way the
+    selection runs on the non-zero counts (O(m) per step, exact: see :func:`_select`).
 
     >>> rule = SparseVoteRule(epsilon_token=2.0, delta_token=1e-6, threshold=1.0, m=2,
     ...                       selection="exponential", rng=0)
@@ -145,13 +160,15 @@ class SparseVoteRule:
             threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
         )
         self._runs = runs
-        self._allowed = None if allowed is None else np.asarray(allowed, dtype=bool)
+        self._domain = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))
 
     def decide(
-        self, counts: npt.NDArray[np.int64], *, public: int
+        self, counts: SparseCounts | npt.ArrayLike, *, public: int
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
         """One token step: free public token, or a private selection (spend)."""
-        spend = self._svt.test(-float(counts[public]))
+        if not isinstance(counts, SparseCounts):
+            counts = SparseCounts.from_dense(counts)
+        spend = self._svt.test(-float(counts.count(public)))
         tokens = np.full(self._runs, public, dtype=np.intp)
         n_spend = int(spend.sum())
         if n_spend:
@@ -163,7 +180,7 @@ class SparseVoteRule:
                 k_bar=self._m,
                 size=n_spend,
                 rng=self._rng,
-                allowed=self._allowed,
+                domain=self._domain,
             )
         return tokens, spend
 
@@ -294,7 +311,7 @@ class DPVote(_DPVotingBase):
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,
@@ -378,24 +395,21 @@ class DPSparseVote(_DPVotingBase):
         if self.threshold > self.m:
             raise ValueError(f"threshold must be in [0, m={self.m}], got {threshold!r}")
 
-    def _start(
-        self, rng: np.random.Generator, first_rows: npt.NDArray[np.float32]
-    ) -> SparseVoteRule:
-        # The public row is data-independent: its -inf entries (padded vocabulary rows
-        # of the engine) are excluded from the exponential selection's domain.
+    def _start(self, rng: np.random.Generator) -> SparseVoteRule:
+        # The selection's domain is the model's vocabulary: ids 0..vocab_size-1, the
+        # tokens it can emit (the HF engine excludes padded logit rows from it).
         return SparseVoteRule(
             epsilon_token=self.epsilon_token,
             delta_token=self.delta_token,
             threshold=self.threshold,
             m=self.m,
             selection=self.selection,
-            allowed=np.isfinite(first_rows[self.m]),
             rng=rng,
         )
 
     def _choose(
         self,
-        counts: npt.NDArray[np.int64],
+        counts: SparseCounts,
         public: int | None,
         state: Any,
         rng: np.random.Generator,

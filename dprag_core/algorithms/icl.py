@@ -4,7 +4,8 @@
    privacy units above a DP similarity threshold.
 2. One prompt per selected unit (``template`` with its chunks as context) plus
    one public prompt (``public_template``, no documents) go into ONE
-   :class:`TokenModel` session.
+   :class:`~dprag_core.models.base.LogprobModel` session (the mechanism reads
+   full distributions: ``prefill_logprobs``).
 3. Each token is :func:`dprag_core.mechanisms.icl.dp_icl_token` (ε_tok) over the
    full vocabulary on the rows' log-probabilities; every row appends the same
    token. No top-k/top-p warper ever touches the distribution.
@@ -26,9 +27,9 @@ selected documents (their number is not a DP output).
 >>> class Toy:  # 3-token vocabulary; token 2 is EOS
 ...     vocab_size, eos_token_ids = 3, frozenset({2})
 ...     def decode(self, ids): return "".join("ab"[i] for i in ids)
-...     def prefill(self, prompts):
+...     def prefill_logprobs(self, prompts):
 ...         lp = np.log(np.tile([0.6, 0.3, 0.1], (len(prompts), 1)))
-...         return SimpleNamespace(logprobs=lp, step=lambda tok: lp)
+...         return SimpleNamespace(logprobs=lp, step=lambda tok: None)
 >>> icl = DPICL(Toy(), epsilon=50.0, delta=1e-6, max_new_tokens=3, theta=0.0)
 >>> icl.answer("Which token?", [], rng=0).details["max_new_tokens"]
 3
@@ -49,7 +50,7 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.icl import dp_icl_token
 from dprag_core.mechanisms.threshold import Utility
-from dprag_core.models.base import TokenModel
+from dprag_core.models.base import LogprobModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -68,7 +69,7 @@ class DPICL(StreamingMechanism):
     private votes).
 
     >>> from types import SimpleNamespace
-    >>> model = SimpleNamespace(vocab_size=5, eos_token_ids=frozenset(), prefill=None)
+    >>> model = SimpleNamespace(vocab_size=5, eos_token_ids=frozenset(), prefill_logprobs=None)
     >>> DPICL(model, epsilon=4.0, max_new_tokens=8).query_cost().epsilon <= 4.0
     True
     """
@@ -77,7 +78,7 @@ class DPICL(StreamingMechanism):
 
     def __init__(
         self,
-        model: TokenModel,
+        model: LogprobModel,
         *,
         epsilon: float,
         delta: float = 1e-6,
@@ -94,9 +95,12 @@ class DPICL(StreamingMechanism):
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
     ) -> None:
-        for attr in ("prefill", "eos_token_ids", "vocab_size"):
+        for attr in ("prefill_logprobs", "eos_token_ids", "vocab_size"):
             if not hasattr(model, attr):
-                raise TypeError(f"model must be a TokenModel (missing {attr!r})")
+                raise TypeError(
+                    f"model must be a LogprobModel (a TokenModel with full distributions), "
+                    f"missing {attr!r}"
+                )
         self.model = model
         total = Budget(epsilon, delta)
         share = positive_finite("selection_share", selection_share)
@@ -152,7 +156,7 @@ class DPICL(StreamingMechanism):
     ) -> Iterator[str | DPAnswer]:
         """Yield text as each DP token is released, then the :class:`DPAnswer`."""
         gen = make_rng(rng)
-        session = self.model.prefill(self._prompts(question, docs, gen))
+        session = self.model.prefill_logprobs(self._prompts(question, docs, gen))
         logprobs = np.asarray(session.logprobs, dtype=np.float64)
         eos = self.model.eos_token_ids
         decoder = IncrementalDecoder(self.model)
@@ -176,7 +180,8 @@ class DPICL(StreamingMechanism):
             if chunk:
                 yield chunk
             if step + 1 < self.parameters.max_new_tokens:
-                logprobs = np.asarray(session.step(token), dtype=np.float64)
+                session.step(token)
+                logprobs = np.asarray(session.logprobs, dtype=np.float64)
         tail = decoder.flush()
         if tail:
             yield tail

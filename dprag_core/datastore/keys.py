@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core._validation import positive_int
-from dprag_core.models.base import TokenModel
+from dprag_core.models.base import LogprobModel
 
 __all__ = ["embedding_keys", "token_distribution_keys"]
 
@@ -43,7 +43,7 @@ def embedding_keys(embed: Embedder, texts: Sequence[str]) -> npt.NDArray[np.floa
 
 
 def token_distribution_keys(
-    model: TokenModel, prompts: Sequence[str], *, batch_size: int = 32
+    model: LogprobModel, prompts: Sequence[str], *, batch_size: int = 32
 ) -> npt.NDArray[np.float64]:
     """kNN-Prompting keys: ``sqrt`` of the next-token distribution after each prompt."""
     if not prompts:
@@ -51,6 +51,6 @@ def token_distribution_keys(
     batch_size = positive_int("batch_size", batch_size)
     rows = []
     for start in range(0, len(prompts), batch_size):
-        session = model.prefill(list(prompts[start : start + batch_size]))
+        session = model.prefill_logprobs(list(prompts[start : start + batch_size]))
         rows.append(np.sqrt(np.exp(np.asarray(session.logprobs, dtype=np.float64))))
     return _normalise(np.concatenate(rows, axis=0))

@@ -2,8 +2,9 @@
 selection with pay-what-you-get composition", Alg. "LimitedDomain" with k = 1), as used
 for the token vote of Koga et al. (DPVoteRAG Alg. 2, DPSparseVoteRAG Alg. 3).
 
-Only the true top-k̄ counts are looked at (so a vocabulary-sized histogram costs
-O(V)); the rest of the domain is represented by one threshold
+Only the true top-k̄ counts are looked at (a dense vocabulary-sized histogram
+costs O(V); a sparse vote histogram, :func:`limited_domain_candidates_sparse`,
+O(m log m + k̄)); the rest of the domain is represented by one threshold
 
     h⊥ = h[k̄+1] + Δ∞ + b·ln(min(Δ0, k̄)/δ),
 
@@ -49,11 +50,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.histogram import SparseCounts, missing_positions
 
 __all__ = [
     "BOTTOM",
     "LimitedDomainCandidates",
     "limited_domain_candidates",
+    "limited_domain_candidates_sparse",
     "limited_domain_sample",
     "limited_domain_top1",
 ]
@@ -92,6 +95,23 @@ def _top_k(counts: NDArray[np.float64], k: int) -> tuple[NDArray[np.intp], float
     return np.concatenate([above, tied]), next_value
 
 
+def _threshold(
+    *,
+    epsilon: float,
+    delta: float,
+    k_bar: int,
+    max_changed: int | None,
+    monotone: bool,
+) -> tuple[int, float, float, float]:
+    """Validated k̄, Gumbel scale b, Δ∞ and b·ln(min(Δ0, k̄)/δ): h⊥ = h[k̄+1] + Δ∞ + that."""
+    eps = positive_finite("epsilon", epsilon)
+    dlt = probability("delta", delta, allow_zero=False)
+    k = positive_int("k_bar", k_bar)
+    changed = k if max_changed is None else positive_int("max_changed", max_changed)
+    scale, offset = (1.0 / eps, 1.0) if monotone else (2.0 / eps, 2.0)
+    return k, scale, offset, scale * math.log(min(changed, k) / dlt)
+
+
 def limited_domain_candidates(
     counts: ArrayLike,
     *,
@@ -112,19 +132,66 @@ def limited_domain_candidates(
     >>> sorted(c.indices.tolist()), round(c.h_bottom, 4)  # h[3] = 0, + 1 + ln(2/0.5)
     ([1, 2], 2.3863)
     """
-    eps = positive_finite("epsilon", epsilon)
-    dlt = probability("delta", delta, allow_zero=False)
-    k = positive_int("k_bar", k_bar)
-    changed = k if max_changed is None else positive_int("max_changed", max_changed)
+    k, scale, offset, log_term = _threshold(
+        epsilon=epsilon, delta=delta, k_bar=k_bar, max_changed=max_changed, monotone=monotone
+    )
     h = np.asarray(counts, dtype=np.float64)
     if h.ndim != 1 or h.size == 0:
         raise ValueError(f"counts must be a non-empty 1-D array, got shape {h.shape}")
     if not np.all(np.isfinite(h)) or np.any(h < 0):
         raise ValueError("counts must be finite and >= 0")
     indices, next_value = _top_k(h, k)
-    scale, offset = (1.0 / eps, 1.0) if monotone else (2.0 / eps, 2.0)
-    h_bottom = next_value + offset + scale * math.log(min(changed, k) / dlt)
-    return LimitedDomainCandidates(indices, h[indices], h_bottom, scale)
+    return LimitedDomainCandidates(indices, h[indices], next_value + offset + log_term, scale)
+
+
+def _top_k_sparse(
+    hist: SparseCounts, k: int
+) -> tuple[NDArray[np.intp], NDArray[np.float64], float]:
+    """:func:`_top_k` of ``hist.dense()`` (same indices, same order) in O(nnz log nnz + k)."""
+    if k >= hist.size:
+        dense = hist.dense()
+        return np.arange(hist.size), dense.astype(np.float64), 0.0
+    desc = np.sort(hist.counts)[::-1]
+    kth = int(desc[k - 1]) if hist.nnz >= k else 0
+    next_value = float(desc[k]) if hist.nnz > k else 0.0
+    above = hist.counts > kth
+    need = k - int(above.sum())
+    if kth > 0:
+        tied = hist.indices[hist.counts == kth][:need]
+    else:  # the lowest-id zero-count items fill the candidate list
+        tied = missing_positions(hist.indices, np.arange(need, dtype=np.int64))
+    indices = np.concatenate([hist.indices[above], tied]).astype(np.intp)
+    values = np.concatenate([hist.counts[above], np.full(need, kth)]).astype(np.float64)
+    return indices, values, next_value
+
+
+def limited_domain_candidates_sparse(
+    hist: SparseCounts,
+    *,
+    epsilon: float,
+    delta: float,
+    k_bar: int,
+    max_changed: int | None = None,
+    monotone: bool = True,
+) -> LimitedDomainCandidates:
+    """:func:`limited_domain_candidates` of ``hist.dense()``, in O(nnz log nnz + k̄).
+
+    Returns the identical candidates (same indices in the same order, same counts,
+    same h⊥), so :func:`limited_domain_sample` draws the same outputs from the
+    same generator: the same mechanism and the same (ε, δ) claim (module
+    docstring). Only the top k̄ + 1 counts are read; zero-count items enter the
+    candidates (lowest ids first) only when fewer than k̄ counts are non-zero.
+
+    >>> from dprag_core.mechanisms.histogram import SparseCounts
+    >>> h = SparseCounts.from_votes([9, 9, 4], size=50_000)
+    >>> limited_domain_candidates_sparse(h, epsilon=1.0, delta=0.5, k_bar=3).indices.tolist()
+    [4, 9, 0]
+    """
+    k, scale, offset, log_term = _threshold(
+        epsilon=epsilon, delta=delta, k_bar=k_bar, max_changed=max_changed, monotone=monotone
+    )
+    indices, values, next_value = _top_k_sparse(hist, k)
+    return LimitedDomainCandidates(indices, values, next_value + offset + log_term, scale)
 
 
 def limited_domain_sample(

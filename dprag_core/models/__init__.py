@@ -8,6 +8,12 @@
 'TokenModel'
 """
 
-from dprag_core.models.base import TextModel, TokenModel, TokenSession
+from dprag_core.models.base import (
+    LogprobModel,
+    LogprobSession,
+    TextModel,
+    TokenModel,
+    TokenSession,
+)
 
-__all__ = ["TextModel", "TokenModel", "TokenSession"]
+__all__ = ["LogprobModel", "LogprobSession", "TextModel", "TokenModel", "TokenSession"]

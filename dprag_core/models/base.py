@@ -1,13 +1,32 @@
-"""Model protocols: token-level (logits) and text-level (generation only).
+"""Model protocols: greedy tokens, full distributions, and text generation.
 
-Token-level mechanisms (DPVote, DPSparseVote, DPICL, MuRAG) drive a
-:class:`TokenModel`: one batched prefill of B prompts, then ``step(token)``
-appends the *same* token to every row and returns the next-token
-log-probabilities of every row. Text-level mechanisms (DP-KSA) need only a
+Token-level mechanisms drive a :class:`TokenModel`: one batched prefill of B
+prompts, then per generated token ``session.greedy()`` (each row's greedy
+token: B integers) and ``session.step(token)`` (append the *same* token to every
+row). That is all voting needs (DPVote, DPSparseVote, VoteRAG, the greedy
+baselines): a backend moves O(B) numbers per step, never a [B, V] matrix, and a
+backend that only knows each row's greedy token (e.g. an OpenAI-compatible
+server at temperature 0) can implement it.
+
+Mechanisms that read full next-token distributions (DP-ICL, kNN-Prompting keys)
+need a :class:`LogprobModel`, whose :meth:`~LogprobModel.prefill_logprobs`
+session also has ``logprobs`` [B, V]. Text-level mechanisms (DP-KSA) need only a
 :class:`TextModel`.
 
-Prompts passed to both are *user messages*; an implementation wraps them with
-the tokenizer's chat template when it has one, else uses them verbatim.
+Prompts passed to all of them are *user messages*; an implementation wraps them
+with the tokenizer's chat template when it has one, else uses them verbatim.
+
+>>> class Echo:  # every row's greedy token is 0
+...     vocab_size, eos_token_ids = 2, frozenset({1})
+...     def encode(self, text): return [0]
+...     def decode(self, ids): return ""
+...     def prefill(self, prompts): return Rows(len(prompts))
+>>> class Rows:
+...     def __init__(self, b): self.b = b
+...     def greedy(self): return np.zeros(self.b, dtype=np.intp)
+...     def step(self, token): pass
+>>> isinstance(Echo(), TokenModel), isinstance(Echo(), LogprobModel)
+(True, False)
 """
 
 from __future__ import annotations
@@ -18,30 +37,39 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["TextModel", "TokenModel", "TokenSession"]
+__all__ = ["LogprobModel", "LogprobSession", "TextModel", "TokenModel", "TokenSession"]
 
 
 @runtime_checkable
 class TokenSession(Protocol):
-    """The decoding state of one batch of prompts (a persistent KV cache)."""
+    """The decoding state of one batch of B prompts (e.g. a persistent KV cache)."""
+
+    def greedy(self) -> npt.NDArray[np.intp]:
+        """Each row's greedy (argmax, ties to the lower id) next token, shape [B]."""
+        ...
+
+    def step(self, token: int) -> None:
+        """Append ``token`` to every row."""
+        ...
+
+
+@runtime_checkable
+class LogprobSession(TokenSession, Protocol):
+    """A :class:`TokenSession` that also exposes full next-token distributions."""
 
     @property
     def logprobs(self) -> npt.NDArray[np.float32]:
         """Next-token log-probabilities of every row, shape [B, V]."""
         ...
 
-    def step(self, token: int) -> npt.NDArray[np.float32]:
-        """Append ``token`` to every row; return the new [B, V] log-probabilities."""
-        ...
-
 
 @runtime_checkable
 class TokenModel(Protocol):
-    """A causal LM exposing batched next-token log-probabilities."""
+    """A causal LM that decodes batches of prompts in lockstep, greedy tokens per row."""
 
     @property
     def vocab_size(self) -> int:
-        """Size V of the log-probability rows."""
+        """Number V of token ids the model can emit (ids are 0..V-1)."""
         ...
 
     @property
@@ -59,6 +87,15 @@ class TokenModel(Protocol):
 
     def prefill(self, prompts: Sequence[str]) -> TokenSession:
         """Encode B user-message prompts in one batch and return their session."""
+        ...
+
+
+@runtime_checkable
+class LogprobModel(TokenModel, Protocol):
+    """A :class:`TokenModel` that can also return full next-token distributions."""
+
+    def prefill_logprobs(self, prompts: Sequence[str]) -> LogprobSession:
+        """Like :meth:`TokenModel.prefill`, with ``logprobs`` available on the session."""
         ...
 
 

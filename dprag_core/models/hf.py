@@ -4,23 +4,27 @@
 one batched prefill of B prompts (left padding, attention mask, position ids from
 the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
 generated token, appending the *same* token to every row. It never calls
-``generate()`` and applies no logits processor or sampling warper: the rows it
-returns are the model's exact next-token log-probabilities (float32 log-softmax of
-the logits), so the mechanisms see the distribution they are analysed on.
+``generate()`` and applies no logits processor or sampling warper.
+
+What crosses from the model's device to the host is only what the mechanism
+reads: :meth:`HFTokenSession.greedy` is an argmax on the device and copies B
+integers; :attr:`HFTokenSession.logprobs` (the exact float32 log-softmax of the
+logits, for DP-ICL and kNN-Prompting keys) copies [B, V] and is computed only
+when read. On a GPU with V = 128k the difference is most of the cost of a step.
 
 Padded vocabularies: many checkpoints have more logit rows than the tokenizer has
-tokens (the embedding is padded to a multiple of 64). Those rows are not tokens, so
-their logits are set to ``-inf`` before the log-softmax: they get probability 0 and
-can never be voted for or emitted. ``vocab_size`` is the logit width, so token ids
-index the rows directly.
+tokens (the embedding is padded to a multiple of 64). Those rows are not tokens:
+``vocab_size`` is the number of real tokens, and the greedy token, the
+log-probabilities (normalised over the real tokens) and every mechanism's domain
+stop there, so a padded row can never be voted for or emitted.
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
 
 >>> model = HFTokenModel.from_pretrained("path/to/model")  # doctest: +SKIP
 >>> session = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
->>> token = int(session.logprobs[0].argmax())  # doctest: +SKIP
->>> next_rows = session.step(token)  # doctest: +SKIP
+>>> token = int(session.greedy()[0])  # doctest: +SKIP
+>>> session.step(token)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -60,19 +64,21 @@ def _check_prompts(prompts: Sequence[str]) -> list[str]:
 
 
 class HFTokenSession:
-    """The decoding state of one batch of prompts: KV cache, mask, positions.
+    """The decoding state of one batch of prompts: KV cache, mask, positions, last logits.
 
-    Built by :meth:`HFTokenModel.prefill`; ``logprobs`` holds the current [B, V]
-    next-token log-probabilities and :meth:`step` appends one token to every row.
+    Built by :meth:`HFTokenModel.prefill`. The next-token logits stay on the
+    model's device: :meth:`greedy` copies B token ids to the host, ``logprobs``
+    the [B, V] log-probabilities (each computed once per step, when read);
+    :meth:`step` appends one token to every row.
 
     >>> s = model.prefill(["a", "longer prompt"])  # doctest: +SKIP
-    >>> s.step(int(s.logprobs[0].argmax())).shape  # doctest: +SKIP
-    (2, 320)
+    >>> s.step(int(s.greedy()[0])); s.logprobs.shape  # doctest: +SKIP
+    (2, 313)
     """
 
     def __init__(self, owner: HFTokenModel, rows: list[list[int]]) -> None:
         self._owner = owner
-        device = owner.device
+        self._device = device = owner.device
         width = max(len(r) for r in rows)
         pad = owner.pad_token_id
         ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
@@ -84,38 +90,55 @@ class HFTokenSession:
         self._mask = mask
         self._next_position = positions[:, -1:] + 1
         self._cache = DynamicCache(config=owner.model.config)
-        self._logprobs = owner._forward(ids, mask, positions, self._cache)
+        self._logits = owner._forward(ids, mask, positions, self._cache)
+        self._greedy: npt.NDArray[np.intp] | None = None
+        self._logprobs: npt.NDArray[np.float32] | None = None
 
     @property
     def batch_size(self) -> int:
         """Number of rows B."""
         return int(self._mask.shape[0])
 
+    def greedy_on_device(self) -> torch.Tensor:
+        """Each row's greedy next token as a [B] tensor on the model's device (ties: lower id)."""
+        with torch.inference_mode():
+            return self._logits.argmax(dim=-1)
+
+    def greedy(self) -> npt.NDArray[np.intp]:
+        """Each row's greedy next token, shape [B] (argmax on the device; B ids copied)."""
+        if self._greedy is None:
+            self._greedy = self.greedy_on_device().cpu().numpy().astype(np.intp)
+        return self._greedy
+
     @property
     def logprobs(self) -> npt.NDArray[np.float32]:
-        """Next-token log-probabilities of every row, shape [B, V], float32."""
+        """Next-token log-probabilities of every row, shape [B, V], float32 (copied when read)."""
+        if self._logprobs is None:
+            with torch.inference_mode():
+                out = torch.log_softmax(self._logits.float(), dim=-1)
+            self._logprobs = np.ascontiguousarray(out.cpu().numpy(), dtype=np.float32)
         return self._logprobs
 
-    def step(self, token: int) -> npt.NDArray[np.float32]:
-        """Append ``token`` to every row (one batched [B, 1] forward); return [B, V]."""
+    def step(self, token: int) -> None:
+        """Append ``token`` to every row (one batched [B, 1] forward)."""
         tok = int(token)
         if not 0 <= tok < self._owner.vocab_size:
             raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
-        ids = torch.full((self.batch_size, 1), tok, dtype=torch.long, device=self._owner.device)
-        return self.step_rows(ids)
+        self.step_rows(torch.full((self.batch_size, 1), tok, dtype=torch.long, device=self._device))
 
-    def step_rows(self, ids: torch.Tensor) -> npt.NDArray[np.float32]:
-        """Append one (possibly different) token per row: ``ids`` of shape [B, 1]."""
-        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._mask.device)
+    def step_rows(self, ids: torch.Tensor) -> None:
+        """Append one (possibly different) token per row: ``ids`` of shape [B, 1] on the device."""
+        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._device)
         self._mask = torch.cat([self._mask, ones], dim=1)
         positions = self._next_position
         self._next_position = positions + 1
-        self._logprobs = self._owner._forward(ids, self._mask, positions, self._cache)
-        return self._logprobs
+        self._logits = self._owner._forward(ids, self._mask, positions, self._cache)
+        self._greedy = None
+        self._logprobs = None
 
 
 class HFTokenModel:
-    """A transformers causal LM as a :class:`~dprag_core.models.base.TokenModel`.
+    """A transformers causal LM as a :class:`~dprag_core.models.base.LogprobModel`.
 
     Build it from a name or local path (:meth:`from_pretrained`) or from an
     already-loaded model and tokenizer. Prompts are user messages: wrapped with
@@ -135,8 +158,8 @@ class HFTokenModel:
         self.model = model.eval()
         self.tokenizer = tokenizer
         out = model.get_output_embeddings()
-        self._vocab = int(out.weight.shape[0] if out is not None else model.config.vocab_size)
-        self._real_vocab = min(len(tokenizer), self._vocab)
+        logit_rows = int(out.weight.shape[0] if out is not None else model.config.vocab_size)
+        self._vocab = min(len(tokenizer), logit_rows)  # padded logit rows are not tokens
         params = inspect.signature(model.forward).parameters
         self._keep_kwarg = "logits_to_keep" in params
         self._eos = self._find_eos()
@@ -176,7 +199,7 @@ class HFTokenModel:
 
     @property
     def vocab_size(self) -> int:
-        """Width V of the log-probability rows (the model's logit size)."""
+        """Number V of real tokens (padded logit rows excluded): ids 0..V-1, rows of width V."""
         return self._vocab
 
     @property
@@ -208,13 +231,18 @@ class HFTokenModel:
             raise ValueError("every prompt must encode to at least one token")
         return HFTokenSession(self, rows)
 
+    def prefill_logprobs(self, prompts: Sequence[str]) -> HFTokenSession:
+        """:meth:`prefill`; the session's ``logprobs`` are computed when read."""
+        return self.prefill(prompts)
+
     def _forward(
         self,
         ids: torch.Tensor,
         mask: torch.Tensor,
         positions: torch.Tensor,
         cache: DynamicCache,
-    ) -> npt.NDArray[np.float32]:
+    ) -> torch.Tensor:
+        """The last position's logits over the real tokens, [B, V], on the model's device."""
         kwargs: dict[str, Any] = {
             "input_ids": ids,
             "attention_mask": mask,
@@ -225,11 +253,8 @@ class HFTokenModel:
         if self._keep_kwarg:
             kwargs["logits_to_keep"] = 1
         with torch.inference_mode():
-            logits = self.model(**kwargs).logits[:, -1, :].float()
-            if self._real_vocab < self._vocab:
-                logits[:, self._real_vocab :] = float("-inf")
-            out = torch.log_softmax(logits, dim=-1)
-        return np.ascontiguousarray(out.cpu().numpy(), dtype=np.float32)
+            logits: torch.Tensor = self.model(**kwargs).logits[:, -1, : self._vocab]
+        return logits
 
 
 class HFTextModel:
@@ -255,25 +280,32 @@ class HFTextModel:
         return cls(tm.model, tm.tokenizer)
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        """One greedy completion per prompt, in order (new text only)."""
+        """One greedy completion per prompt, in order (new text only).
+
+        The loop stays on the device: each step's argmax feeds the next step
+        (finished rows are fed the pad token), and one boolean ("all rows done?")
+        crosses to the host per step; the [B, T] tokens are copied once at the end.
+        """
         limit = positive_int("max_new_tokens", max_new_tokens)
         tm = self.token_model
         session = tm.prefill(prompts)
-        eos = tm.eos_token_ids
-        outputs: list[list[int]] = [[] for _ in range(session.batch_size)]
-        done = [False] * session.batch_size
-        rows = session.logprobs
-        for t in range(limit):
-            picks = rows.argmax(axis=1)
-            for i, tok in enumerate(picks.tolist()):
-                if not done[i]:
-                    if tok in eos:
-                        done[i] = True
-                    else:
-                        outputs[i].append(tok)
-            if all(done) or t == limit - 1:
-                break
-            fed = [tm.pad_token_id if d else p for d, p in zip(done, picks.tolist(), strict=True)]
-            ids = torch.tensor(fed, dtype=torch.long, device=tm.device).unsqueeze(1)
-            rows = session.step_rows(ids)
-        return [tm.decode(o) for o in outputs]
+        device = tm.device
+        eos = torch.tensor(sorted(tm.eos_token_ids), dtype=torch.long, device=device)
+        done = torch.zeros(session.batch_size, dtype=torch.bool, device=device)
+        picked: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for t in range(limit):
+                tokens = session.greedy_on_device()
+                picked.append(tokens)
+                done |= torch.isin(tokens, eos)
+                if t == limit - 1 or bool(done.all()):
+                    break
+                fed = torch.where(done, tm.pad_token_id, tokens)
+                session.step_rows(fed.unsqueeze(1))
+            table = torch.stack(picked, dim=1).cpu().tolist()
+        eos_ids = tm.eos_token_ids
+        outputs = []
+        for row in table:
+            cut = next((i for i, tok in enumerate(row) if tok in eos_ids), len(row))
+            outputs.append(tm.decode(row[:cut]))
+        return outputs

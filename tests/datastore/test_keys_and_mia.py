@@ -15,7 +15,10 @@ class _DistributionSession:
     def __init__(self, rows: np.ndarray) -> None:
         self.logprobs = rows
 
-    def step(self, token: int) -> np.ndarray:
+    def greedy(self) -> np.ndarray:
+        raise AssertionError("keys need the prefill distribution only")
+
+    def step(self, token: int) -> None:
         raise AssertionError("keys need the prefill distribution only")
 
 
@@ -31,7 +34,7 @@ class _PromptLengthModel:
     def decode(self, ids: Sequence[int]) -> str:
         return ""
 
-    def prefill(self, prompts: Sequence[str]) -> _DistributionSession:
+    def prefill_logprobs(self, prompts: Sequence[str]) -> _DistributionSession:
         logits = np.full((len(prompts), 8), -5.0)
         logits[np.arange(len(prompts)), [len(p) % 8 for p in prompts]] = 0.0
         return _DistributionSession(logits - np.logaddexp.reduce(logits, axis=1, keepdims=True))

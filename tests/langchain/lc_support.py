@@ -109,6 +109,8 @@ class FailingTokenModel:
     def prefill(self, prompts: Sequence[str]) -> Any:
         raise RuntimeError(f"cannot prefill {list(prompts)!r}")
 
+    prefill_logprobs = prefill
+
 
 def _record(name: str) -> Callable[..., None]:
     def method(self: RecordingHandler, *args: Any, **kwargs: Any) -> None:

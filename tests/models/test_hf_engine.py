@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dprag_core.models import TextModel, TokenModel, TokenSession
+from dprag_core.models import LogprobModel, LogprobSession, TextModel, TokenModel, TokenSession
 from dprag_core.models.hf import HFTextModel, HFTokenModel
 
 PROMPTS = [
@@ -21,10 +21,10 @@ PROMPTS = [
 
 
 def _uncached_logprobs(model: Any, ids: list[int], real_vocab: int) -> np.ndarray:
+    """Log-probabilities over the real tokens (padded logit rows are not tokens)."""
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].float()
-        logits[real_vocab:] = float("-inf")
-        return torch.log_softmax(logits, dim=-1).numpy()
+        return torch.log_softmax(logits[:real_vocab], dim=-1).numpy()
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])
@@ -35,24 +35,51 @@ def test_cached_matches_uncached(kind: str, tiny_hf_models: dict[str, Any], tiny
     rows = [tm.prompt_ids(p) for p in PROMPTS]
     assert len({len(r) for r in rows}) == len(rows)  # really different lengths
     real = len(tiny_tokenizer)
-    lp = session.logprobs
     for step in range(4):
+        lp = session.logprobs
         assert lp.shape == (len(PROMPTS), tm.vocab_size)
         assert lp.dtype == np.float32
         for i, ids in enumerate(rows):
             ref = _uncached_logprobs(model, ids, real)
             np.testing.assert_allclose(lp[i], ref, atol=1e-4, rtol=0)
-        token = int(lp[step % len(PROMPTS)].argmax())
+            assert session.greedy()[i] == int(np.argmax(ref))
+        token = int(session.greedy()[step % len(PROMPTS)])
         rows = [[*r, token] for r in rows]
-        lp = session.step(token)
+        session.step(token)
 
 
-def test_padded_vocab_rows_are_masked(tiny_hf_models: dict[str, Any], tiny_tokenizer: Any):
-    tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer)
-    assert tm.vocab_size == len(tiny_tokenizer) + 7
-    lp = tm.prefill(["Alice"]).logprobs
-    assert np.all(np.isneginf(lp[:, len(tiny_tokenizer) :]))
+def test_padded_vocab_rows_are_not_tokens(tiny_tokenizer: Any):
+    from tiny_models import build_model
+
+    model = build_model("llama", tiny_tokenizer)  # own copy: its weights are edited below
+    assert model.get_output_embeddings().weight.shape[0] == len(tiny_tokenizer) + 7
+    tm = HFTokenModel(model, tiny_tokenizer)
+    assert tm.vocab_size == len(tiny_tokenizer)
+    with torch.no_grad():  # make a padded row the largest logit: it must still never win
+        model.get_output_embeddings().weight[-1] *= 0
+        model.get_output_embeddings().weight[-1, 0] = 1e4
+    session = tm.prefill(["Alice", "Bob"])
+    with torch.inference_mode():  # the padded row really is the model's argmax
+        raw = model(input_ids=torch.tensor([tm.prompt_ids("Alice")])).logits[0, -1]
+    assert int(raw.argmax()) == len(tiny_tokenizer) + 6
+    lp = session.logprobs
+    assert lp.shape == (2, len(tiny_tokenizer))
     np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, atol=1e-5)
+    assert np.all(session.greedy() < len(tiny_tokenizer))
+    np.testing.assert_array_equal(session.greedy(), lp.argmax(axis=1))
+
+
+def test_logprobs_are_copied_only_when_read(tiny_token_model: Any, monkeypatch: Any):
+    """Voting reads B greedy ids per step: the [B, V] rows never leave the device unless read."""
+    session = tiny_token_model.prefill(PROMPTS)
+    calls: list[int] = []
+    original = torch.log_softmax
+    monkeypatch.setattr(torch, "log_softmax", lambda *a, **k: calls.append(1) or original(*a, **k))
+    for _ in range(3):
+        session.step(int(session.greedy()[0]))
+    assert calls == []
+    first = session.logprobs
+    assert session.logprobs is first and len(calls) == 1
 
 
 def test_chat_template_is_applied(tiny_chat_token_model: Any, tiny_chat_tokenizer: Any):
@@ -73,8 +100,9 @@ def test_plain_prompt_used_verbatim(tiny_token_model: Any, tiny_tokenizer: Any):
 def test_protocols_and_basic_api(tiny_token_model: Any, tiny_text_model: Any):
     assert isinstance(tiny_token_model, TokenModel)
     assert isinstance(tiny_text_model, TextModel)
+    assert isinstance(tiny_token_model, LogprobModel)
     session = tiny_token_model.prefill(["Alice"])
-    assert isinstance(session, TokenSession)
+    assert isinstance(session, TokenSession) and isinstance(session, LogprobSession)
     assert tiny_token_model.decode(tiny_token_model.encode("aspirin")) == "aspirin"
     assert tiny_token_model.eos_token_ids == frozenset({1})
 
@@ -99,6 +127,7 @@ def test_text_model_matches_token_loop(tiny_text_model: Any, tiny_hf_models: dic
         ids: list[int] = []
         for _ in range(6):
             tok = int(session.logprobs[0].argmax())
+            assert tok == int(session.greedy()[0])
             if tok in tm.eos_token_ids:
                 break
             ids.append(tok)
@@ -128,11 +157,45 @@ def test_bfloat16_runs(tiny_tokenizer: Any):
     from tiny_models import build_model
 
     tm = HFTokenModel(build_model("llama", tiny_tokenizer, dtype=torch.bfloat16), tiny_tokenizer)
-    lp = tm.prefill(PROMPTS).step(5)
-    assert lp.dtype == np.float32 and np.all(np.isfinite(lp[:, : len(tiny_tokenizer)]))
+    session = tm.prefill(PROMPTS)
+    session.step(5)
+    lp = session.logprobs
+    assert lp.dtype == np.float32 and np.all(np.isfinite(lp))
+    np.testing.assert_array_equal(session.greedy(), lp.argmax(axis=1))
 
 
 def test_import_models_is_light():
     code = "import sys, dprag_core.models; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_engine_matches_cpu(tiny_tokenizer: Any):
+    """On the GPU: the same greedy tokens and log-probabilities as on the CPU, and
+    HFTextModel.generate equal to model.generate (the loop stays on the device)."""
+    from tiny_models import build_model
+
+    cpu = HFTokenModel(build_model("llama", tiny_tokenizer), tiny_tokenizer)
+    gpu_model = build_model("llama", tiny_tokenizer).to("cuda")
+    gpu = HFTokenModel(gpu_model, tiny_tokenizer)
+    s_cpu, s_gpu = cpu.prefill(PROMPTS), gpu.prefill(PROMPTS)
+    for _ in range(3):
+        np.testing.assert_allclose(s_gpu.logprobs, s_cpu.logprobs, atol=1e-3, rtol=0)
+        np.testing.assert_array_equal(s_gpu.greedy(), s_cpu.greedy())
+        token = int(s_cpu.greedy()[0])
+        s_cpu.step(token)
+        s_gpu.step(token)
+    texts = HFTextModel(gpu_model, tiny_tokenizer).generate(PROMPTS[:1], max_new_tokens=6)
+    ids = torch.tensor([tiny_tokenizer.encode(PROMPTS[0])], device="cuda")
+    with torch.inference_mode():
+        out = gpu_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            do_sample=False,
+            top_k=None,
+            top_p=None,
+            temperature=None,
+        )
+    assert texts == [tiny_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)]
