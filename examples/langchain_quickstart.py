@@ -29,7 +29,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
-from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.accounting import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
 from dprag_core.models.hf import HFTokenModel
@@ -106,7 +106,7 @@ def langchain_llm(model: Any, tokenizer: Any) -> Any:
     return HuggingFacePipeline(pipeline=generate)
 
 
-def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism:
+def build_mechanism(name: str, token_model: HFTokenModel, llm: Any, state: str) -> Mechanism:
     """The one component that differs between DP mechanisms."""
     if name == "dpsparsevote":
         from dprag_core.algorithms.dpvote import DPSparseVote
@@ -119,7 +119,7 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism
 
         return DPKSA(LangChainTextModel(llm), epsilon=5.0, delta=1e-4, n_docs=6)
     if name == "murag":
-        from dprag_core.accounting.ledger import InMemoryLedger
+        from dprag_core.accounting.ledger import SQLiteLedger
         from dprag_core.algorithms import murag
         from dprag_core.algorithms.dpvote import DPSparseVote
 
@@ -133,7 +133,7 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism
             selection="exponential",
             max_new_tokens=6,
         )
-        ledger = InMemoryLedger(budget_per_unit=20.0)
+        ledger = SQLiteLedger(state, budget_per_unit=20.0)
         return murag.MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
     raise ValueError(f"mechanism must be dpsparsevote, dpksa or murag, got {name!r}")
 
@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--mechanism", default="dpsparsevote", choices=["dpsparsevote", "dpksa", "murag"]
+    )
+    parser.add_argument(
+        "--state",
+        default="dprag-quickstart.db",
+        help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
     )
     args = parser.parse_args(argv)
 
@@ -160,14 +165,13 @@ def main(argv: list[str] | None = None) -> None:
     )  # leaks the records through its answers, its "context" and its traces
 
     # --- the one change: a DP retriever-plus-generator ------------------------------
-    mechanism = build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), llm)
+    mechanism = build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), llm, args.state)
     dp_rag = DPRAGChain(
         vectorstore=store,  # the same FAISS store (similarity_search_with_score = cosine)
         mechanism=mechanism,
         unit_key="patient",
-        # the corpus budget, charged before each query (required). Deployed:
-        # SQLiteCorpusAccountant("budget.db", total=Budget(50.0, 1e-3)), which survives restarts
-        accountant=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),
+        # the corpus budget, charged before each query (required): durable and shared
+        accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3)),
     )
     app = dp_rag | RunnableLambda(lambda out: out.answer) | StrOutputParser()
 

@@ -30,7 +30,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
 
-from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.accounting import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
 from dprag_core.models.hf import HFTextModel, HFTokenModel
@@ -126,7 +126,7 @@ def load_generator() -> tuple[Any, Any]:
     return GPT2LMHeadModel(config).eval(), tok
 
 
-def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
+def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechanism:
     """The one component that differs between DP mechanisms."""
     if name == "dpsparsevote":
         from dprag_core.algorithms.dpvote import DPSparseVote
@@ -144,7 +144,7 @@ def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
 
         return DPICL(token_model, epsilon=5.0, delta=1e-4, max_new_tokens=6, k=3)
     if name == "murag":
-        from dprag_core.accounting.ledger import InMemoryLedger
+        from dprag_core.accounting.ledger import SQLiteLedger
         from dprag_core.algorithms.dpvote import DPSparseVote
         from dprag_core.algorithms.murag import MuRAG
 
@@ -153,7 +153,7 @@ def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
             token_model, m=3, k=2, epsilon=2.0, delta=0.0, epsilon_token=1.0,
             selection="exponential", max_new_tokens=6,
         )  # fmt: skip
-        ledger = InMemoryLedger(budget_per_unit=20.0)  # every patient's own budget
+        ledger = SQLiteLedger(state, budget_per_unit=20.0)  # every patient's own budget
         return MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
     raise ValueError(f"mechanism must be dpsparsevote, dpksa, dpicl or murag, got {name!r}")
 
@@ -162,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--mechanism", default="dpsparsevote", choices=["dpsparsevote", "dpksa", "dpicl", "murag"]
+    )
+    parser.add_argument(
+        "--state",
+        default="dprag-quickstart.db",
+        help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
     )
     args = parser.parse_args(argv)
 
@@ -177,10 +182,9 @@ def main(argv: list[str] | None = None) -> None:
     # --- the one change: a DP query engine ----------------------------------------------
     engine = DPQueryEngine.from_index(
         index,
-        mechanism=build_mechanism(args.mechanism, HFTokenModel(model, tokenizer)),
-        # the corpus budget, charged before each query (required). Deployed:
-        # SQLiteCorpusAccountant("budget.db", total=Budget(50.0, 1e-3)), which survives restarts
-        budget=InMemoryCorpusAccountant(Budget(50.0, 1e-3)),
+        mechanism=build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), args.state),
+        # the corpus budget, charged before each query (required): durable and shared
+        budget=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3)),
         score_range=COSINE_RANGE,  # public range of the cosine scores
         unit_key="patient",  # one patient = one privacy unit
     )

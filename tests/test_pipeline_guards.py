@@ -22,12 +22,14 @@ from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.errors import PrivateDataError, reveal_private_errors
 from dprag_core.mechanisms._rng import RngLike
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 
 SECRET = "qx81canary-lorenzo"
 DOCS = [ScoredDocument(f"d{i}", f"record {i}: code {SECRET}", 0.9 - i / 10) for i in range(4)]
 
 
+@HonoursK
 def retriever(question: str, k: int) -> list[Any]:
     return list(DOCS[:k])
 
@@ -99,20 +101,23 @@ def test_max_question_tokens_counts_model_tokens() -> None:
 
 
 def test_retrieved_junk_and_surrogates_are_treated_alike() -> None:
-    """After the charge nothing data-dependent may fail: junk dropped, surrogates replaced."""
+    """After the charge nothing data-dependent may fail: junk skipped, surrogates replaced."""
 
+    @HonoursK
     def messy(question: str, k: int) -> list[Any]:
         bad = ScoredDocument("s", "bad " + chr(0xDC00) + " text", 0.95)
         return [bad, "not a document", None, *DOCS[: k - 3]]
 
     mechanism = Seen(k=4)
     PrivateRAG(mechanism, messy, accountant=acc()).answer("Who?")
-    assert [d.id for d in mechanism.docs if not d.is_padding] == ["s", "d0"]
+    # junk keeps its rank slot as a placeholder (so "fewer than k" still means exhausted)
+    assert [d.id for d in mechanism.docs if not d.is_padding] == ["s", "d0", "d1", "d2"]
     assert mechanism.docs[0].text == "bad \ufffd text"
 
 
 @pytest.mark.parametrize("mode", ["answer", "stream"])
 def test_failures_leave_nothing_private(mode: str) -> None:
+    @HonoursK
     def failing_retriever(question: str, k: int) -> list[Any]:
         docs = list(DOCS)
         raise RuntimeError(f"store error on {docs[0].text}")

@@ -343,6 +343,9 @@ def test_retrieved_non_documents_are_dropped(store: InMemoryVectorStore) -> None
             return ["not a document", *found[:2]]
 
     chain = DPRAGChain(
-        retriever=Junk(store=store), mechanism=ToyMechanism(k=3), accountant=budget()
+        retriever=Junk(store=store),
+        retriever_honours_k=True,
+        mechanism=ToyMechanism(k=3),
+        accountant=budget(),
     )
     assert chain.invoke(QUESTION).details == {"n": 2}

@@ -25,9 +25,13 @@ MECHANISMS = [
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_quickstart_runs(
-    mechanism: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    mechanism: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--mechanism", mechanism])
+    state = str(tmp_path / "state.db")
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--mechanism", mechanism, "--state", state])
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
     assert "answer:" in out and "epsilon=" in out and "delta=" in out

@@ -44,12 +44,14 @@ def plain_rag(model: Any) -> None:
 
 def dp_chain(model: Any, store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
     mechanism = DPKSA(LangChainTextModel(model), epsilon=5.0, delta=1e-4, n_docs=8)
-    source = {"retriever": store.as_retriever()} if kw.pop("retriever", False) else {}
+    source: dict[str, Any] = {"vectorstore": store}
+    if kw.pop("retriever", False):
+        source = {"retriever": store.as_retriever(), "retriever_honours_k": True}
     kw.setdefault("accountant", budget())
     return DPRAGChain(
         mechanism=mechanism,
         unit_key="patient",
-        **(source or {"vectorstore": store}),
+        **source,
         **kw,
     )
 

@@ -21,10 +21,12 @@ def load_example() -> Any:
 
 
 @pytest.mark.parametrize("mechanism", ["dpsparsevote", "dpksa", "murag"])
-def test_quickstart_runs(mechanism: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quickstart_runs(
+    mechanism: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     if mechanism == "murag":
         pytest.importorskip("dprag_core.algorithms.murag")
-    load_example().main(["--mechanism", mechanism])
+    load_example().main(["--mechanism", mechanism, "--state", str(tmp_path / "state.db")])
     out = capsys.readouterr().out
     assert re.search(r"^epsilon=\d[\d.e+-]* delta=\d", out, re.M), out
     assert "source_nodes: []" in out

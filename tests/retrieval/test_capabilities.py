@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from toy_mechanisms import AboveToy, ToyMechanism
 
+from dprag_core import Budget, InMemoryCorpusAccountant
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.above import retrieve_above
 from dprag_core.retrieval.capabilities import HonoursK, requirement
@@ -24,9 +25,11 @@ def test_undeclared_retrievers_are_refused_when_the_pipeline_is_built() -> None:
             PrivateRAG(mech, plain)
     corpus = FaissCorpus(dim=2)
     for mech in (ToyMechanism(k=3), AboveToy()):
-        PrivateRAG(mech, corpus.as_retriever(lambda q: np.array([1.0, 0.0])))
-        PrivateRAG(mech, HonoursK(plain))
-    PrivateRAG(ToyMechanism(k=0), plain)  # retrieves nothing: needs nothing
+        budget = InMemoryCorpusAccountant(Budget(10.0))
+        PrivateRAG(mech, corpus.as_retriever(lambda q: np.array([1.0, 0.0])), accountant=budget)
+        PrivateRAG(mech, HonoursK(plain), accountant=budget)
+    budget = InMemoryCorpusAccountant(Budget(10.0))
+    PrivateRAG(ToyMechanism(k=0), plain, accountant=budget)  # retrieves nothing: needs nothing
 
 
 def test_range_search_alone_serves_thresholds_not_top_n() -> None:
