@@ -1,13 +1,18 @@
 """Privacy-utility benchmark on the synthetic private corpus (offline, 2 CPU cores).
 
 For every mechanism and baseline: match accuracy, token F1, ROUGE-1/L and
-normalised Levenshtein similarity vs epsilon; accuracy vs the number of records
-supporting each fact (Grislain's Fig. 6); multi-query accuracy over a stream of
-questions vs total epsilon for MuRAG, MuRAG-Ada and NaiveMulti. Real parts
-throughout: the project's reader LM (or ``--model``), MiniLM embeddings, FAISS.
-Results go to ``--out`` (default ``results/privacy_utility``): ``table.md``,
+normalised Levenshtein similarity vs epsilon; per epsilon, accuracy vs the number
+of records supporting each fact (Grislain's Fig. 6); per epsilon, the private
+tokens per answer and the free-token share (released tokens, the end of the answer
+included, that cost no budget: DPSparseVote's public prediction agreed with the
+voters) of the mechanisms that report ``private_tokens``; 95% percentile-bootstrap
+intervals over the questions throughout those tables; multi-query accuracy over a
+stream of questions vs total epsilon for MuRAG, MuRAG-Ada and NaiveMulti. Real
+parts throughout: the project's reader LM (or ``--model``), MiniLM embeddings,
+FAISS. Results go to ``--out`` (default ``results/privacy_utility``): ``table.md``,
 ``config.json`` (seeds and settings), ``results.json``, ``accuracy_vs_epsilon.png``,
-``accuracy_vs_support.png``, ``multi_query.png``.
+``accuracy_vs_support_eps<e>.png`` (one per epsilon), ``tokens.png``,
+``multi_query.png``.
 
     .venv/bin/python benchmarks/privacy_utility.py            # ~5 min on 2 cores
     .venv/bin/python benchmarks/privacy_utility.py --quick    # ~30 s (a smoke run)
@@ -20,7 +25,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,7 @@ from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote
 from dprag_core.algorithms.ksa import KSA
-from dprag_core.eval.metrics import METRIC_NAMES, score_answer
+from dprag_core.eval.metrics import METRIC_NAMES, ratio_interval, score_answer
 from dprag_core.eval.synthetic import QAItem, make_corpus
 from dprag_core.eval.workbench import CorpusIndex, load_models, reader_path
 from dprag_core.pipeline import PrivateRAG
@@ -47,27 +52,81 @@ def bin_label(lo: int, hi: int) -> str:
     return str(lo) if lo == hi else (f"{lo}+" if hi >= 10**9 else f"{lo}-{hi}")
 
 
+#: How an answer ended when its last decision was the end token (or LimitedDomain's ⊥).
+ENDED_BY_A_DECISION = ("eos", "null_token")
+
+
+def token_counts(details: Mapping[str, Any]) -> dict[str, float]:
+    """Released decisions and private ones of a voting answer (empty for other mechanisms).
+
+    Every decision (each text token, and the end token when it ended the answer) is
+    either private or free, so free = decisions - private_tokens exactly.
+    """
+    if "private_tokens" not in details:
+        return {}
+    ended = details.get("stop_reason") in ENDED_BY_A_DECISION
+    decisions = int(details["tokens_generated"]) + int(ended)
+    private = int(details["private_tokens"])
+    return {"decisions": decisions, "private": private, "free": decisions - private}
+
+
 def run_mechanism(
     mech: Mechanism, index: CorpusIndex, items: Sequence[QAItem], seed: int
 ) -> dict[str, Any]:
-    """Answer every item through PrivateRAG; per-item metrics and timing."""
+    """Answer every item through PrivateRAG; per-item metrics, token counts and timing."""
     app = PrivateRAG(mech, index, accountant=per_answer_budget())
     rows = []
     start = time.perf_counter()
     for i, item in enumerate(items):
         ans = app.answer(item.question, rng=seed + i)
-        rows.append({**score_answer(ans.text, item.answer), "support": item.support})
+        rows.append(
+            {
+                **score_answer(ans.text, item.answer),
+                **token_counts(ans.details),
+                "support": item.support,
+            }
+        )
     took = (time.perf_counter() - start) / len(items)
     mean = {m: float(np.mean([r[m] for r in rows])) for m in METRIC_NAMES}
     return {"mean": mean, "rows": rows, "seconds_per_query": took}
 
 
-def support_curve(rows: Sequence[dict[str, float]]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
+Interval = tuple[float, float, float]
+
+
+def interval(num: Sequence[float], den: Sequence[float], seed: int) -> Interval | None:
+    """Σ num / Σ den with its 95% bootstrap interval (None without questions)."""
+    return ratio_interval(num, den, rng=seed) if len(num) else None
+
+
+def support_curve(rows: Sequence[dict[str, float]], seed: int) -> dict[str, Interval | None]:
+    """Match accuracy [95% CI] per support bin."""
+    out: dict[str, Interval | None] = {}
     for lo, hi in SUPPORT_BINS:
         hits = [r["match"] for r in rows if lo <= r["support"] <= hi]
-        out[bin_label(lo, hi)] = float(np.mean(hits)) if hits else None
+        out[bin_label(lo, hi)] = interval(hits, [1.0] * len(hits), seed)
     return out
+
+
+def token_summary(rows: Sequence[dict[str, float]], seed: int) -> dict[str, Interval] | None:
+    """Private tokens per answer and the free-token share, each [95% CI]; None if not voting."""
+    if not rows or "decisions" not in rows[0]:
+        return None
+    private = [r["private"] for r in rows]
+    share = interval([r["free"] for r in rows], [r["decisions"] for r in rows], seed)
+    assert share is not None
+    per_answer = interval(private, [1.0] * len(rows), seed)
+    assert per_answer is not None
+    return {"private_per_answer": per_answer, "free_share": share}
+
+
+def cell(value: Interval | None) -> str:
+    """``0.67 [0.42, 0.92]``, or ``-``."""
+    if value is None or np.isnan(value[0]):
+        return "-"
+    v, lo, hi = value
+    digits = 1 if max(abs(v), abs(hi)) >= 10 else 2
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def multi_query(
@@ -162,7 +221,10 @@ def plot(
     xlog: bool = False,
     hlines: dict[str, float] | None = None,
     xticks: list[str] | None = None,
+    ylim: tuple[float, float] | None = (-0.02, 1.02),
+    bands: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> None:
+    """One line per series (with a shaded interval where ``bands`` has one)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,7 +232,9 @@ def plot(
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", label=name)
+        (line,) = ax.plot(xs, ys, marker="o", label=name)
+        if bands and name in bands:
+            ax.fill_between(xs, *bands[name], color=line.get_color(), alpha=0.15)
     for name, y in (hlines or {}).items():
         ax.axhline(
             y, linestyle="--", linewidth=1, label=name, color="grey" if "Non" in name else None
@@ -181,7 +245,8 @@ def plot(
         ax.set_xticks(range(len(xticks)), xticks)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_ylim(-0.02, 1.02)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -189,20 +254,132 @@ def plot(
     plt.close(fig)
 
 
+def support_tables(
+    results: Mapping[str, dict[str, Any]],
+    baselines: Sequence[str],
+    dp: Sequence[str],
+    epsilons: Sequence[float],
+    items: Sequence[QAItem],
+    out: Path,
+    seed: int,
+) -> tuple[list[str], dict[str, dict[str, dict[str, Interval | None]]]]:
+    """Per epsilon: match accuracy [95% CI] by support bin (table lines, PNG), and the data."""
+    labels = [bin_label(lo, hi) for lo, hi in SUPPORT_BINS]
+    counts = {
+        bin_label(lo, hi): sum(lo <= it.support <= hi for it in items) for lo, hi in SUPPORT_BINS
+    }
+    head = "| mechanism | " + " | ".join(f"{lab} (n={counts[lab]})" for lab in labels) + " |"
+    lines: list[str] = []
+    data: dict[str, dict[str, dict[str, Interval | None]]] = {}
+    for eps in epsilons:
+        names = {**{b: b for b in baselines}, **{n: f"{n} eps={eps:g}" for n in dp}}
+        curves = {n: support_curve(results[key]["rows"], seed) for n, key in names.items()}
+        data[f"{eps:g}"] = curves
+        lines += [
+            "",
+            f"## Match accuracy [95% CI] vs supporting records, epsilon = {eps:g}",
+            "",
+            head,
+            "|---|" + "---|" * len(labels),
+        ]
+        lines += [
+            f"| {n} | " + " | ".join(cell(c[lab]) for lab in labels) + " |"
+            for n, c in curves.items()
+        ]
+        xs = list(range(len(labels)))
+        mid = {
+            n: [np.nan if c[lab] is None else c[lab][0] for lab in labels]
+            for n, c in curves.items()
+        }
+        band = {
+            n: (
+                [np.nan if c[lab] is None else c[lab][1] for lab in labels],
+                [np.nan if c[lab] is None else c[lab][2] for lab in labels],
+            )
+            for n, c in curves.items()
+            if n in dp
+        }
+        plot(
+            out / f"accuracy_vs_support_eps{eps:g}.png",
+            {n: (xs, ys) for n, ys in mid.items()},
+            xlabel="records supporting the fact",
+            ylabel="match accuracy",
+            title=f"Accuracy vs support, epsilon = {eps:g} per query",
+            xticks=labels,
+            bands=band,
+        )
+    return lines, data
+
+
+def token_table(
+    results: Mapping[str, dict[str, Any]],
+    dp: Sequence[str],
+    epsilons: Sequence[float],
+    out: Path,
+    seed: int,
+) -> tuple[list[str], dict[str, dict[str, dict[str, Interval]]]]:
+    """Private tokens per answer and free-token share [95% CI] per epsilon (lines, PNG, data)."""
+    data: dict[str, dict[str, dict[str, Interval]]] = {}
+    for name in dp:
+        per_eps = {
+            f"{e:g}": token_summary(results[f"{name} eps={e:g}"]["rows"], seed) for e in epsilons
+        }
+        if all(v is not None for v in per_eps.values()):
+            data[name] = {e: v for e, v in per_eps.items() if v is not None}
+    if not data:
+        return [], data
+    head = " | ".join(f"eps={e:g} private / free share" for e in epsilons)
+    lines = [
+        "",
+        "## Private tokens per answer / free-token share [95% CI]",
+        "",
+        "Released tokens (the end of the answer included) that cost no budget.",
+        "",
+        f"| mechanism | {head} |",
+        "|---|" + "---|" * len(epsilons),
+    ]
+    for name, per_eps in data.items():
+        cells = " | ".join(
+            f"{cell(per_eps[f'{e:g}']['private_per_answer'])} / "
+            f"{cell(per_eps[f'{e:g}']['free_share'])}"
+            for e in epsilons
+        )
+        lines.append(f"| {name} | {cells} |")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in (
+        (axes[0], "private_per_answer", "private tokens per answer"),
+        (axes[1], "free_share", "free-token share"),
+    ):
+        for name, per_eps in data.items():
+            v = [per_eps[f"{e:g}"][key] for e in epsilons]
+            (line,) = ax.plot(epsilons, [x[0] for x in v], marker="o", label=name)
+            ax.fill_between(
+                epsilons, [x[1] for x in v], [x[2] for x in v], color=line.get_color(), alpha=0.15
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("epsilon per query")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    axes[1].set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    fig.savefig(out / "tokens.png", dpi=120)
+    plt.close(fig)
+    return lines, data
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = mechanism_arguments(__doc__ or "", out=ROOT / "results" / "privacy_utility")
-    ap.add_argument(
-        "--support-epsilons",
-        type=float,
-        nargs="+",
-        default=[10.0, 50.0],
-        help="epsilons of the accuracy-vs-support table (those also in --epsilons)",
-    )
+    ap.set_defaults(epsilons=[1.0, 2.0, 5.0, 10.0, 20.0])
     ap.add_argument("--diseases", type=int, default=40)
     ap.add_argument("--max-support", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--tau", type=float, default=0.4, help="MuRAG public score threshold")
-    ap.add_argument("--multi-queries", type=int, default=100)
+    ap.add_argument("--multi-queries", type=int, default=100, help="0: no multi-query run")
     ap.add_argument("--multi-totals", type=float, nargs="+", default=[10.0, 20.0, 40.0, 80.0])
     ap.add_argument("--multi-eps-query", type=float, default=10.0)
     args = ap.parse_args(argv)
@@ -231,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, build in dp.items():
         for eps in tqdm(args.epsilons, desc=name):
             results[f"{name} eps={eps:g}"] = run_mechanism(build(eps), index, items, args.seed)
-    multi = multi_query(args, token_model, index, items)
+    multi = multi_query(args, token_model, index, items) if args.multi_queries else []
     wall = time.perf_counter() - t0
 
     lines = [
@@ -246,25 +423,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name, r in results.items():
         cells = " | ".join(f"{r['mean'][mt]:.3f}" for mt in METRIC_NAMES)
         lines.append(f"| {name} | {cells} | {r['seconds_per_query']:.2f} |")
-    curve_eps = [e for e in args.support_epsilons if e in args.epsilons] or [max(args.epsilons)]
-    curve_names = [*baselines, *(f"{n} eps={e:g}" for n in dp for e in curve_eps)]
-    labels = [bin_label(lo, hi) for lo, hi in SUPPORT_BINS]
-    counts = {lab: 0 for lab in labels}
-    for it in items:
-        for lo, hi in SUPPORT_BINS:
-            if lo <= it.support <= hi:
-                counts[bin_label(lo, hi)] += 1
-    lines += [
-        "",
-        "## Match accuracy vs number of supporting records",
-        "",
-        "| mechanism | " + " | ".join(f"{lab} (n={counts[lab]})" for lab in labels) + " |",
-        "|---|" + "---|" * len(labels),
-    ]
-    curves = {n: support_curve(results[n]["rows"]) for n in curve_names}
-    for name, curve in curves.items():
-        cells = " | ".join("-" if curve[lab] is None else f"{curve[lab]:.2f}" for lab in labels)
-        lines.append(f"| {name} | {cells} |")
+    support_lines, curves = support_tables(
+        results, list(baselines), list(dp), args.epsilons, items, args.out, args.seed
+    )
+    token_lines, tokens = token_table(results, list(dp), args.epsilons, args.out, args.seed)
+    lines += support_lines + token_lines
     if multi:
         lines += [
             "",
@@ -291,7 +454,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (args.out / "results.json").write_text(
-        json.dumps({"summary": summary, "support": curves, "multi": multi}, indent=2) + "\n"
+        json.dumps(
+            {"summary": summary, "support": curves, "tokens": tokens, "multi": multi}, indent=2
+        )
+        + "\n"
     )
 
     series = {
@@ -310,18 +476,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         title="Accuracy vs epsilon",
         xlog=True,
         hlines=hlines,
-    )
-    support_series = {
-        name: (list(range(len(labels))), [np.nan if c[lab] is None else c[lab] for lab in labels])
-        for name, c in curves.items()
-    }
-    plot(
-        args.out / "accuracy_vs_support.png",
-        support_series,  # type: ignore[arg-type]
-        xlabel="records supporting the fact",
-        ylabel="match accuracy",
-        title="Accuracy vs support",
-        xticks=labels,
     )
     if multi:
         mseries: dict[str, tuple[list[float], list[float]]] = {}

@@ -27,7 +27,7 @@ steps; (4) a heavier loss on the EOS (``--eos-weight``), which cured answers tha
 on past the word (``Snubemiaemia``); (5) more multi-record contexts
 (``--context-sizes``). Every ``--check-every`` steps it prints greedy accuracy on a few
 test-world RAG examples. Reproducible from ``--seed`` (on CPU with a fixed thread
-count). The shipped reader (v2; each stage's record is nested in its
+count). Reader v2 (each stage's record is nested in its
 ``training_info.json`` under ``init_from``) is::
 
     T=benchmarks/reader/train.py; S="--copy-steps 0 --ramp 0 --threads 2"
@@ -43,6 +43,21 @@ count). The shipped reader (v2; each stage's record is nested in its
 the floating-point reduction order and so the exact weights). A smoke run is
 ``--steps 50 --copy-steps 50 --out /tmp/r``.
 
+The shipped reader v3 answers in a sentence, the answer first
+(:func:`dprag_core.eval.synthetic.answer_sentence`: "Kirzyafil is the treatment
+recommended for Reegraitis."), so that without the corpus the rest of the sentence
+is predictable and DPSparseVote releases it for free. It continues v2 (the reader
+the commands above write, shipped before as ``dprag_core/assets/reader``) for 450
+steps on one core (``--answer-style sentence``; the command is also recorded in
+its ``training_info.json``)::
+
+    .venv/bin/python $T --copy-steps 0 --ramp 0 --threads 1 --init-from /tmp/r4 \
+        --out /tmp/r17_s1 --seed 4 --steps 450 --check-every 225 --phone-aux 8 \
+        --lr 5e-4 --eos-weight 3 --context-sizes 1 2 3 3 4 4 --answer-style sentence
+
+(``/tmp/r4``: the v2 reader, i.e. the fourth command above with ``--out /tmp/r4``;
+28 min on one core of a busy 2-core machine.)
+
 At the end it prints greedy match accuracy on the test world (world 0):
 non-RAG (no context) vs RAG with the right record among distractors.
 """
@@ -53,6 +68,8 @@ import argparse
 import json
 import math
 import random
+import shlex
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +87,9 @@ from transformers import (
 
 from dprag_core.eval.synthetic import (
     QUESTION_KINDS,
+    QuestionKind,
     WordFactory,
+    answer_sentence,
     question_for,
     render_record,
 )
@@ -106,10 +125,19 @@ class Example:
 class ExampleMaker:
     """Draws training (or evaluation) examples from one synthetic world."""
 
-    def __init__(self, *, world: int, seed: int, repeat_share: float = 0.2) -> None:
+    def __init__(
+        self, *, world: int, seed: int, repeat_share: float = 0.2, sentences: bool = False
+    ) -> None:
         self.words = WordFactory(world=world, seed=seed)
         self.rng = random.Random(seed * 1000 + world)
         self.repeat_share = repeat_share
+        self.sentences = sentences
+
+    def say(self, kind: QuestionKind, answer: str, target: Patient) -> str:
+        """The target text: the bare answer, or with ``sentences`` the answer sentence."""
+        if not self.sentences:
+            return answer
+        return answer_sentence(kind, answer, target.name if kind == "phone" else target.disease)
 
     def patient(
         self,
@@ -125,14 +153,14 @@ class ExampleMaker:
             treatment or self.words.treatment(),
         )
 
-    def guess(self, kind: str) -> str:
+    def guess(self, kind: QuestionKind) -> str:
         if kind == "treatment":
             return self.words.treatment()
         if kind == "disease":
             return self.words.disease()
         return self.words.phone()
 
-    def _question(self, kind: str, target: Patient) -> tuple[str, str]:
+    def _question(self, kind: QuestionKind, target: Patient) -> tuple[str, str]:
         if kind == "treatment":
             return question_for("treatment", disease=target.disease), target.treatment
         if kind == "disease":
@@ -156,7 +184,11 @@ class ExampleMaker:
         return "\n".join(d.text(self.rng.randrange(3)) for d in docs)
 
     def rag(
-        self, *, kind: str | None = None, n_ctx: int | None = None, irrelevant: bool = False
+        self,
+        *,
+        kind: QuestionKind | None = None,
+        n_ctx: int | None = None,
+        irrelevant: bool = False,
     ) -> Example:
         kind = kind or self.rng.choice(QUESTION_KINDS)
         n_ctx = n_ctx or self.rng.choice((1, 2, 2, 3, 3, 4))
@@ -169,12 +201,15 @@ class ExampleMaker:
         else:
             relevant = self.rng.randint(1, max(1, n_ctx - 1))
         ctx = self.context(kind, target, n_ctx, relevant)
-        return Example(RAG_TEMPLATE.format(context=ctx, question=question), answer, kind)
+        prompt = RAG_TEMPLATE.format(context=ctx, question=question)
+        return Example(prompt, self.say(kind, answer, target), kind)
 
-    def no_context(self, *, kind: str | None = None) -> Example:
+    def no_context(self, *, kind: QuestionKind | None = None) -> Example:
         kind = kind or self.rng.choice(QUESTION_KINDS)
-        question, _ = self._question(kind, self.patient())
-        return Example(NO_CONTEXT_TEMPLATE.format(question=question), self.guess(kind), kind)
+        target = self.patient()
+        question, _ = self._question(kind, target)
+        answer = self.say(kind, self.guess(kind), target)
+        return Example(NO_CONTEXT_TEMPLATE.format(question=question), answer, kind)
 
     def keywords(self) -> Example:
         """DP-KSA's final step: released keywords are lower-case, alphabetical, comma-joined.
@@ -184,14 +219,19 @@ class ExampleMaker:
         number arrives as digit groups in alphabetical order, which cannot be undone).
         """
         kind = self.rng.choice(QUESTION_KINDS[:2])
-        question, answer = self._question(kind, self.patient())
+        target = self.patient()
+        question, answer = self._question(kind, target)
         answer = answer.lower()
         n_other = self.rng.choice((0, 0, 1, 1, 2, 3))
         words = [answer] + [
             self.guess(self.rng.choice(QUESTION_KINDS[:2])).lower() for _ in range(n_other)
         ]
         kw = ", ".join(sorted(set(words)))
-        return Example(KEYWORDS_TEMPLATE.format(keywords=kw, question=question), answer, kind)
+        return Example(
+            KEYWORDS_TEMPLATE.format(keywords=kw, question=question),
+            self.say(kind, answer, target),
+            kind,
+        )
 
     def repeat(self) -> Example:
         """A pure copy task (dense copy signal: every answer token is in the context)."""
@@ -372,7 +412,7 @@ def greedy_accuracy(
     model: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
     examples: list[Example],
-    max_new_tokens: int = 16,
+    max_new_tokens: int = 32,
 ) -> float:
     """Exact-match accuracy of greedy answers (left-padded batches)."""
     model.eval()
@@ -399,10 +439,15 @@ def greedy_accuracy(
 
 
 def evaluate(
-    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, *, n: int, seed: int
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    n: int,
+    seed: int,
+    sentences: bool,
 ) -> dict[str, float]:
     """Test-world (world 0) accuracy: non-RAG, RAG with 1 and 4 records, per kind."""
-    maker = ExampleMaker(world=0, seed=seed)
+    maker = ExampleMaker(world=0, seed=seed, sentences=sentences)
     result: dict[str, float] = {}
     for kind in QUESTION_KINDS:
         result[f"nonrag_{kind}"] = greedy_accuracy(
@@ -416,10 +461,15 @@ def evaluate(
 
 
 def quick_rag_accuracy(
-    model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, *, n: int, seed: int
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    n: int,
+    seed: int,
+    sentences: bool,
 ) -> dict[str, float]:
     """Test-world RAG accuracy with 1 and 2 records (progress check during training)."""
-    maker = ExampleMaker(world=0, seed=seed)
+    maker = ExampleMaker(world=0, seed=seed, sentences=sentences)
     return {
         f"rag{n_ctx}_{kind}": greedy_accuracy(
             model, tokenizer, [maker.rag(kind=kind, n_ctx=n_ctx) for _ in range(n)]
@@ -471,6 +521,12 @@ def main() -> None:
         help="records per context after the ramp (drawn uniformly from this list)",
     )
     ap.add_argument("--eos-weight", type=float, default=1.0, help="loss weight of the EOS")
+    ap.add_argument(
+        "--answer-style",
+        choices=("entity", "sentence"),
+        default="entity",
+        help="answer with the bare entity, or in a sentence (answer_sentence)",
+    )
     ap.add_argument("--phone-aux", type=int, default=0, help="phone copy rows per reading step")
     ap.add_argument("--context-weight", type=float, default=0.2, help="loss weight off-answer")
     ap.add_argument("--ramp", type=float, default=0.3, help="share of steps with 1-2 records")
@@ -524,7 +580,8 @@ def main() -> None:
         frac = (step - warmup) / max(1, total - warmup)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
-    maker = ExampleMaker(world=1, seed=args.seed)
+    sentences = args.answer_style == "sentence"
+    maker = ExampleMaker(world=1, seed=args.seed, sentences=sentences)
     curriculum = Curriculum(
         maker, ramp_step=int(args.ramp * args.steps), sizes=tuple(args.context_sizes)
     )
@@ -567,7 +624,9 @@ def main() -> None:
             phase = "read" if reading else "copy"
             print(f"{phase} step {done}/{total} loss {running:.3f} ({elapsed:.0f}s)", flush=True)
         if reading and (step + 1 - args.copy_steps) % args.check_every == 0:
-            quick = quick_rag_accuracy(model, tokenizer, n=24, seed=args.seed + 101)
+            quick = quick_rag_accuracy(
+                model, tokenizer, n=24, seed=args.seed + 101, sentences=sentences
+            )
             history.append({"step": done, **quick})
             print(f"  quick test-world RAG accuracy: {quick}", flush=True)
             late = step - args.copy_steps >= curriculum.ramp_step
@@ -581,8 +640,9 @@ def main() -> None:
     tokenizer.save_pretrained(args.out)
     model = AutoModelForCausalLM.from_pretrained(args.out)
     tokenizer = AutoTokenizer.from_pretrained(args.out)
-    scores = evaluate(model, tokenizer, n=args.eval_n, seed=args.seed + 1)
+    scores = evaluate(model, tokenizer, n=args.eval_n, seed=args.seed + 1, sentences=sentences)
     info = {
+        "command": shlex.join(["python", "benchmarks/reader/train.py", *sys.argv[1:]]),
         "init_from": earlier_info(args.init_from),
         "seed": args.seed,
         "steps_run": done,
@@ -593,6 +653,7 @@ def main() -> None:
         "copy_aux": args.copy_aux,
         "phone_aux": args.phone_aux,
         "eos_weight": args.eos_weight,
+        "answer_style": args.answer_style,
         "context_sizes": args.context_sizes,
         "context_weight": args.context_weight,
         "ramp": args.ramp,

@@ -10,10 +10,25 @@ One DP-KSA query composes
 - the release of the exact top-k̂ set, which holds δ₁-approximately (probability
   δ₁ of passing when the set is unstable).
 
-The curves add up (Theorem A.3) and convert to (ε, δ_conv + δ₁)-DP with the
-improved RDP conversion at δ_conv
-(:func:`dprag_core.accounting.rdp.approximate_rdp_to_dp`). The final answer is
-post-processing of (k̂, pass, keyword set).
+Two valid bounds give the ε at the conversion δ_conv of the first two steps
+(the release's δ₁ is then added: with probability ≥ 1 − δ₁ the pair of output
+distributions is the good pair, so any (ε, δ_conv) bound of the good pair gives
+(ε, δ_conv + δ₁)):
+
+- ``"rdp"``: the curves add up (Theorem A.3) and convert with the improved RDP
+  conversion (:func:`dprag_core.accounting.rdp.approximate_rdp_to_dp`);
+- ``"pld"``: the exact privacy-loss distribution of a dominating pair. FindBestK is
+  ε_k-DP, so randomized response with ε_k dominates it (privacy loss ±ε_k); the
+  PTR Gaussian is dominated by N(0, 1) vs N(1/σ, 1) (loss N(μ, 2μ), μ = 1/(2σ²));
+  dominating pairs compose, adaptively too (Zhu, Dong & Wang 2022, Thm. 10), and
+  the composed hockey-stick divergence is in closed form,
+  δ(ε) = p·δ_G(ε − ε_k) + (1 − p)·δ_G(ε + ε_k), p = e^{ε_k}/(1 + e^{ε_k}),
+  δ_G(x) = Φ(r/2 − x/r) − e^x·Φ(−r/2 − x/r), r = 1/σ (:func:`ksa_pld_epsilon`).
+
+The smaller ε wins (``KSAParameters.bound`` says which): PLD where the Gaussian
+dominates (3–7% smaller ε for the same noise), RDP where FindBestK's
+bounded-range curve (which the PLD's pure-DP pair does not use) matters most.
+The final answer is post-processing of (k̂, pass, keyword set).
 
 :func:`calibrate_ksa` inverts this: for a target (ε, δ) it splits δ into δ₁ and
 δ_conv, picks the share of ε given to FindBestK, and bisects σ so that the
@@ -33,18 +48,32 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import brentq
+from scipy.special import expit, log_ndtr
 from scipy.stats import norm
 
 from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.accounting.rdp import (
     DEFAULT_ORDERS,
-    approximate_rdp_to_dp,
     bounded_range_rdp,
     gaussian_rdp,
+    rdp_to_dp,
 )
 from dprag_core.budget import Budget
 
-__all__ = ["KSAParameters", "calibrate_ksa", "ksa_guarantee", "ksa_rdp", "required_gap"]
+__all__ = [
+    "KSA_BOUNDS",
+    "KSAParameters",
+    "calibrate_ksa",
+    "ksa_epsilons",
+    "ksa_guarantee",
+    "ksa_pld_epsilon",
+    "ksa_rdp",
+    "required_gap",
+]
+
+#: The valid bounds on one query's ε, in the order ties are broken.
+KSA_BOUNDS = ("rdp", "pld")
 
 #: Relative tolerance of the calibration: achieved ε in [(1 − tol)·target, target].
 CALIBRATION_TOLERANCE = 0.01
@@ -53,7 +82,8 @@ _SHARES = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
 
 @dataclass(frozen=True)
 class KSAParameters:
-    """Calibrated DP-KSA noise: FindBestK's ε_k, PTR's σ and δ₁, and the achieved guarantee.
+    """Calibrated DP-KSA noise: FindBestK's ε_k, PTR's σ and δ₁, the achieved guarantee
+    and the bound (one of :data:`KSA_BOUNDS`) that certified it.
 
     >>> KSAParameters(1.0, 2.0, 1e-5, Budget(2.0, 2e-5)).sigma
     2.0
@@ -63,6 +93,7 @@ class KSAParameters:
     sigma: float
     delta_ptr: float
     achieved: Budget
+    bound: str = "rdp"
 
 
 def ksa_rdp(
@@ -79,6 +110,71 @@ def ksa_rdp(
     return bounded_range_rdp(eps_k, orders) + gaussian_rdp(2.0 * s, orders, sensitivity=2.0)
 
 
+def _pld_delta(epsilon: float, epsilon_k: float, ratio: float) -> float:
+    """Hockey-stick divergence at ``epsilon`` of RR(ε_k) ⊗ Gaussian(ratio = Δ/std)."""
+    total = 0.0
+    for weight, shift in ((expit(epsilon_k), -epsilon_k), (expit(-epsilon_k), epsilon_k)):
+        x = epsilon + shift
+        a = math.exp(float(log_ndtr(ratio / 2 - x / ratio)))
+        b = math.exp(x + float(log_ndtr(-ratio / 2 - x / ratio)))
+        total += weight * (a - b)
+    return total
+
+
+def ksa_pld_epsilon(epsilon_k: float, sigma: float, *, delta: float) -> float:
+    """The smallest ε (to 1e-9, rounded up) with δ(ε) ≤ ``delta`` for FindBestK (ε_k) + PTR (σ).
+
+    Exact for the dominating pair of the module docstring (``"pld"``), without δ₁.
+
+    >>> round(ksa_pld_epsilon(1.0, 2.0, delta=5e-5), 3)
+    2.75
+    """
+    eps_k = positive_finite("epsilon_k", epsilon_k)
+    ratio = 1.0 / positive_finite("sigma", sigma)
+    d = probability("delta", delta, allow_zero=False)
+
+    def excess(epsilon: float) -> float:
+        return _pld_delta(epsilon, eps_k, ratio) - d
+
+    if excess(0.0) <= 0:
+        return 0.0
+    hi = eps_k + ratio * ratio + 1.0
+    while excess(hi) > 0:
+        hi *= 2.0
+    root = float(brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    up = root + 1e-9 * max(1.0, root)
+    while excess(up) > 0:  # pragma: no cover - brentq brackets the root to 1e-12
+        up += 1e-9 * max(1.0, up)
+    return up
+
+
+def ksa_epsilons(
+    epsilon_k: float, sigma: float, *, delta: float, orders: ArrayLike = DEFAULT_ORDERS
+) -> dict[str, float]:
+    """Each valid bound's ε of FindBestK (ε_k) + PTR (σ) at conversion δ (δ₁ not included).
+
+    >>> e = ksa_epsilons(1.0, 2.0, delta=5e-5)
+    >>> round(e["rdp"], 3), round(e["pld"], 3)
+    (2.917, 2.75)
+    """
+    return {
+        "rdp": rdp_to_dp(ksa_rdp(epsilon_k, sigma, orders), orders, delta=delta),
+        "pld": ksa_pld_epsilon(epsilon_k, sigma, delta=delta),
+    }
+
+
+def _tightest(
+    epsilon_k: float, sigma: float, delta_ptr: float, delta: float, orders: ArrayLike
+) -> tuple[Budget, str]:
+    d1 = probability("delta_ptr", delta_ptr, allow_zero=False)
+    eps = ksa_epsilons(epsilon_k, sigma, delta=delta, orders=orders)
+    bound = min(KSA_BOUNDS, key=lambda b: eps[b])  # first minimal bound wins a tie
+    total = delta + d1
+    if total >= 1:
+        raise ValueError(f"delta + delta_ptr must be < 1, got {total!r}")
+    return Budget(max(eps[bound], 1e-300), total), bound
+
+
 def ksa_guarantee(
     epsilon_k: float,
     sigma: float,
@@ -87,16 +183,14 @@ def ksa_guarantee(
     delta: float,
     orders: ArrayLike = DEFAULT_ORDERS,
 ) -> Budget:
-    """The (ε, δ + δ₁) of one DP-KSA query; ``delta`` is the conversion δ, ``delta_ptr`` = δ₁.
+    """The (ε, δ + δ₁) of one DP-KSA query under the tightest valid bound;
+    ``delta`` is the conversion δ, ``delta_ptr`` = δ₁.
 
     >>> g = ksa_guarantee(1.0, 2.0, delta_ptr=5e-5, delta=5e-5)
     >>> round(g.epsilon, 3), g.delta
-    (2.917, 0.0001)
+    (2.75, 0.0001)
     """
-    d1 = probability("delta_ptr", delta_ptr, allow_zero=False)
-    return approximate_rdp_to_dp(
-        ksa_rdp(epsilon_k, sigma, orders), orders, delta=delta, approximate_delta=d1
-    )
+    return _tightest(epsilon_k, sigma, delta_ptr, delta, orders)[0]
 
 
 def required_gap(params: KSAParameters, *, k_candidates: int = 20) -> float:
@@ -118,30 +212,41 @@ def required_gap(params: KSAParameters, *, k_candidates: int = 20) -> float:
 
 def _sigma_for(
     target: Budget, epsilon_k: float, delta_ptr: float, orders: NDArray[np.float64]
-) -> tuple[float, Budget] | None:
+) -> tuple[float, Budget, str] | None:
     """Bisect σ so that the achieved ε lies in [(1 − tol)·target, target]; None if impossible."""
     conv = target.delta - delta_ptr
+    low = (1.0 - CALIBRATION_TOLERANCE) * target.epsilon
 
-    def achieved(sigma: float) -> Budget:
-        return ksa_guarantee(epsilon_k, sigma, delta_ptr=delta_ptr, delta=conv, orders=orders)
+    find_best_k = bounded_range_rdp(epsilon_k, orders)  # the same for every σ
+
+    def fits(sigma: float, epsilon: float) -> bool:
+        """Some bound certifies ε ≤ ``epsilon`` (PLD: δ(ε) ≤ δ_conv, no root finding)."""
+        curve = find_best_k + orders / (2.0 * sigma * sigma)  # + PTR, as in ksa_rdp
+        rdp = rdp_to_dp(curve, orders, delta=conv)
+        return rdp <= epsilon or _pld_delta(epsilon, epsilon_k, 1.0 / sigma) <= conv
+
+    def done(sigma: float) -> tuple[float, Budget, str] | None:
+        got, bound = _tightest(epsilon_k, sigma, delta_ptr, conv, orders)
+        return (sigma, got, bound) if got.epsilon <= target.epsilon else None
 
     lo, hi = 1e-3, 1.0
-    while achieved(hi).epsilon > target.epsilon:
+    while not fits(hi, target.epsilon):
         hi *= 2.0
         if hi > 1e8:
             return None  # FindBestK alone exceeds the target
-    if achieved(lo).epsilon <= target.epsilon:
-        return lo, achieved(lo)
+    if fits(lo, target.epsilon):
+        return done(lo)
     for _ in range(200):
         mid = math.sqrt(lo * hi)
-        got = achieved(mid)
-        if got.epsilon > target.epsilon:
+        if not fits(mid, target.epsilon):
             lo = mid
-        else:
-            hi = mid
-            if got.epsilon >= (1.0 - CALIBRATION_TOLERANCE) * target.epsilon:
-                return mid, got
-    return hi, achieved(hi)  # pragma: no cover - bisection always converges first
+            continue
+        hi = mid
+        if not fits(mid, low):  # achieved ε in (low, target]
+            result = done(mid)
+            if result is not None:
+                return result
+    return done(hi)  # pragma: no cover - bisection always converges first
 
 
 def calibrate_ksa(
@@ -182,7 +287,7 @@ def calibrate_ksa(
         found = _sigma_for(total, share * total.epsilon, delta_ptr, grid)
         if found is None:
             continue
-        params = KSAParameters(share * total.epsilon, found[0], delta_ptr, found[1])
+        params = KSAParameters(share * total.epsilon, found[0], delta_ptr, found[1], found[2])
         if best is None or required_gap(params, k_candidates=n) < required_gap(
             best, k_candidates=n
         ):

@@ -16,6 +16,9 @@ bound (Koga et al. used max(sequential, advanced); we are at least as tight):
   :func:`~dprag_core.accounting.composition.max_rdp_compositions`); the larger
   count wins.
 
+The per-token δ of the LimitedDomain steps defaults to
+:func:`default_delta_token`: the largest δ_token among those that maximise c_max.
+
 >>> token_limit(epsilon=10.0, delta=1e-4, epsilon_token=1.0, delta_token=5e-6).count
 10
 """
@@ -25,8 +28,9 @@ from __future__ import annotations
 import math
 
 from dprag_core.accounting.composition import (
-    FIT_SLACK,
+    BOUNDS,
     CompositionCount,
+    composition_fits,
     max_compositions,
     max_rdp_compositions,
 )
@@ -35,16 +39,54 @@ from dprag_core.budget import Budget
 
 __all__ = ["default_delta_token", "token_limit"]
 
+#: The bisection for the default per-token δ searches [δ/C* · 1e-15, δ/C*] ...
+_DELTA_FLOOR = 1e-15
+#: ... to this relative precision.
+_DELTA_PRECISION = 1e-3
+
 
 def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -> float:
-    """δ_token = δ / (2·c_seq), c_seq = ⌊ε/ε_token⌋: half of δ pays the per-token deltas
-    of the sequential count, the rest is slack that lets the tighter bounds go further.
+    """The per-token δ that maximises c_max for (ε, δ, ε_token), the largest such δ_token.
 
-    >>> default_delta_token(epsilon=10.0, delta=1e-4, epsilon_token=1.0)
-    5e-06
+    Every bound charges the c per-token deltas to δ (c·δ_token, or
+    1 − (1 − δ_token)^c for KOV), so c_max never grows with δ_token: its maximum
+    C* is the count of a pure (ε_token, 0) step, whose composition may use all of
+    δ. Among the δ_token that still reach C* the largest is returned (found by
+    bisection in log space, to 0.1%), because LimitedDomain's threshold grows with
+    ln(1/δ_token). When the sequential bound sets C* (ε_token a large share of ε)
+    this is δ/C*; when many cheap tokens compose, most of δ goes to the
+    composition. For (ε, δ, ε_token) = (1, 1e-5, 0.01) C* = 720 (KOV), where the
+    earlier default δ/(2⌊ε/ε_token⌋) held c_max to 200.
+
+    >>> default_delta_token(epsilon=10.0, delta=1e-4, epsilon_token=1.0)  # C* = 10
+    1e-05
+    >>> token_limit(epsilon=1.0, delta=1e-5, epsilon_token=0.01, delta_token=default_delta_token(
+    ...     epsilon=1.0, delta=1e-5, epsilon_token=0.01)).count
+    720
     """
-    sequential = max(1, math.floor(epsilon / epsilon_token * (1 + FIT_SLACK)))
-    return delta / (2 * sequential)
+    total = Budget(epsilon, delta)
+    step = Budget(epsilon_token)
+    if delta == 0:
+        raise ValueError("delta must be > 0 for a per-token delta, got 0")
+    best = max_compositions(step, total).count
+
+    def reaches(delta_token: float) -> bool:
+        s = Budget(epsilon_token, delta_token)
+        return any(composition_fits(b, s, best, total) for b in BOUNDS[:-1])
+
+    hi = delta / best
+    if reaches(hi):
+        return hi
+    lo = hi * _DELTA_FLOOR
+    if not reaches(lo):  # pragma: no cover - C* fits with δ_token → 0 (continuity)
+        raise RuntimeError("default_delta_token: the pure count does not fit (bug)")
+    while hi / lo > 1 + _DELTA_PRECISION:
+        mid = math.sqrt(lo * hi)
+        if reaches(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def token_limit(

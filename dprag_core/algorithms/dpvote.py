@@ -270,7 +270,9 @@ class DPVote(_DPVotingBase):
     one voter changes, vote histogram L∞ sensitivity 1, 2 counts change, not
     monotone), for any question; at most c_max tokens, each (ε_token, δ_token)-DP,
     c_max from the tightest valid composition bound. ``delta_token`` defaults to
-    δ/(2⌊ε/ε_token⌋). LimitedDomain uses k̄ = m; its ⊥ stops generation.
+    the largest per-token δ that maximises c_max
+    (:func:`~dprag_core.accounting.token_budget.default_delta_token`).
+    LimitedDomain uses k̄ = m; its ⊥ stops generation.
 
     >>> DPVote(model, m=30, k=1, epsilon=10.0, delta=1e-4, epsilon_token=1.0,
     ...        max_new_tokens=32).query_cost()  # doctest: +SKIP

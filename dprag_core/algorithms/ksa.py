@@ -20,7 +20,8 @@ units* (one item per unit, or a unit's chunks all inside or all outside): then
 one unit changes at most one response. The released keywords are DP outputs
 and may appear verbatim in the answer: that is by design (they are words that
 at least k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
-``ptr_passed`` and ``keywords_released`` (a count), nothing per document.
+``ptr_passed``, ``keywords_released`` (a count) and ``epsilon_bound`` (the
+accounting bound that certified ε, ``"rdp"`` or ``"pld"``), nothing per document.
 
 >>> class Echo:
 ...     def generate(self, prompts, *, max_new_tokens=64):
@@ -294,6 +295,7 @@ class DPKSA(_KeywordAnswerer):
             "k_hat": k_hat,
             "ptr_passed": passed,
             "keywords_released": len(keywords),
+            "epsilon_bound": p.bound,
         }
         return DPAnswer(self._final(question, keywords), p.achieved, self.name, details)
 

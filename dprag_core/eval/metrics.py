@@ -14,16 +14,23 @@ Normalisation: lower case, punctuation except ``-`` removed, whitespace collapse
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
+
+from dprag_core._validation import positive_int
+from dprag_core.mechanisms._rng import RngLike, make_rng
 
 __all__ = [
     "METRIC_NAMES",
     "levenshtein_similarity",
     "match",
     "normalize",
+    "ratio_interval",
     "rouge",
     "score_all",
     "score_answer",
@@ -124,3 +131,43 @@ def score_all(predictions: Sequence[str], golds: Sequence[str]) -> Mapping[str, 
         for name, value in score_answer(p, g).items():
             totals[name] += value
     return {name: value / len(golds) for name, value in totals.items()}
+
+
+def ratio_interval(
+    numerators: Sequence[float],
+    denominators: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    rng: RngLike = None,
+) -> tuple[float, float, float]:
+    """Σ numerators / Σ denominators over questions, with a percentile bootstrap interval.
+
+    The questions (aligned pairs) are resampled with replacement. A mean of
+    per-question values is the case ``denominators = [1] * n`` (e.g. accuracy);
+    a share of tokens over answers of different lengths is a ratio of sums.
+    Returns ``(value, low, high)``; NaN throughout when every denominator is 0.
+
+    >>> ratio_interval([1, 0, 1, 1], [1, 1, 1, 1], rng=0)[0]
+    0.75
+    >>> ratio_interval([2, 2], [4, 4], rng=0)
+    (0.5, 0.5, 0.5)
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    count = positive_int("resamples", resamples)
+    num = np.asarray(numerators, dtype=np.float64)
+    den = np.asarray(denominators, dtype=np.float64)
+    if num.shape != den.shape or num.ndim != 1 or num.size == 0:
+        raise ValueError(
+            "numerators and denominators must be non-empty 1-D sequences of the same length, "
+            f"got shapes {num.shape} and {den.shape}"
+        )
+    if den.sum() == 0:
+        return math.nan, math.nan, math.nan
+    idx = make_rng(rng).integers(0, num.size, size=(count, num.size))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        stats = num[idx].sum(axis=1) / den[idx].sum(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.nanpercentile(stats, [tail, 100 - tail])
+    return float(num.sum() / den.sum()), float(low), float(high)

@@ -41,6 +41,7 @@ __all__ = [
     "QAItem",
     "SyntheticCorpus",
     "WordFactory",
+    "answer_sentence",
     "make_corpus",
     "question_for",
     "render_record",
@@ -155,6 +156,18 @@ _QUESTION_TEMPLATES: Mapping[QuestionKind, str] = MappingProxyType(
         "treatment": "What treatment is recommended for {disease}?",
         "disease": "I have {symptoms}. What is my disease?",
         "phone": "What is {name}'s phone number?",
+    }
+)
+
+# The answer comes first: a mechanism that pays for every token (DPVote, DP-ICL) has
+# released it within its first private tokens, and the rest of the sentence (words of
+# the question and a fixed frame) is predictable without the corpus, so DPSparseVote
+# releases it for free.
+_ANSWER_TEMPLATES: Mapping[QuestionKind, str] = MappingProxyType(
+    {
+        "treatment": "{answer} is the treatment recommended for {subject}.",
+        "disease": "{answer} is the disease.",
+        "phone": "{answer} is the phone number of {subject}.",
     }
 )
 
@@ -315,6 +328,18 @@ def question_for(
     return _QUESTION_TEMPLATES[kind].format(
         disease=disease, symptoms=_join_symptoms(list(symptoms)), name=name
     )
+
+
+def answer_sentence(kind: QuestionKind, answer: str, subject: str) -> str:
+    """The reader's sentence answer: the answer first, then a frame built from the question.
+
+    ``subject`` is the disease of a treatment question or the name of a phone
+    question (:attr:`QAItem.subject`), unused for disease questions.
+
+    >>> answer_sentence("treatment", "Kirzyafil", "Reegraitis")
+    'Kirzyafil is the treatment recommended for Reegraitis.'
+    """
+    return _ANSWER_TEMPLATES[kind].format(answer=answer, subject=subject)
 
 
 @dataclass(frozen=True)

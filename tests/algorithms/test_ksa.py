@@ -94,6 +94,7 @@ def test_dpksa_releases_the_consensus_keyword() -> None:
     assert len(model.calls) == 2 and len(model.calls[0]) == 80  # one batched call for responses
     assert result.details["ptr_passed"] is True
     assert result.details["keywords_released"] == result.details["k_hat"] == 2
+    assert result.details["epsilon_bound"] == mech.parameters.bound == "pld"
     expected_prompt = KEYWORDS_TEMPLATE.format(
         keywords="gleeblorazine, injectibles", question=QUESTION
     )
@@ -101,7 +102,7 @@ def test_dpksa_releases_the_consensus_keyword() -> None:
     assert "gleeblorazine" in result.text
     assert result.guarantee == mech.query_cost()
     assert result.guarantee is not None and result.guarantee.epsilon <= 5.0
-    assert set(result.details) == {"k_hat", "ptr_passed", "keywords_released"}
+    assert set(result.details) == {"k_hat", "ptr_passed", "keywords_released", "epsilon_bound"}
     assert "rumour" not in repr(result)
 
 

@@ -6,6 +6,7 @@ exactly as a user runs them: real reader, MiniLM, FAISS, every mechanism.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ pytest.importorskip("matplotlib")
 
 
 def run_benchmark(name: str, out: Path) -> str:
+    # this checkout's packages first (a script's own folder, not the cwd, heads sys.path)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / name), "--quick", "--out", str(out)],
         cwd=ROOT,
@@ -25,6 +28,7 @@ def run_benchmark(name: str, out: Path) -> str:
         text=True,
         timeout=600,
         check=False,
+        env={**os.environ, "PYTHONPATH": path},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return (out / "table.md").read_text()
@@ -41,8 +45,15 @@ def test_privacy_utility_quick(tmp_path: Path) -> None:
         assert row in table
     for row in ("DP-KSA eps=10", "DP-RAG (Grislain) eps=2", "| MuRAG | 10 |", "| NaiveMulti |"):
         assert row in table
-    assert "Match accuracy vs number of supporting records" in table
-    for png in ("accuracy_vs_epsilon.png", "accuracy_vs_support.png", "multi_query.png"):
+    for eps in ("2", "10"):  # --quick runs epsilon 2 and 10
+        assert f"vs supporting records, epsilon = {eps}" in table
+        assert (tmp_path / f"accuracy_vs_support_eps{eps}.png").stat().st_size > 0
+    section = table.split("## Private tokens per answer / free-token share [95% CI]")[1]
+    section = section.split("## Multi-query")[0].splitlines()
+    tokens = [line for line in section if line.startswith("| DPSparseVote (LD) |")]
+    assert len(tokens) == 1 and tokens[0].count("[") == 4  # 2 epsilons x (private, share)
+    assert not any(line.startswith("| DP-KSA |") for line in section)  # reports no tokens
+    for png in ("accuracy_vs_epsilon.png", "tokens.png", "multi_query.png"):
         assert (tmp_path / png).stat().st_size > 0
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from dprag_core.eval.metrics import (
     levenshtein_similarity,
     match,
     normalize,
+    ratio_interval,
     rouge,
     score_all,
     score_answer,
@@ -69,3 +72,20 @@ def test_score_all_rejects_bad_input() -> None:
         score_all(["a"], ["a", "b"])
     with pytest.raises(ValueError, match="golds must not be empty"):
         score_all([], [])
+
+
+def test_ratio_interval_is_a_ratio_of_sums_with_a_bootstrap_interval() -> None:
+    # answers of 10 and 2 tokens, 5 and 2 free: 7/12, not the mean of the shares (0.75)
+    value, low, high = ratio_interval([5, 2], [10, 2], rng=0)
+    assert value == pytest.approx(7 / 12)
+    assert 0.5 <= low <= value <= high <= 1.0 and low < high
+    hits = [1.0] * 30 + [0.0] * 10
+    value, low, high = ratio_interval(hits, [1.0] * 40, rng=1)
+    assert value == 0.75 and 0.55 < low < 0.75 < high < 0.9
+    assert all(math.isnan(v) for v in ratio_interval([0, 0], [0, 0]))
+    with pytest.raises(ValueError, match="same length"):
+        ratio_interval([1, 2], [1])
+    with pytest.raises(ValueError, match="resamples"):
+        ratio_interval([1], [1], resamples=0)
+    with pytest.raises(ValueError, match="confidence"):
+        ratio_interval([1], [1], confidence=1.0)

@@ -1,4 +1,5 @@
-"""The shipped reader LM: loads like any HF model and reads answers from its context."""
+"""The shipped reader LM: loads like any HF model, reads answers from its context and
+answers in a sentence whose frame it knows without the context."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dprag_core.eval.synthetic import make_corpus
+from dprag_core.eval.synthetic import QAItem, answer_sentence, make_corpus
 from dprag_core.eval.workbench import reader_path
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
 
@@ -26,7 +27,7 @@ def greedy(model: Any, tokenizer: Any, prompt: str) -> str:
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     with torch.inference_mode():
         out = model.generate(
-            **ids, max_new_tokens=16, do_sample=False, pad_token_id=tokenizer.pad_token_id
+            **ids, max_new_tokens=32, do_sample=False, pad_token_id=tokenizer.pad_token_id
         )
     return str(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
 
@@ -36,6 +37,10 @@ def test_asset_is_small_and_complete() -> None:
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert (path / name).is_file(), name
     assert (path / "model.safetensors").stat().st_size < 10 * 2**20
+
+
+def sentence(item: QAItem) -> str:
+    return answer_sentence(item.kind, item.answer, item.subject)
 
 
 def copied_answers(model: Any, tokenizer: Any, distractors: int) -> tuple[int, int]:
@@ -51,7 +56,7 @@ def copied_answers(model: Any, tokenizer: Any, distractors: int) -> tuple[int, i
             if target.id not in item.record_ids:
                 continue
             prompt = RAG_TEMPLATE.format(context=context, question=item.question)
-            hits += greedy(model, tokenizer, prompt).strip() == item.answer
+            hits += greedy(model, tokenizer, prompt).strip() == sentence(item)
             cases += 1
     return hits, cases
 
@@ -60,13 +65,14 @@ def test_reads_answers_from_a_one_record_context(reader: tuple[Any, Any]) -> Non
     """The voters' setting (DPVote/DPSparseVote/MuRAG give each voter one record)."""
     hits, cases = copied_answers(*reader, distractors=0)
     assert cases == 18
-    # the shipped reader copies 16 (reader v1: 4); a little slack for CPU float noise
+    # the shipped reader copies 16 whole sentences (v2: 16 bare answers, v1: 4); a little
+    # slack for CPU float noise
     assert hits >= 14, f"{hits}/{cases} answers copied from the context"
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the shipped reader (v2, see its training_info.json) picks the right record "
+    reason="the shipped reader (v3, see its training_info.json) picks the right record "
     "among several only about half the time (phones rarely); strict so a better reader "
     "flips it",
 )
@@ -83,6 +89,12 @@ def test_without_context_it_does_not_know_the_test_facts(reader: tuple[Any, Any]
         greedy(model, tokenizer, NO_CONTEXT_TEMPLATE.format(question=q.question)).strip()
         for q in corpus.questions
     ]
-    assert sum(g == q.answer for g, q in zip(guesses, corpus.questions, strict=True)) == 0
-    # but it answers in the right shape: a treatment-, disease- or phone-like token
-    assert all(g for g in guesses)
+    assert not any(q.answer in g for g, q in zip(guesses, corpus.questions, strict=True))
+    # ... but it knows the sentence frame (what DPSparseVote releases for free): each guess
+    # is "<a guess> is the treatment recommended for <the question's disease>." etc.
+    frames = [sentence(q)[len(q.answer) :] for q in corpus.questions]
+    heads = [f.split(q.subject)[0] for f, q in zip(frames, corpus.questions, strict=True)]
+    assert all(h in g and not g.startswith(h) for g, h in zip(guesses, heads, strict=True))
+    # the question's disease or name copied into it, too (names are the hardest)
+    framed = [g.endswith(f) for g, f in zip(guesses, frames, strict=True)]
+    assert sum(framed) >= 15, guesses
