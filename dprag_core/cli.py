@@ -5,7 +5,7 @@ fictional patients (invented diseases and treatments no model knows), indexes
 it with MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions
 with non-RAG, non-private RAG, DPSparseVote, DP-KSA and MuRAG through
 :class:`~dprag_core.pipeline.PrivateRAG`, printing each answer with its
-(epsilon, delta) and its time. The DP mechanisms share one corpus-level
+(epsilon, delta) and its time. The DP mechanisms share one durable corpus-level
 accountant; MuRAG charges its per-patient ledger. ``--model`` takes any
 transformers model name or path (default: the project's reader LM).
 """
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
 
@@ -58,8 +58,9 @@ def _pick_questions(corpus: SyntheticCorpus, n: int) -> list[QAItem]:
     return picked
 
 
-def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
-    from dprag_core.accounting.ledger import InMemoryLedger
+def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[_Entry]:
+    from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
+    from dprag_core.accounting.ledger import SQLiteLedger
     from dprag_core.algorithms.baselines import RAG, NonRAG
     from dprag_core.algorithms.dpvote import DPSparseVote
     from dprag_core.algorithms.ksa import DPKSA
@@ -68,8 +69,9 @@ def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
 
     token_model, text_model = load_models(args.model)
     eps, m = args.epsilon, args.voters
-    # One corpus-level budget for DPSparseVote and DP-KSA: every question, and no more.
-    accountant = InMemoryCorpusAccountant(Budget(2 * eps * n_questions, 2 * _DELTA * n_questions))
+    # One durable corpus-level budget for DPSparseVote and DP-KSA: every question, no more.
+    total = Budget(2 * eps * n_questions, 2 * _DELTA * n_questions)
+    accountant = SQLiteCorpusAccountant(state, total=total)
 
     def sparse_vote() -> DPSparseVote:
         # The pure-ε variant: at demo budgets LimitedDomain's δ-threshold (non-monotone
@@ -95,7 +97,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int) -> list[_Entry]:
         answer_tokens=_TOKENS,
     )
     # MuRAG: a per-patient ledger (each patient may take part in every question once).
-    ledger = InMemoryLedger(budget_per_unit=eps * n_questions)
+    ledger = SQLiteLedger(state, budget_per_unit=eps * n_questions)
     murag = MuRAG(sparse_vote(), ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
     return [
         _Entry("NonRAG", NonRAG(token_model, max_new_tokens=_TOKENS), None),
@@ -114,6 +116,7 @@ def _fmt_eps(answer: DPAnswer) -> str:
 
 def _demo(args: argparse.Namespace) -> int:
     import os
+    import tempfile
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from tqdm import tqdm
@@ -139,7 +142,9 @@ def _demo(args: argparse.Namespace) -> int:
     )
     questions = _pick_questions(corpus, args.questions)
     print(f"model: {args.model or reader_path()}")
-    entries = _mechanisms(args, len(questions))
+    state = args.state or os.path.join(tempfile.mkdtemp(prefix="dprag-demo-"), "budget.db")
+    entries = _mechanisms(args, len(questions), state)
+    print(f"corpus budget and MuRAG's per-patient ledger: {state}")
     print(f"per-query epsilon {args.epsilon:g} for DPSparseVote, DP-KSA and MuRAG\n")
     rng = args.noise_seed  # None: OS entropy, as in production
     for qi, item in enumerate(questions, 1):
@@ -179,6 +184,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--model", default=None, help="HF model name or path (default: reader)")
     demo.add_argument("--questions", type=_positive_int, default=3, help="how many questions")
     demo.add_argument("--seed", type=int, default=0, help="seed of the synthetic corpus")
+    demo.add_argument(
+        "--state",
+        default=None,
+        help="SQLite file of the corpus budget and MuRAG's ledger (default: a new temporary "
+        "file, since the synthetic corpus is made anew by every run)",
+    )
     demo.add_argument(
         "--noise-seed",
         type=int,
