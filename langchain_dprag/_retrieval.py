@@ -88,14 +88,17 @@ class DocumentSource:
             return self.retriever.get_name()
         return type(self.vectorstore).__name__
 
-    def _search(self, question: str, k: int) -> list[tuple[Document, float | None]]:
+    def _search(self, question: str, k: int) -> list[tuple[Document | None, float | None]]:
         if self.vectorstore is not None:
             pairs = search_with_scores(self.vectorstore, question, k, self.score_function)
             return [(doc, score) for doc, score in pairs]
         assert self.retriever is not None
-        found = self.retriever.invoke(question, sealed_config(), k=k)
-        docs = [d for d in found if isinstance(d, Document)][:k]  # after the charge: no errors
-        return [(doc, self._metadata_score(doc)) for doc in docs]
+        found = list(self.retriever.invoke(question, sealed_config(), k=k))[:k]
+        # after the charge nothing may fail: a non-Document keeps its slot as a placeholder
+        return [
+            (doc, self._metadata_score(doc)) if isinstance(doc, Document) else (None, None)
+            for doc in found
+        ]
 
     def _metadata_score(self, doc: Document) -> float | None:
         raw = doc.metadata.get(self.score_key)
@@ -104,12 +107,14 @@ class DocumentSource:
         return self.score_function.convert(float(raw))
 
     def _to_scored(
-        self, pairs: Sequence[tuple[Document, float | None]], *, needs_scores: bool
+        self, pairs: Sequence[tuple[Document | None, float | None]], *, needs_scores: bool
     ) -> list[ScoredDocument]:
         # without scores the rank order is all a top-n needs: any constant will do
         missing = None if needs_scores else self.score_function.high
         return [
-            to_scored_document(
+            ScoredDocument.padding(slot)
+            if doc is None
+            else to_scored_document(
                 doc, missing if score is None else score, unit_key=self.unit_key, slot=slot
             )
             for slot, (doc, score) in enumerate(pairs)

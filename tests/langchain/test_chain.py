@@ -333,7 +333,7 @@ def test_long_question_refused_before_the_charge(store: InMemoryVectorStore) -> 
 
 
 def test_retrieved_non_documents_are_dropped(store: InMemoryVectorStore) -> None:
-    """Retrieval comes after the charge: junk from a retriever is dropped, not an error."""
+    """Retrieval comes after the charge: junk keeps its rank slot as a placeholder, no error."""
 
     class Junk(CountingRetriever):
         def _get_relevant_documents(
