@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import uuid
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -204,11 +203,11 @@ def charge_query(
 
     ``query_id`` names this query's charge (a durable accountant records it
     once, so a retry with the same id after an unknown outcome is safe);
-    ``None`` gives a fresh id.
+    ``None`` lets the accountant give the charge a fresh id.
     """
     cost = mechanism.query_cost()
     if accountant is not None and cost is not None:
-        accountant.charge(cost, query_id=uuid.uuid4().hex if query_id is None else query_id)
+        accountant.charge(cost, query_id=query_id)
 
 
 def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:
