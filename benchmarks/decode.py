@@ -10,11 +10,16 @@ the same number of tokens, side by side in one process:
   batched prefill, then one [m+1, 1] forward per token with a ``DynamicCache``,
   argmax on the device and one host sync per token (as a DP loop needs).
 - ``model.generate``: HF greedy generation of the same batch (each row its own token).
-- ``DPVote (LD)``, ``DPSparseVote (LD)``, ``DPSparseVote (EM)`` on ``HFTokenModel``.
-- ``HFTextModel.generate`` (DP-KSA's response generation) vs ``model.generate``.
+- per engine of ``HFTokenModel`` (``--engine``: ``eager``, ``static``, ``cuda_graphs``,
+  ``compiled``; ``compiled`` compiles the shared model's blocks in place, so give it last):
+  ``greedy loop`` (the engine's own session: prefill, then ``greedy()``/``step()``
+  per token, no mechanism), ``DPVote (LD)``, ``DPSparseVote (LD)``,
+  ``DPSparseVote (EM)``, and ``HFTextModel.generate`` (DP-KSA's response
+  generation) vs ``model.generate``.
 
 Prefill is timed separately, so the decode-only time per token is printed too;
-ratios are decode-only against the bare loop and against ``generate`` (and
+ratios are decode-only against the HF bare loop, against the same engine's
+greedy loop (what a mechanism adds to its engine) and against ``generate`` (and
 HFTextModel.generate against generate, totals). Each measurement is repeated
 ``--repeats`` times, interleaved, and the median is printed. Models are
 random-initialised from Llama configs (no downloads): ``tiny`` (tests),
@@ -25,7 +30,8 @@ The script imports the ``dprag_core`` of the checkout it lives in.
 
 Run (CPU):  nice .venv/bin/python benchmarks/decode.py --preset small --tokens 32 --m 40
 Run (GPU):  .venv/bin/python benchmarks/decode.py --device cuda --dtype bfloat16 \\
-                --preset llama1b --m 40 100 --tokens 48 --doc-chars 450
+                --preset llama1b --m 40 100 --tokens 48 --doc-chars 450 \\
+                --engine eager cuda_graphs
 """
 
 from __future__ import annotations
@@ -106,6 +112,12 @@ class TimedPrefill:
     @property
     def eos_token_ids(self) -> frozenset[int]:
         return self.inner.eos_token_ids
+
+    def encode(self, text: str) -> list[int]:  # explicit: Python 3.12 protocols ignore __getattr__
+        return self.inner.encode(text)
+
+    def decode(self, ids: Any) -> str:
+        return self.inner.decode(ids)
 
     def prefill(self, prompts: list[str]) -> Any:
         start = time.perf_counter()
@@ -218,6 +230,16 @@ def mechanisms(bench: TimedPrefill, m: int, n: int) -> dict[str, Any]:
     }
 
 
+def greedy_loop(bench: TimedPrefill, prompts: list[str], n: int) -> float:
+    """Total s of the engine's own loop: prefill, then greedy()/step() per token (row 0's token)."""
+    start = time.perf_counter()
+    session = bench.prefill(prompts)
+    for _ in range(n - 1):
+        session.step(int(session.greedy()[0]))
+    int(session.greedy()[0])
+    return time.perf_counter() - start
+
+
 def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     device, n = args.device, args.tokens
     sync: Callable[[], None] = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
@@ -225,15 +247,23 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     wide = WideTokenizer(tok, vocab)
     model = build_model(preset, vocab, DTYPES[args.dtype], device, wide)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    bench = TimedPrefill(HFTokenModel(model, wide), sync)
-    text_model = HFTextModel(model, wide)
+    # "compiled" compiles the shared model's blocks in place: its phase comes last, and the
+    # HF comparators (bare loop, generate) are measured in the first phase, on the plain model
+    phases = [
+        [e for e in args.engine if e != "compiled"],
+        [e for e in args.engine if e == "compiled"],
+    ]
+    phases = [p for p in phases if p]
+    engines: dict[str, TimedPrefill] = {}
+    texts: dict[str, HFTextModel] = {}
     doc_text = (DOC * (1 + args.doc_chars // len(DOC)))[: args.doc_chars]
     docs = [ScoredDocument(id=f"d{i}", text=doc_text, score=1.0) for i in range(m)]
     question = "Which treatment did Alice Martin receive?"
-    mechs = mechanisms(bench, m, n)
-    prompts = mechs["DPSparseVote (EM)"].prompts(question, [docs[:1]] * m)  # voters + public
-    rows = [bench.prompt_ids(p) for p in prompts]
-    ids, mask = left_pad(rows, bench.pad_token_id, device)
+    mechs: dict[str, dict[str, Any]] = {}
+    probe = mechanisms(HFTokenModel(model, wide), m, n)["DPSparseVote (EM)"]
+    prompts = probe.prompts(question, [docs[:1]] * m)
+    rows = [probe.model.prompt_ids(p) for p in prompts]
+    ids, mask = left_pad(rows, probe.model.pad_token_id, device)
 
     results: dict[str, list[tuple[float, float]]] = {}
     private: dict[str, int] = {}
@@ -241,30 +271,46 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     def record(name: str, prefill: float, total: float) -> None:
         results.setdefault(name, []).append((prefill, total))
 
-    def once() -> None:
-        sync()
-        record("bare cached greedy loop", *bare_loop(model, ids, mask, n))
-        sync()
-        first = generate(model, ids, mask, 1)
-        record("model.generate", first, generate(model, ids, mask, n))
-        for name, mech in mechs.items():
+    def once(phase: list[str], comparators: bool) -> None:
+        if comparators:
+            sync()
+            record("bare cached greedy loop", *bare_loop(model, ids, mask, n))
+            sync()
+            first_token = generate(model, ids, mask, 1)
+            record("model.generate", first_token, generate(model, ids, mask, n))
+        for engine in phase:
+            bench = engines[engine]
+            sync()
+            total = greedy_loop(bench, prompts, n)
+            record(f"[{engine}] greedy loop", bench.seconds, total)
+            for name, mech in mechs[engine].items():
+                sync()
+                start = time.perf_counter()
+                answer = mech.answer(question, docs, rng=0)
+                sync()
+                record(f"[{engine}] {name}", bench.seconds, time.perf_counter() - start)
+                assert answer.details["tokens_generated"] == n, answer.details
+                private[f"[{engine}] {name}"] = int(answer.details["private_tokens"])
             sync()
             start = time.perf_counter()
-            answer = mech.answer(question, docs, rng=0)
+            texts[engine].generate(prompts, max_new_tokens=n)
             sync()
-            record(name, bench.seconds, time.perf_counter() - start)
-            assert answer.details["tokens_generated"] == n, answer.details
-            private[name] = int(answer.details["private_tokens"])
-        sync()
-        start = time.perf_counter()
-        text_model.generate(prompts, max_new_tokens=n)
-        sync()
-        record("HFTextModel.generate", 0.0, time.perf_counter() - start)
+            record(f"[{engine}] HFTextModel.generate", 0.0, time.perf_counter() - start)
 
-    once()  # warm-up: allocator, kernels
-    results.clear()
-    for _ in range(args.repeats):
-        once()
+    warm: dict[str, float] = {}
+    for i, phase in enumerate(phases):
+        for e in phase:
+            engines[e] = TimedPrefill(HFTokenModel(model, wide, engine=e), sync)
+            texts[e] = HFTextModel(model, wide, engine=e)
+            mechs[e] = mechanisms(engines[e], m, n)
+        once(phase, comparators=i == 0)  # warm-up: allocator, kernels, capture, compilation
+        warm.update({e: results.pop(f"[{e}] greedy loop")[0][1] for e in phase})
+        for name in [k for k in results if k.startswith(tuple(f"[{e}]" for e in phase))]:
+            del results[name]
+        if i == 0:
+            del results["bare cached greedy loop"], results["model.generate"]
+        for _ in range(args.repeats):
+            once(phase, comparators=i == 0)
 
     def median(name: str) -> tuple[float, float]:
         prefill = statistics.median(p for p, _ in results[name])
@@ -280,20 +326,30 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
         f"{where}, m={m} (+1 public row), {n} tokens, prompt tokens "
         f"{min(map(len, rows))}-{max(map(len, rows))}, median of {args.repeats}"
     )
-    head = f"{'total s':>9}{'decode ms/token':>17}{'x bare loop':>13}{'x generate':>12}"
-    print(f"{'':26}{head}{'private':>9}")
-    print(f"{'weight-read floor':26}{'':>9}{1e3 * floor:17.2f}{floor / bare_dec:13.2f}")
-    for name in ["bare cached greedy loop", "model.generate", *mechs]:
+    head = f"{'total s':>9}{'decode ms/token':>17}{'x bare loop':>13}{'x engine':>10}"
+    print(f"{'':36}{head}{'x generate':>12}{'private':>9}")
+    print(f"{'weight-read floor':36}{'':>9}{1e3 * floor:17.2f}{floor / bare_dec:13.2f}")
+    for name in ["bare cached greedy loop", "model.generate"]:
         total, dec = median(name)
-        spent = f"{private[name]:9d}" if name in private else ""
-        ratios = f"{dec / bare_dec:13.2f}{dec / gen_dec:12.2f}"
-        print(f"{name:26}{total:9.3f}{1e3 * dec:17.2f}{ratios}{spent}")
-    text_total, _ = median("HFTextModel.generate")
+        ratios = f"{dec / bare_dec:13.2f}{'':10}{dec / gen_dec:12.2f}"
+        print(f"{name:36}{total:9.3f}{1e3 * dec:17.2f}{ratios}")
     gen_total, _ = median("model.generate")
-    print(
-        f"HFTextModel.generate ({len(prompts)} rows) {text_total:.3f} s vs model.generate "
-        f"{gen_total:.3f} s: {text_total / gen_total:.2f}x"
-    )
+    for engine in engines:
+        loop_dec = median(f"[{engine}] greedy loop")[1]
+        for short in ["greedy loop", *mechs[engine]]:
+            name = f"[{engine}] {short}"
+            total, dec = median(name)
+            spent = f"{private[name]:9d}" if name in private else ""
+            ratios = f"{dec / bare_dec:13.2f}{dec / loop_dec:10.2f}{dec / gen_dec:12.2f}"
+            print(f"{name:36}{total:9.3f}{1e3 * dec:17.2f}{ratios}{spent}")
+        print(
+            f"[{engine}] first greedy loop (allocation, capture, compilation): {warm[engine]:.1f} s"
+        )
+        text_total, _ = median(f"[{engine}] HFTextModel.generate")
+        print(
+            f"[{engine}] HFTextModel.generate ({len(prompts)} rows) {text_total:.3f} s vs "
+            f"model.generate {gen_total:.3f} s: {text_total / gen_total:.2f}x"
+        )
 
 
 def main() -> None:
@@ -307,6 +363,12 @@ def main() -> None:
     parser.add_argument("--doc-chars", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--engine",
+        choices=["eager", "static", "cuda_graphs", "compiled"],
+        nargs="+",
+        default=["eager"],
+    )
     args = parser.parse_args()
     if args.tokens < 2 or args.repeats < 1 or min(args.m) < 1:
         parser.error("--tokens must be >= 2, --repeats and --m >= 1")

@@ -30,6 +30,7 @@ light.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -39,10 +40,23 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from dprag_core._validation import positive_int
+from dprag_core.models.hf_static import (
+    StaticPool,
+    cache_length,
+    check_static_model,
+    compile_regions,
+)
 
-__all__ = ["HFTextModel", "HFTokenModel", "HFTokenSession"]
+__all__ = ["Engine", "HFStaticSession", "HFTextModel", "HFTokenModel", "HFTokenSession"]
 
 DType = Literal["float32", "bfloat16"]
+#: ``"eager"``: DynamicCache, HF eager per step (the default; best on CPU).
+#: ``"static"``: pooled static KV caches, eager steps. ``"cuda_graphs"``: static
+#: caches with each decode step replayed as a CUDA graph (GPU only). ``"compiled"``:
+#: ``"cuda_graphs"`` with the model's norm and MLP blocks compiled in place
+#: (:func:`~dprag_core.models.hf_static.compile_regions`; GPU only, the fastest).
+Engine = Literal["eager", "static", "cuda_graphs", "compiled"]
+_ENGINES = ("eager", "static", "cuda_graphs", "compiled")
 _DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -63,13 +77,27 @@ def _check_prompts(prompts: Sequence[str]) -> list[str]:
     return out
 
 
+def _left_pad(
+    rows: list[list[int]], pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, W] token ids (left-padded with ``pad``) and the [B, W] mask of real tokens."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
+        mask[i, width - len(row) :] = 1
+    return ids, mask
+
+
 class HFTokenSession:
     """The decoding state of one batch of prompts: KV cache, mask, positions, last logits.
 
-    Built by :meth:`HFTokenModel.prefill`. The next-token logits stay on the
-    model's device: :meth:`greedy` copies B token ids to the host, ``logprobs``
-    the [B, V] log-probabilities (each computed once per step, when read);
-    :meth:`step` appends one token to every row.
+    Built by :meth:`HFTokenModel.prefill` (engine ``"eager"``: a ``DynamicCache``
+    that grows by one slot per step). The next-token logits stay on the model's
+    device: :meth:`greedy` copies B token ids to the host, ``logprobs`` the [B, V]
+    log-probabilities (each computed once per step, when read); :meth:`step`
+    appends one token to every row.
 
     >>> s = model.prefill(["a", "longer prompt"])  # doctest: +SKIP
     >>> s.step(int(s.greedy()[0])); s.logprobs.shape  # doctest: +SKIP
@@ -78,26 +106,31 @@ class HFTokenSession:
 
     def __init__(self, owner: HFTokenModel, rows: list[list[int]]) -> None:
         self._owner = owner
-        self._device = device = owner.device
-        width = max(len(r) for r in rows)
-        pad = owner.pad_token_id
-        ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
-        mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-        for i, row in enumerate(rows):  # left padding
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
-            mask[i, width - len(row) :] = 1
+        self._device = owner.device
+        self._batch_size = len(rows)
+        ids, mask = _left_pad(rows, owner.pad_token_id, self._device)
+        self._logits = self._prefill(ids, mask)
+        self._greedy: npt.NDArray[np.intp] | None = None
+        self._logprobs: npt.NDArray[np.float32] | None = None
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         positions = (mask.cumsum(-1) - 1).clamp_min(0)
         self._mask = mask
         self._next_position = positions[:, -1:] + 1
-        self._cache = DynamicCache(config=owner.model.config)
-        self._logits = owner._forward(ids, mask, positions, self._cache)
-        self._greedy: npt.NDArray[np.intp] | None = None
-        self._logprobs: npt.NDArray[np.float32] | None = None
+        self._cache = DynamicCache(config=self._owner.model.config)
+        return self._owner._forward(ids, mask, positions, self._cache)
+
+    def _advance(self, ids: torch.Tensor) -> torch.Tensor:
+        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        positions = self._next_position
+        self._next_position = positions + 1
+        return self._owner._forward(ids, self._mask, positions, self._cache)
 
     @property
     def batch_size(self) -> int:
         """Number of rows B."""
-        return int(self._mask.shape[0])
+        return self._batch_size
 
     def greedy_on_device(self) -> torch.Tensor:
         """Each row's greedy next token as a [B] tensor on the model's device (ties: lower id)."""
@@ -128,13 +161,49 @@ class HFTokenSession:
 
     def step_rows(self, ids: torch.Tensor) -> None:
         """Append one (possibly different) token per row: ``ids`` of shape [B, 1] on the device."""
-        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        positions = self._next_position
-        self._next_position = positions + 1
-        self._logits = self._owner._forward(ids, self._mask, positions, self._cache)
+        self._logits = self._advance(ids)
         self._greedy = None
         self._logprobs = None
+
+
+class HFStaticSession(HFTokenSession):
+    """A session on a pooled static cache (engines ``"static"`` and ``"cuda_graphs"``).
+
+    Same interface and same tokens as :class:`HFTokenSession`; each decode step
+    runs on fixed buffers (see :mod:`dprag_core.models.hf_static`), replayed as a
+    CUDA graph with ``"cuda_graphs"``. The batch goes back to the model's pool
+    when the session is garbage-collected. With ``"cuda_graphs"`` the logits are
+    the graph's output buffer: read them (``greedy``, ``logprobs``) before the
+    next step, as every mechanism does.
+    """
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        pool = self._owner._pool
+        assert pool is not None
+        width = int(ids.shape[1])
+        self._batch = pool.acquire(self.batch_size, cache_length(width))
+        self._release = weakref.finalize(self, pool.release, self._batch)
+        self._free_slots = self._batch.length - width  # counted here: no host sync per step
+        vocab = self._owner.vocab_size
+        return self._batch.prefill(ids, mask)[:, :vocab]
+
+    def _advance(self, ids: torch.Tensor) -> torch.Tensor:
+        if self._free_slots == 0:
+            self._grow()
+        self._free_slots -= 1
+        return self._batch.decode(ids)[:, : self._owner.vocab_size]
+
+    def _grow(self) -> None:
+        pool = self._owner._pool
+        assert pool is not None
+        old = self._batch
+        new = pool.acquire(old.rows, cache_length(old.length))
+        old.copy_into(new)
+        self._release.detach()
+        pool.release(old)
+        self._batch = new
+        self._release = weakref.finalize(self, pool.release, new)
+        self._free_slots = new.length - old.length
 
 
 class HFTokenModel:
@@ -150,7 +219,7 @@ class HFTokenModel:
     'aspirin'
     """
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, engine: Engine = "eager") -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
         if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
@@ -165,19 +234,37 @@ class HFTokenModel:
         self._eos = self._find_eos()
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else min(self._eos, default=0))
+        if engine not in _ENGINES:
+            raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
+        self.engine = engine
+        self._pool: StaticPool | None = None
+        if engine != "eager":
+            check_static_model(model, engine)
+            if engine == "compiled":
+                compile_regions(model)
+            self._pool = StaticPool(model, graphs=engine != "static")
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, dtype: DType = "float32", device: str = "cpu"
+        cls,
+        name_or_path: str,
+        *,
+        dtype: DType = "float32",
+        device: str = "cpu",
+        engine: Engine = "eager",
     ) -> HFTokenModel:
-        """Load a model and its tokenizer with transformers (``dtype``, ``device``).
+        """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
 
         >>> HFTokenModel.from_pretrained("./reader-lm", dtype="bfloat16")  # doctest: +SKIP
+        >>> HFTokenModel.from_pretrained(  # doctest: +SKIP
+        ...     "./reader-lm", dtype="bfloat16", device="cuda", engine="cuda_graphs")
         """
         tdtype = _torch_dtype(dtype)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model: Any = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=tdtype)
-        return cls(model.to(device), tokenizer)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            name_or_path, dtype=tdtype, attn_implementation="sdpa"
+        )
+        return cls(model.to(device), tokenizer, engine=engine)
 
     def _find_eos(self) -> frozenset[int]:
         found: set[int] = set()
@@ -229,6 +316,8 @@ class HFTokenModel:
         rows = [self.prompt_ids(p) for p in _check_prompts(prompts)]
         if any(not r for r in rows):
             raise ValueError("every prompt must encode to at least one token")
+        if self._pool is not None:
+            return HFStaticSession(self, rows)
         return HFTokenSession(self, rows)
 
     def prefill_logprobs(self, prompts: Sequence[str]) -> HFTokenSession:
@@ -268,16 +357,21 @@ class HFTextModel:
     ['...']
     """
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        self.token_model = HFTokenModel(model, tokenizer)
+    def __init__(self, model: Any, tokenizer: Any, *, engine: Engine = "eager") -> None:
+        self.token_model = HFTokenModel(model, tokenizer, engine=engine)
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str, *, dtype: DType = "float32", device: str = "cpu"
+        cls,
+        name_or_path: str,
+        *,
+        dtype: DType = "float32",
+        device: str = "cpu",
+        engine: Engine = "eager",
     ) -> HFTextModel:
         """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
-        tm = HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device)
-        return cls(tm.model, tm.tokenizer)
+        tm = HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device, engine=engine)
+        return cls(tm.model, tm.tokenizer, engine=engine)
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One greedy completion per prompt, in order (new text only).
