@@ -10,10 +10,12 @@ from dprag_core.mechanisms.exponential import exponential_mechanism, exponential
 from dprag_core.mechanisms.limited_domain import limited_domain_top1
 from dprag_core.mechanisms.noise import discrete_laplace, gaussian, gumbel, laplace
 from dprag_core.mechanisms.sparse_vector import AboveThreshold
+from dprag_core.mechanisms.sparse_vote import SparseVoteRule
 
 __all__ = [
     "AboveThreshold",
     "RngLike",
+    "SparseVoteRule",
     "discrete_laplace",
     "exponential_mechanism",
     "exponential_probabilities",
