@@ -30,7 +30,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, requirement

@@ -48,7 +48,7 @@ from typing_extensions import Self
 from dprag_core._validation import positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument

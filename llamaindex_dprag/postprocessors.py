@@ -42,7 +42,7 @@ from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit

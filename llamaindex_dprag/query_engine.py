@@ -52,7 +52,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
     charge_query,

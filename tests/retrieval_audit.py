@@ -30,7 +30,7 @@ from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAcc
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.audit import AuditResult, audit_epsilon
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
 

@@ -47,8 +47,8 @@ from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.icl import dp_icl_token
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context

@@ -61,8 +61,8 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
 from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter

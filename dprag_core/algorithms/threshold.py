@@ -36,7 +36,7 @@ from typing import Any
 
 from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
 from dprag_core.budget import Budget
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from dprag_core._validation import positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 
 __all__ = [
     "METRIC_NAMES",

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dprag_core._validation import positive_finite
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 
 __all__ = ["Size", "discrete_laplace", "gaussian", "gumbel", "laplace"]
 

@@ -39,12 +39,12 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core._validation import positive_finite, positive_int, probability
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.limited_domain import (
     limited_domain_candidates_sparse,
     limited_domain_sample,
 )
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
 

@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dprag_core.accounting.ledger import Ledger, charge_active
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.mechanisms.threshold import Utility, dp_threshold
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale

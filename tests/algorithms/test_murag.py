@@ -21,7 +21,7 @@ from dprag_core.accounting.ledger import (
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
