@@ -51,7 +51,6 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
@@ -67,6 +66,7 @@ from dprag_core.pipeline import (
     retrieve_for,
 )
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function

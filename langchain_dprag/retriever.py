@@ -45,7 +45,6 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 from typing_extensions import Self
 
-from dprag_core._validation import positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -53,6 +52,7 @@ from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.validation import positive_finite, positive_int
 from langchain_dprag._sealed import run_sealed
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import (

@@ -38,7 +38,6 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
@@ -48,6 +47,7 @@ from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.validation import finite, positive_finite, positive_int
 from llamaindex_dprag.units import check_score_range, node_unit, score_scale
 
 __all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]

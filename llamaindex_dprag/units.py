@@ -34,9 +34,9 @@ from typing import Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
-from dprag_core._validation import finite
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.validation import finite
 
 __all__ = [
     "ScoreDirection",

@@ -20,9 +20,9 @@ True
 
 from __future__ import annotations
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.composition import BOUNDS, composition_fits, max_compositions
 from dprag_core.budget import Budget
+from dprag_core.validation import positive_int
 
 __all__ = ["per_token_epsilon"]
 

@@ -50,7 +50,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaln
 
-from dprag_core._validation import positive_int, probability
 from dprag_core.accounting.rdp import (
     DEFAULT_ORDERS,
     bounded_range_rdp,
@@ -58,6 +57,7 @@ from dprag_core.accounting.rdp import (
     rdp_to_dp,
 )
 from dprag_core.budget import FIT_SLACK, Budget
+from dprag_core.validation import positive_int, probability
 
 __all__ = [
     "BOUNDS",

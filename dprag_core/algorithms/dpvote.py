@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from dprag_core._validation import nonnegative_finite, positive_finite, probability
 from dprag_core.accounting.composition import CompositionCount
 from dprag_core.accounting.dpvote import default_delta_token, token_limit
 from dprag_core.algorithms._voting import Choice, VotingMechanism
@@ -60,6 +59,7 @@ from dprag_core.mechanisms.limited_domain import BOTTOM
 from dprag_core.mechanisms.sparse_vote import SELECTIONS, Selection, SparseVoteRule, vote_select
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
+from dprag_core.validation import nonnegative_finite, positive_finite, probability
 
 __all__ = ["DPSparseVote", "DPVote", "SparseVoteRule"]
 

@@ -41,7 +41,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from dprag_core._validation import nonnegative_finite, positive_finite, positive_int
 from dprag_core.accounting.icl import ICLParameters, calibrate_icl
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms.base import StreamingMechanism
@@ -53,6 +52,7 @@ from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import nonnegative_finite, positive_finite, positive_int
 
 __all__ = ["DPICL"]
 

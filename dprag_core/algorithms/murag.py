@@ -56,7 +56,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
 from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
@@ -67,6 +66,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter
 from dprag_core.retrieval.units import best_chunk_per_unit
+from dprag_core.validation import finite, positive_finite, positive_int
 
 __all__ = ["MuRAG", "MuRAGAda", "NaiveMulti"]
 

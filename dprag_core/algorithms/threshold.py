@@ -34,7 +34,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.mechanisms.threshold import Utility
@@ -42,6 +41,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import dp_threshold_select
 from dprag_core.retrieval.units import group_by_unit
+from dprag_core.validation import finite, nonnegative_finite, positive_finite, positive_int
 
 __all__ = ["DPThreshold", "group_by_unit"]
 

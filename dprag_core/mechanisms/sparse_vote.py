@@ -38,7 +38,6 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.limited_domain import (
     limited_domain_candidates_sparse,
@@ -47,6 +46,7 @@ from dprag_core.mechanisms.limited_domain import (
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
+from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = ["MAX_CHANGED", "SELECTIONS", "Selection", "SparseVoteRule", "vote_select"]
 

@@ -38,7 +38,7 @@ import numpy.typing as npt
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 
 __all__ = ["HFTextModel", "HFTokenModel", "HFTokenSession"]
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Literal
 
-from dprag_core._validation import finite
+from dprag_core.validation import finite
 
 __all__ = ["COSINE_SCALE", "Direction", "ScoreScale", "as_scale"]
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dprag_core._validation import positive_int
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
 __all__ = ["best_chunk_per_unit", "first_chunk_per_unit", "group_by_unit", "top_units"]
 
