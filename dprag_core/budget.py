@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from dprag_core._validation import positive_finite, probability
+from dprag_core.validation import positive_finite, probability
 
 __all__ = ["FIT_SLACK", "Budget", "DPAnswer", "PrivacyBudgetExhausted"]
 

@@ -25,17 +25,17 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, requirement
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import top_units
+from dprag_core.validation import positive_int
 
 __all__ = [
     "CORE_SOURCES",

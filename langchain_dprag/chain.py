@@ -51,12 +51,11 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
     charge_query,
@@ -67,6 +66,7 @@ from dprag_core.pipeline import (
     retrieve_for,
 )
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function

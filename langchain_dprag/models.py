@@ -36,8 +36,8 @@ from langchain_core.language_models import BaseChatModel, BaseLanguageModel, Bas
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 
-from dprag_core._validation import positive_int
 from dprag_core.quiet_logs import muted_logs
+from dprag_core.validation import positive_int
 
 __all__ = ["LangChainTextModel", "private_copy"]
 

@@ -7,7 +7,9 @@ Two selections, for chains that want the selection step on its own:
   grows from ``fetch_k`` until the last score falls to that bound or the store is
   exhausted), draw a threshold tau with the exponential mechanism whose utility
   peaks where exactly ``k`` units score above tau
-  (``dprag_core.algorithms.threshold.DPThreshold``), return every unit above tau.
+  (``dprag_core.algorithms.threshold.DPThreshold``, running
+  :func:`dprag_core.retrieval.selection.dp_threshold_select`), return every unit
+  above tau.
   Each query costs ``epsilon``, charged to the accountant *before* the store is
   searched. Why every chunk and not the top ``fetch_k`` units: a top-N cut
   turns one added unit into a substitution (one in, one out), so neighbouring
@@ -20,7 +22,8 @@ Two selections, for chains that want the selection step on its own:
 - **MuRAG ledger filter** (MuRAG Alg. 1, lines 3-8): ``ledger`` + ``tau`` +
   ``epsilon_query``. Every unit that scores above the public ``tau`` and still has
   ``epsilon_query`` left is charged ``epsilon_query`` (all of them, not only the
-  ``k`` returned), *before* anything is returned; the best ``k`` are returned.
+  ``k`` returned), *before* anything is returned; the best ``k`` are returned
+  (:func:`dprag_core.retrieval.selection.ledger_filter`).
   The relevant set is every chunk above ``tau`` (the same growing store query),
   so a unit is charged on its own score alone.
 
@@ -42,15 +45,14 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, model_validator
 from typing_extensions import Self
 
-from dprag_core._validation import positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
-from dprag_core.algorithms.murag import charge_active
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.units import best_chunk_per_unit
+from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.validation import positive_finite, positive_int
 from langchain_dprag._sealed import run_sealed
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import (
@@ -163,7 +165,7 @@ class DPRetriever(BaseRetriever):
         from dprag_core.algorithms.threshold import DPThreshold
 
         assert self.accountant is not None and self.epsilon is not None
-        selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function.bounds, k=k)
+        selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function, k=k)
         self.accountant.charge(selector.cost())
         # every chunk above the public lower bound: no top-N cut (module docstring)
         low = self.score_function.low
@@ -173,18 +175,14 @@ class DPRetriever(BaseRetriever):
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
         relevant = retrieve_above(search, query, self.tau, initial_k=self.fetch_k)
-        # MuRAG's own step: units without budget (also those a concurrent query just
-        # spent) drop out silently; an error naming them would signal their exhaustion
-        active = set(
-            charge_active(
-                self.ledger,
-                f"dpretriever-{uuid.uuid4()}",
-                sorted({d.unit for d in relevant}),
-                self.epsilon_query,
-            )
+        return ledger_filter(
+            relevant,
+            ledger=self.ledger,
+            tau=self.tau,
+            cost=self.epsilon_query,
+            k=k,
+            query_id=f"dpretriever-{uuid.uuid4()}",
         )
-        # one best chunk per unit, as MuRAG's TOP-K: a unit must not take several slots
-        return best_chunk_per_unit(d for d in relevant if d.unit in active)[:k]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None

@@ -14,7 +14,10 @@ threshold's bounds live on that range. Stores disagree on what a score is:
 - a store whose relevance scores are correct and in [0, 1] -> :data:`RELEVANCE`.
 
 Converted scores are clipped into the declared range (a public, per-document
-transform). :func:`faiss_inner_product` builds the recommended FAISS store.
+transform); a :class:`ScoreFunction` is the core's
+:class:`~dprag_core.retrieval.scores.ScoreScale` (one NaN policy for every
+adapter) plus which store method to call and which metrics it fits.
+:func:`faiss_inner_product` builds the recommended FAISS store.
 
 Distances are never silently read as similarities: where a store exposes what
 its raw scores are (:func:`store_metric`: ``InMemoryVectorStore`` is cosine, a
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +47,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from dprag_core._validation import finite
+from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.ties import tie_complete
 from langchain_dprag.units import document_id
 
@@ -64,21 +67,20 @@ __all__ = [
 ]
 
 
-def _identity(raw: float) -> float:
-    return raw
-
-
 def _squared_l2_to_cosine(raw: float) -> float:
     return 1.0 - raw / 2.0
 
 
 @dataclass(frozen=True)
-class ScoreFunction:
-    """How a store's raw scores become similarities on a public range [low, high].
+class ScoreFunction(ScoreScale):
+    """A :class:`~dprag_core.retrieval.scores.ScoreScale` plus how to read a LangChain store.
 
-    ``transform`` maps a raw score to a similarity (higher = more relevant);
-    ``relevance=True`` reads ``similarity_search_with_relevance_scores`` instead
-    of ``similarity_search_with_score``. ``metrics``: the raw store metrics
+    The scale (public range [low, high], ``transform``, ``direction``, the one
+    NaN policy of :meth:`~dprag_core.retrieval.scores.ScoreScale.convert`: an
+    unusable score becomes NaN and its document a placeholder, never an error)
+    is the core's. Added here: ``relevance=True`` reads
+    ``similarity_search_with_relevance_scores`` instead of
+    ``similarity_search_with_score``; ``metrics``: the raw store metrics
     (:func:`store_metric`) this function is valid for; ``None`` (the default for
     your own functions) declares it valid for the store you use it with.
 
@@ -86,33 +88,8 @@ class ScoreFunction:
     -0.5
     """
 
-    name: str
-    low: float
-    high: float
-    transform: Callable[[float], float] = _identity
     relevance: bool = False
     metrics: frozenset[str] | None = None
-
-    def __post_init__(self) -> None:
-        low, high = finite("low", self.low), finite("high", self.high)
-        if not low < high:
-            raise ValueError(f"low must be < high, got low={low!r}, high={high!r}")
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        """The public range ``(low, high)``."""
-        return (self.low, self.high)
-
-    def convert(self, raw: float) -> float:
-        """The similarity of a raw store score, clipped into the public range.
-
-        NaN stays NaN: the document is then dropped (a placeholder keeps its
-        slot, :func:`~dprag_core.retrieval.documents.admit`), never ranked.
-        """
-        value = float(self.transform(float(raw)))
-        if math.isnan(value):
-            return math.nan
-        return min(max(value, self.low), self.high)
 
 
 COSINE = ScoreFunction("cosine", low=-1.0, high=1.0, metrics=frozenset({"cosine", "inner_product"}))

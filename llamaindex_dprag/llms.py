@@ -29,8 +29,8 @@ from typing import Any
 
 from llama_index.core.llms import LLM
 
-from dprag_core._validation import positive_int
 from dprag_core.errors import aguarded, guarded
+from dprag_core.validation import positive_int
 from llamaindex_dprag._quiet import private_section
 
 __all__ = ["LlamaIndexTextModel"]

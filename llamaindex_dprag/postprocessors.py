@@ -38,43 +38,27 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.algorithms.murag import charge_active
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit
-from dprag_core.retrieval.units import best_chunk_per_unit
-from llamaindex_dprag.units import (
-    check_direction,
-    check_score_range,
-    node_unit,
-    normalise_score,
-)
+from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.validation import finite, positive_finite, positive_int
+from llamaindex_dprag.units import check_score_range, node_unit, score_scale
 
 __all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]
 
 
 def _scored(
-    nodes: Sequence[NodeWithScore],
-    *,
-    unit_key: str | None,
-    score_direction: str,
-    score_range: tuple[float, float] | None,
+    nodes: Sequence[NodeWithScore], *, unit_key: str | None, scale: ScoreScale
 ) -> list[ScoredDocument]:
     # text stays out: selection needs ids, scores and units only; unusable nodes drop out
-    direction = check_direction(score_direction)
     docs = [
-        admit(
-            n.node.node_id,
-            "",
-            normalise_score(n.score, score_direction=direction, score_range=score_range),
-            node_unit(n.node, unit_key),
-            slot=slot,
-        )
+        admit(n.node.node_id, "", scale.convert(n.score), node_unit(n.node, unit_key), slot=slot)
         for slot, n in enumerate(nodes)
     ]
     return [d for d in docs if not d.is_padding]
@@ -136,6 +120,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     accountant: CorpusAccountant = Field(exclude=True)
 
     _threshold: Any = PrivateAttr()
+    _scale: Any = PrivateAttr()
     _rng: Any = PrivateAttr(default=None)
 
     def __init__(
@@ -152,21 +137,18 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
         unit_key: str | None = None,
         rng: RngLike = None,
     ) -> None:
-        direction = check_direction(score_direction)
-        checked = check_score_range(score_range)
-        if checked is None:
+        if score_range is None:
             raise ValueError("score_range is required: the public (low, high) range of the scores")
-        low, high = checked
-        bounds = (-high, -low) if direction == "distance" else (low, high)
+        scale = score_scale(score_direction=score_direction, score_range=score_range)
         if utility not in ("top_k", "top_p"):
             raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
         threshold = DPThreshold(
-            epsilon=epsilon, bounds=bounds, utility=cast(Utility, utility), k=k, p=p, alpha=alpha
+            epsilon=epsilon, bounds=scale, utility=cast(Utility, utility), k=k, p=p, alpha=alpha
         )
         fields: dict[str, Any] = {
             "epsilon": threshold.epsilon,
-            "score_range": (low, high),
-            "score_direction": direction,
+            "score_range": check_score_range(score_range),
+            "score_direction": scale.direction,
             "utility": utility,
             "k": threshold.k,
             "p": threshold.p,
@@ -176,6 +158,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
         }
         super().__init__(**fields)
         self._threshold = threshold
+        self._scale = scale
         self._rng = None if rng is None else make_rng(rng)
 
     @classmethod
@@ -197,14 +180,8 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         self.accountant.charge(self.cost())
-        docs = _scored(
-            nodes,
-            unit_key=self.unit_key,
-            score_direction=self.score_direction,
-            score_range=self.score_range,
-        )
-        chosen = self._threshold.select(docs, rng=self._rng)
-        return _pick(nodes, sorted(chosen, key=lambda d: -d.score))
+        docs = _scored(nodes, unit_key=self.unit_key, scale=self._scale)
+        return _pick(nodes, self._threshold.select(docs, rng=self._rng))
 
     def __repr__(self) -> str:
         return f"DPThresholdPostprocessor(epsilon={self.epsilon}, utility={self.utility!r})"
@@ -252,6 +229,8 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
     score_range: tuple[float, float] | None = None
     ledger: Any = Field(exclude=True)
 
+    _scale: Any = PrivateAttr()
+
     def __init__(
         self,
         *,
@@ -266,16 +245,18 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
         for method in ("charge", "active"):
             if not callable(getattr(ledger, method, None)):
                 raise TypeError(f"ledger must be a dprag Ledger, got {type(ledger).__name__}")
+        scale = score_scale(score_direction=score_direction, score_range=score_range)
         fields: dict[str, Any] = {
             "epsilon_query": positive_finite("epsilon_query", epsilon_query),
             "tau": finite("tau", tau),
             "k": positive_int("k", k),
             "unit_key": unit_key,
-            "score_direction": check_direction(score_direction),
+            "score_direction": scale.direction,
             "score_range": check_score_range(score_range),
             "ledger": ledger,
         }
         super().__init__(**fields)
+        self._scale = scale
 
     @classmethod
     def class_name(cls) -> str:
@@ -284,22 +265,15 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        docs = _scored(
-            nodes,
-            unit_key=self.unit_key,
-            score_direction=self.score_direction,
-            score_range=self.score_range,
+        docs = _scored(nodes, unit_key=self.unit_key, scale=self._scale)
+        best = ledger_filter(
+            docs,
+            ledger=self.ledger,
+            tau=self.tau,
+            cost=self.epsilon_query,
+            k=self.k,
+            query_id=f"llamaindex-{uuid.uuid4()}",
         )
-        relevant = [d for d in docs if d.score > self.tau]
-        # MuRAG's own step: one atomic charge of every relevant unit that can afford it
-        charged = set(
-            charge_active(
-                self.ledger, f"llamaindex-{uuid.uuid4()}", [d.unit for d in relevant],
-                self.epsilon_query,
-            )
-        )  # fmt: skip
-        # one best chunk per unit, as MuRAG's TOP-K: a unit must not take several slots
-        best = best_chunk_per_unit(d for d in relevant if d.unit in charged)[: self.k]
         return _pick(nodes, best)
 
     def __repr__(self) -> str:

@@ -47,12 +47,11 @@ from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
     charge_query,
@@ -64,6 +63,7 @@ from dprag_core.pipeline import (
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 from llamaindex_dprag._quiet import private_section
 from llamaindex_dprag.sources import (
     LLAMAINDEX_SOURCES,

@@ -10,7 +10,9 @@ known unit and is dropped.
 Scores: dprag wants "higher = more relevant". Stores that return distances
 (FAISS ``IndexFlatL2``) declare ``score_direction="distance"`` and their score
 becomes ``-distance``; a public ``score_range`` (in the store's own units) clips
-scores into it. A node without a finite score is dropped.
+scores into it. Both make the core's
+:class:`~dprag_core.retrieval.scores.ScoreScale` (:func:`score_scale`), with its
+one NaN policy: a node without a finite score is dropped.
 
 Dropped, never an error: nodes are converted after the query was charged, so an
 exception would depend on the private data. A dropped node becomes a
@@ -32,8 +34,9 @@ from typing import Literal
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
-from dprag_core._validation import finite
 from dprag_core.retrieval.documents import ScoredDocument, admit
+from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.validation import finite
 
 __all__ = [
     "ScoreDirection",
@@ -41,6 +44,7 @@ __all__ = [
     "check_score_range",
     "node_unit",
     "normalise_score",
+    "score_scale",
     "to_scored_document",
     "to_scored_documents",
 ]
@@ -89,6 +93,29 @@ def check_direction(score_direction: str) -> ScoreDirection:
     raise ValueError(f"score_direction must be 'similarity' or 'distance', got {score_direction!r}")
 
 
+def score_scale(
+    *,
+    score_direction: str = "similarity",
+    score_range: tuple[float, float] | None = None,
+) -> ScoreScale:
+    """The core :class:`~dprag_core.retrieval.scores.ScoreScale` of a LlamaIndex store.
+
+    ``score_range`` is in the store's own units (distances for
+    ``"distance"``); ``None`` keeps every finite score unclipped.
+
+    >>> score_scale(score_direction="distance", score_range=(0.0, 2.0)).bounds
+    (-2.0, -0.0)
+    """
+    direction = check_direction(score_direction)
+    checked = check_score_range(score_range)
+    if checked is None:
+        return ScoreScale.unclipped(direction)
+    low, high = checked
+    if direction == "distance":
+        return ScoreScale("distance", low=-high, high=-low, direction="distance")
+    return ScoreScale("similarity", low=low, high=high)
+
+
 def normalise_score(
     score: float | None,
     *,
@@ -102,12 +129,23 @@ def normalise_score(
     >>> normalise_score(0.3, score_direction="distance", score_range=(0.0, 2.0))
     -0.3
     """
-    if score is None or not math.isfinite(float(score)):
-        return math.nan
-    value = float(score)
-    if score_range is not None:
-        value = min(max(value, score_range[0]), score_range[1])
-    return -value if score_direction == "distance" else value
+    return score_scale(score_direction=score_direction, score_range=score_range).convert(score)
+
+
+def _scored_node(
+    node: NodeWithScore,
+    *,
+    unit_key: str | None,
+    scale: ScoreScale,
+    metadata_mode: MetadataMode,
+    slot: int,
+) -> ScoredDocument:
+    unit = node_unit(node.node, unit_key)
+    score = scale.convert(node.score)
+    if unit is None or math.isnan(score):
+        return ScoredDocument.padding(slot)  # before reading the text: it is not used
+    text = node.node.get_content(metadata_mode=metadata_mode)
+    return admit(node.node.node_id, text, score, unit, slot=slot)
 
 
 def to_scored_document(
@@ -127,12 +165,10 @@ def to_scored_document(
     >>> to_scored_document(NodeWithScore(node=TextNode(id_="a", text="t"))).is_padding
     True
     """
-    unit = node_unit(node.node, unit_key)
-    score = normalise_score(node.score, score_direction=score_direction, score_range=score_range)
-    if unit is None or math.isnan(score):
-        return ScoredDocument.padding(slot)  # before reading the text: it is not used
-    text = node.node.get_content(metadata_mode=metadata_mode)
-    return admit(node.node.node_id, text, score, unit, slot=slot)
+    scale = score_scale(score_direction=score_direction, score_range=score_range)
+    return _scored_node(
+        node, unit_key=unit_key, scale=scale, metadata_mode=metadata_mode, slot=slot
+    )
 
 
 def to_scored_documents(
@@ -151,14 +187,8 @@ def to_scored_documents(
     >>> [d.id for d in to_scored_documents(ns)]
     ['b', 'a']
     """
+    scale = score_scale(score_direction=score_direction, score_range=score_range)
     return [
-        to_scored_document(
-            n,
-            unit_key=unit_key,
-            score_direction=score_direction,
-            score_range=score_range,
-            metadata_mode=metadata_mode,
-            slot=slot,
-        )
+        _scored_node(n, unit_key=unit_key, scale=scale, metadata_mode=metadata_mode, slot=slot)
         for slot, n in enumerate(nodes)
     ]

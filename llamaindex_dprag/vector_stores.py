@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 
 __all__ = ["COSINE_RANGE", "cosine_faiss_store"]
 

@@ -13,7 +13,7 @@ public entry point (PrivateRAG, DPRAGChain, DPQueryEngine, ...) on both with a
 Retrieval is deterministic given the corpus (only the vote is random), so it runs
 once per corpus and the vote is sampled ``TRIALS`` times, vectorised; a
 transcript of several queries is the tuple of their votes. The statistical audit
-(:func:`dprag_core.eval.audit.audit_epsilon`) must stay at or below the claim, and
+(:func:`dprag_core.audit.audit_epsilon`) must stay at or below the claim, and
 today's broken retrieval (the mutation) must exceed it.
 
 Document texts carry their labels: ``"A:1 B:0"`` votes 1 for question ``A``.
@@ -28,9 +28,9 @@ import numpy as np
 
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.audit import AuditResult, audit_epsilon
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.eval.audit import AuditResult, audit_epsilon
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
 

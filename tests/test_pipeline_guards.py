@@ -21,7 +21,7 @@ from dprag_core import InMemoryCorpusAccountant, PrivateRAG
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.errors import PrivateDataError, reveal_private_errors
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 
 

@@ -10,7 +10,6 @@ from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAcc
 from dprag_core.accounting.calibration import per_token_epsilon
 from dprag_core.accounting.composition import (
     BOUNDS,
-    FIT_SLACK,
     MAX_COUNT,
     CompositionCount,
     advanced_composition,
@@ -35,7 +34,6 @@ from dprag_core.accounting.rdp import (
 __all__ = [
     "BOUNDS",
     "DEFAULT_ORDERS",
-    "FIT_SLACK",
     "MAX_COUNT",
     "CompositionCount",
     "CorpusAccountant",

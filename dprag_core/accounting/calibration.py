@@ -1,21 +1,28 @@
 """Calibrate a per-step ε₀ so that a given number of steps fits a total budget.
 
 :func:`per_token_epsilon` inverts :func:`~dprag_core.accounting.composition.max_compositions`:
-the largest ε₀ such that ``tokens`` adaptive compositions of an ε₀-DP step
+the largest ε₀ such that ``tokens`` adaptive compositions of a pure ε₀-DP step
 (an exponential mechanism with ``bounded_range=True``) fit within ``total``
-under at least one valid composition bound. DP-ICL, for instance, calibrates
-its per-token ε over ``max_new_tokens`` with ``bounded_range=True``.
+under at least one valid composition bound. Use it to size a mechanism's
+per-token ε from the answer length you want: for MuRAG's pure DPSparseVote
+(``selection="exponential"``, whose private token is a pure ε_token-DP step)
+``epsilon_token=per_token_epsilon(Budget(ε, δ), n)`` gives at least ``n``
+private tokens (c_max >= n, :func:`~dprag_core.accounting.dpvote.token_limit`).
 
+>>> from dprag_core.accounting.dpvote import token_limit
 >>> eps0 = per_token_epsilon(Budget(10.0, 1e-6), 346)
 >>> 0.1 <= eps0 < 0.1003
+True
+>>> token_limit(epsilon=10.0, delta=1e-6, epsilon_token=eps0, delta_token=0.0,
+...             exponential_svt=True).count >= 346
 True
 """
 
 from __future__ import annotations
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.composition import BOUNDS, composition_fits, max_compositions
 from dprag_core.budget import Budget
+from dprag_core.validation import positive_int
 
 __all__ = ["per_token_epsilon"]
 

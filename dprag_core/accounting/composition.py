@@ -21,7 +21,7 @@ takes the maximum and reports which bound won:
   exponential mechanisms (``bounded_range=True``, δ₀ = 0).
 
 A composed guarantee "fits" a total budget with the relative slack
-:data:`FIT_SLACK` (1e-12, as :meth:`dprag_core.budget.Budget.covers`), shared by
+:data:`dprag_core.budget.FIT_SLACK` (1e-12, as :meth:`dprag_core.budget.Budget.covers`), shared by
 the corpus accountant and the other calibrations, so that 100 steps of ε₀ = 0.1
 fit ε = 10 (in floating point 10 // 0.1 == 99).
 
@@ -50,7 +50,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import gammaln
 
-from dprag_core._validation import positive_int, probability
 from dprag_core.accounting.rdp import (
     DEFAULT_ORDERS,
     bounded_range_rdp,
@@ -58,10 +57,10 @@ from dprag_core.accounting.rdp import (
     rdp_to_dp,
 )
 from dprag_core.budget import FIT_SLACK, Budget
+from dprag_core.validation import positive_int, probability
 
 __all__ = [
     "BOUNDS",
-    "FIT_SLACK",
     "MAX_COUNT",
     "CompositionCount",
     "advanced_composition",

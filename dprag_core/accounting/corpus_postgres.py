@@ -25,13 +25,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
-from dprag_core.accounting.ledger.base import LedgerUnavailable, check_table, reused_id
+from dprag_core.accounting.ledger.base import LedgerUnavailable, check_table
 from dprag_core.accounting.ledger.postgres import PostgresSchema, drop_schema
 from dprag_core.accounting.ledger.postgres_store import (
     INIT_HINT,
     PostgresStore,
     PostgresTimeouts,
-    psycopg_module,
 )
 from dprag_core.budget import Budget
 
@@ -136,26 +135,19 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
         """
         acc = cls(dsn, total=total, table=table, create=True)
         try:
-            if grant_to is not None:
-                role = check_table(grant_to)
-                acc._store.run(lambda conn: acc._schema.grant(conn, role))
+            acc._schema.grant_runtime(acc._store, grant_to)
         finally:
             acc.close()
 
     def _open(self, conn: psycopg.Connection[Any], *, create: bool) -> tuple[int, int]:
-        self._schema.check(conn, create=create)
-        read = self._schema.sql("SELECT total_epsilon, total_delta FROM {budget}")
-        row = conn.execute(read).fetchone()
-        if row is None and create:
-            conn.execute(
-                self._schema.sql(
-                    "INSERT INTO {budget} VALUES (1, %s, %s, 0, 0, 0) ON CONFLICT (id) DO NOTHING"
-                ),
-                (self._total_eps, self._total_delta),
-            )
-            row = conn.execute(read).fetchone()
-        if row is None:
-            raise LedgerUnavailable(f"the PostgreSQL corpus budget holds no total: {INIT_HINT}")
+        row = self._schema.open_row(
+            conn,
+            create=create,
+            read="SELECT total_epsilon, total_delta FROM {budget}",
+            insert="INSERT INTO {budget} VALUES (1, %s, %s, 0, 0, 0) ON CONFLICT (id) DO NOTHING",
+            values=(self._total_eps, self._total_delta),
+            missing="the PostgreSQL corpus budget holds no total",
+        )
         return int(row[0]), int(row[1])
 
     def _state(self) -> tuple[int, int, int]:
@@ -170,18 +162,8 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
         return self._store.run(work)
 
     def _charge(self, query_id: str, epsilon: int, delta: int) -> bool:
-        pg = psycopg_module()
-
         def work(conn: psycopg.Connection[Any]) -> bool:
-            try:
-                row = conn.execute(
-                    self._schema.sql("SELECT {charge}(%s, %s, %s, %s)"),
-                    (query_id, epsilon, delta, time.time()),
-                ).fetchone()
-            except pg.Error as exc:
-                if getattr(exc, "sqlstate", None) == "DPREU":
-                    raise reused_id() from None
-                raise
+            row = self._schema.call_charge(conn, (query_id, epsilon, delta, time.time()))
             return row is not None and row[0] != "exhausted"
 
         return self._store.run(work, charge=True)

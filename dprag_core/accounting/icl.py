@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
-from dprag_core._validation import positive_finite, positive_int
-from dprag_core.accounting.composition import FIT_SLACK
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, rdp_to_dp
-from dprag_core.budget import Budget
+from dprag_core.budget import FIT_SLACK, Budget
+from dprag_core.validation import positive_finite, positive_int
 
 __all__ = ["ICL_BOUNDS", "ICLParameters", "calibrate_icl", "icl_epsilon"]
 

@@ -52,7 +52,6 @@ from scipy.optimize import brentq
 from scipy.special import expit, log_ndtr
 from scipy.stats import norm
 
-from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.accounting.rdp import (
     DEFAULT_ORDERS,
     bounded_range_rdp,
@@ -60,6 +59,7 @@ from dprag_core.accounting.rdp import (
     rdp_to_dp,
 )
 from dprag_core.budget import Budget
+from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = [
     "KSA_BOUNDS",

@@ -34,8 +34,8 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dprag_core._validation import positive_finite, probability
 from dprag_core.budget import Budget
+from dprag_core.validation import positive_finite, probability
 
 __all__ = [
     "DEFAULT_ORDERS",

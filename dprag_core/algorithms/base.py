@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 
 __all__ = ["Mechanism", "StreamingMechanism", "check_question"]

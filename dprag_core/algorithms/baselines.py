@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from dprag_core._validation import positive_int
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms._voting import Choice, VotingMechanism, check_template
 from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import DPAnswer
-from dprag_core.mechanisms._rng import RngLike
 from dprag_core.mechanisms.histogram import SparseCounts
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
 __all__ = ["RAG", "NonRAG", "VoteRAG"]
 

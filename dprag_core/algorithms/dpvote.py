@@ -26,9 +26,12 @@ monotone). Every mechanism below is calibrated for that relation.
 Cost per token does not grow with the vocabulary: the engine hands over the m + 1
 greedy token ids, the histogram keeps only its ≤ m non-zero counts
 (:class:`~dprag_core.mechanisms.histogram.SparseCounts`), and both selections are
-exact O(m) samplers of the same full-vocabulary mechanisms (:func:`_select`).
+exact O(m) samplers of the same full-vocabulary mechanisms
+(:func:`~dprag_core.mechanisms.sparse_vote.vote_select`). The composed per-token rule
+of DPSparseVote, with its claim, is
+:class:`~dprag_core.mechanisms.sparse_vote.SparseVoteRule`.
 
-c_max comes from :func:`~dprag_core.accounting.token_budget.token_limit`: the
+c_max comes from :func:`~dprag_core.accounting.dpvote.token_limit`: the
 tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
 and for the exponential variant the mixed SVT + bounded-range RDP curve);
 ``details["c_max_bound"]`` says which won. The guarantee of every answer is the
@@ -43,146 +46,22 @@ query budget Budget(epsilon, delta), charged before retrieval by the pipeline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from dprag_core._validation import (
-    nonnegative_finite,
-    positive_finite,
-    positive_int,
-    probability,
-)
-from dprag_core.accounting.composition import FIT_SLACK, CompositionCount
-from dprag_core.accounting.token_budget import default_delta_token, token_limit
+from dprag_core.accounting.composition import CompositionCount
+from dprag_core.accounting.dpvote import default_delta_token, token_limit
 from dprag_core.algorithms._voting import Choice, VotingMechanism
-from dprag_core.budget import Budget
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.budget import FIT_SLACK, Budget
 from dprag_core.mechanisms.histogram import SparseCounts
-from dprag_core.mechanisms.limited_domain import (
-    BOTTOM,
-    limited_domain_candidates_sparse,
-    limited_domain_sample,
-)
-from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
-from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
+from dprag_core.mechanisms.limited_domain import BOTTOM
+from dprag_core.mechanisms.sparse_vote import SELECTIONS, Selection, SparseVoteRule, vote_select
 from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
+from dprag_core.validation import nonnegative_finite, positive_finite, probability
 
 __all__ = ["DPSparseVote", "DPVote", "SparseVoteRule"]
-
-Selection = Literal["limited_domain", "exponential"]
-_SELECTIONS = ("limited_domain", "exponential")
-#: One voter's vote moving from token a to token b changes 2 counts (substitution).
-_MAX_CHANGED = 2
-
-
-def _select(
-    counts: SparseCounts,
-    *,
-    selection: Selection,
-    epsilon: float,
-    delta: float,
-    k_bar: int,
-    size: int,
-    rng: np.random.Generator,
-    domain: npt.NDArray[np.intp] | None = None,
-) -> npt.NDArray[np.intp]:
-    """``size`` independent private selections from one histogram (-1 = ⊥), in O(m).
-
-    Both selections read only the non-zero counts and are exactly the dense
-    mechanisms on ``counts.dense()``: the exponential mechanism via
-    :func:`~dprag_core.mechanisms.sparse_exponential.sparse_exponential_sample`
-    (``domain``, public sorted ids, restricts it), LimitedDomain via
-    :func:`~dprag_core.mechanisms.limited_domain.limited_domain_candidates_sparse`.
-    """
-    if selection == "exponential":
-        return sparse_exponential_sample(
-            counts,
-            epsilon=epsilon,
-            sensitivity=1.0,
-            monotone=False,
-            size=size,
-            domain=domain,
-            rng=rng,
-        )
-    candidates = limited_domain_candidates_sparse(
-        counts,
-        epsilon=epsilon,
-        delta=delta,
-        k_bar=k_bar,
-        max_changed=_MAX_CHANGED,
-        monotone=False,
-    )
-    return limited_domain_sample(candidates, size=size, rng=rng)
-
-
-class SparseVoteRule:
-    """The DPSparseVote token rule for ``runs`` independent answers in lockstep.
-
-    :class:`DPSparseVote` uses ``runs=1``; privacy audits use many runs at once on
-    the same histograms (the code path is the same). :meth:`decide` returns, per
-    run, the token (-1 for ⊥) and whether the step spent budget. ``allowed`` is a
-    public mask of the tokens the exponential selection may return (default: all).
-    Histograms may be dense arrays or :class:`SparseCounts`; either way the
-    selection runs on the non-zero counts (O(m) per step, exact: see :func:`_select`).
-
-    >>> rule = SparseVoteRule(epsilon_token=2.0, delta_token=1e-6, threshold=1.0, m=2,
-    ...                       selection="exponential", rng=0)
-    >>> tokens, spent = rule.decide(np.array([2, 0, 0]), public=0)
-    >>> tokens.tolist(), spent.tolist()
-    ([0], [False])
-    """
-
-    def __init__(
-        self,
-        *,
-        epsilon_token: float,
-        delta_token: float,
-        threshold: float,
-        m: int,
-        selection: Selection,
-        runs: int = 1,
-        allowed: npt.NDArray[np.bool_] | None = None,
-        rng: RngLike = None,
-    ) -> None:
-        if selection not in _SELECTIONS:
-            raise ValueError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
-        self._half = positive_finite("epsilon_token", epsilon_token) / 2
-        self._delta = probability("delta_token", delta_token, allow_zero=selection == "exponential")
-        self._m = positive_int("m", m)
-        self._selection: Selection = selection
-        self._rng = make_rng(rng)
-        # Koga's test  count + Lap(4/e) <= tau + Lap(2/e)  is AboveThreshold on -count vs -tau
-        # (Laplace noise is symmetric), sensitivity 1.
-        self._svt = AboveThresholdBatch(
-            threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
-        )
-        self._runs = runs
-        self._domain = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))
-
-    def decide(
-        self, counts: SparseCounts | npt.ArrayLike, *, public: int
-    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-        """One token step: free public token, or a private selection (spend)."""
-        if not isinstance(counts, SparseCounts):
-            counts = SparseCounts.from_dense(counts)
-        spend = self._svt.test(-float(counts.count(public)))
-        tokens = np.full(self._runs, public, dtype=np.intp)
-        n_spend = int(spend.sum())
-        if n_spend:
-            tokens[spend] = _select(
-                counts,
-                selection=self._selection,
-                epsilon=self._half,
-                delta=self._delta,
-                k_bar=self._m,
-                size=n_spend,
-                rng=self._rng,
-                domain=self._domain,
-            )
-        return tokens, spend
 
 
 def _check_delta_token(
@@ -271,7 +150,7 @@ class DPVote(_DPVotingBase):
     monotone), for any question; at most c_max tokens, each (ε_token, δ_token)-DP,
     c_max from the tightest valid composition bound. ``delta_token`` defaults to
     the largest per-token δ that maximises c_max
-    (:func:`~dprag_core.accounting.token_budget.default_delta_token`).
+    (:func:`~dprag_core.accounting.dpvote.default_delta_token`).
     LimitedDomain uses k̄ = m; its ⊥ stops generation.
 
     >>> DPVote(model, m=30, k=1, epsilon=10.0, delta=1e-4, epsilon_token=1.0,
@@ -319,7 +198,7 @@ class DPVote(_DPVotingBase):
         rng: np.random.Generator,
     ) -> Choice:
         pick = int(
-            _select(
+            vote_select(
                 counts,
                 selection="limited_domain",
                 epsilon=self.epsilon_token,
@@ -381,8 +260,8 @@ class DPSparseVote(_DPVotingBase):
             template=template,
             public_template=public_template,
         )
-        if selection not in _SELECTIONS:
-            raise ValueError(f"selection must be one of {_SELECTIONS}, got {selection!r}")
+        if selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
         self.selection: Selection = selection
         self._set_budget(
             epsilon=epsilon,

@@ -41,18 +41,18 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from dprag_core._validation import nonnegative_finite, positive_finite, positive_int
 from dprag_core.accounting.icl import ICLParameters, calibrate_icl
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.icl import dp_icl_token
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import nonnegative_finite, positive_finite, positive_int
 
 __all__ = ["DPICL"]
 

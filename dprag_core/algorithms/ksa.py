@@ -43,15 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from dprag_core._validation import positive_int
 from dprag_core.accounting.ksa import KSAParameters, calibrate_ksa
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TextModel
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
 __all__ = [
     "DPKSA",

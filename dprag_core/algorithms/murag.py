@@ -53,20 +53,22 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from dprag_core._validation import finite, positive_finite, positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.accounting.ledger import Ledger
+from dprag_core.accounting.ledger import Ledger, charge_active
 from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.scores import ScoreScale, as_scale
+from dprag_core.retrieval.selection import ledger_filter
 from dprag_core.retrieval.units import best_chunk_per_unit
+from dprag_core.validation import finite, positive_finite, positive_int
 
-__all__ = ["MuRAG", "MuRAGAda", "NaiveMulti", "charge_active"]
+__all__ = ["MuRAG", "MuRAGAda", "NaiveMulti"]
 
 _REL = 1e-9  # float slack when comparing epsilons (e.g. M = budget / eps_q)
 
@@ -109,38 +111,8 @@ def _check_ledger(ledger: object, epsilon_query: float) -> tuple[Ledger, float]:
     return ledger, m
 
 
-def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: float) -> list[str]:
-    """Charge ``cost`` to every unit that can afford it; return those charged.
-
-    One atomic charge; if some units lack budget (possibly spent by a concurrent
-    query) they are dropped and the rest is charged again. Budgets only go down,
-    so the result is exactly the units with >= cost left at the commit.
-
-    >>> from dprag_core.accounting.ledger import InMemoryLedger
-    >>> ledger = InMemoryLedger(budget_per_unit=1.0)
-    >>> charge_active(ledger, "q1", ["a"], 1.0), charge_active(ledger, "q2", ["a", "b"], 1.0)
-    (['a'], ['b'])
-    """
-    todo = list(dict.fromkeys(units))
-    while todo:
-        result = ledger.charge(query_id, todo, cost)
-        if result.granted:
-            return todo
-        lacking = set(result.lacking)
-        todo = [u for u in todo if u not in lacking]
-    return []
-
-
-def _top_k_padded(docs: Sequence[ScoredDocument], k: int) -> list[ScoredDocument]:
-    """TOP-K (MuRAG Alg. 3) over privacy units: each unit's best chunk, the k best by
-    score (ties by id), padded to exactly k.
-
-    One row per unit, as in :func:`~dprag_core.retrieval.units.top_units`: a unit
-    with c chunks in the list would otherwise take c slots, and adding it would
-    displace c other units' documents (c voters of ``inner``), while ``inner`` is
-    ε_q-DP only for one substituted slot.
-    """
-    top = best_chunk_per_unit(docs)[:k]
+def _padded(top: list[ScoredDocument], k: int) -> list[ScoredDocument]:
+    """MuRAG's TOP-K result padded with empty documents to exactly ``k``."""
     return top + [ScoredDocument.padding(i) for i in range(k - len(top))]
 
 
@@ -209,7 +181,8 @@ class MuRAG(_Individual):
     ``Budget(epsilon_query)``; ``ledger``: the corpus's per-unit ledger, with
     ``budget_per_unit = M·epsilon_query`` (M >= 1 queries per unit); ``tau``: the
     public relevance threshold, inside ``score_bounds`` (the retriever's public
-    score range); ``k``: documents passed to ``inner`` (default and required:
+    score range: a pair or a :class:`~dprag_core.retrieval.scores.ScoreScale`);
+    ``k``: documents passed to ``inner`` (default and required:
     ``inner.candidates_needed()``). Guarantee: module docstring.
 
     >>> from dprag_core.accounting.ledger import InMemoryLedger
@@ -228,15 +201,11 @@ class MuRAG(_Individual):
         tau: float,
         epsilon_query: float,
         k: int | None = None,
-        score_bounds: tuple[float, float] = (-1.0, 1.0),
+        score_bounds: ScoreScale | tuple[float, float] = (-1.0, 1.0),
     ) -> None:
         self.epsilon_query = positive_finite("epsilon_query", epsilon_query)
-        lo, hi = (finite("score_bounds", b) for b in score_bounds)
-        if not lo < hi:
-            raise ValueError(
-                f"score_bounds must be (low, high) with low < high, got {score_bounds}"
-            )
-        self.score_bounds = (lo, hi)
+        self.score_bounds = as_scale(score_bounds, parameter="score_bounds").bounds
+        lo, hi = self.score_bounds
         tau = finite("tau", tau)
         if not lo <= tau < hi:
             raise ValueError(f"tau must be in the score range [{lo}, {hi}), got {tau!r}")
@@ -252,12 +221,11 @@ class MuRAG(_Individual):
     def _select(
         self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
-        relevant = _relevant(docs, self.tau)
-        charged = set(
-            charge_active(self.ledger, query_id, (d.unit for d in relevant), self.epsilon_query)
-        )
-        top_k = _top_k_padded([d for d in relevant if d.unit in charged], self.k)
-        return top_k, {"tau": self.tau}
+        top = ledger_filter(
+            docs, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=self.k,
+            query_id=query_id,
+        )  # fmt: skip
+        return _padded(top, self.k), {"tau": self.tau}
 
     def __repr__(self) -> str:
         return (
@@ -337,8 +305,9 @@ class MuRAGAda(_Individual):
 
         visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
         usable = set(charge_active(self.ledger, f"{query_id}/rag", found, self.epsilon_rag))
-        top_k = _top_k_padded([d for d in relevant if d.unit in usable], self.k)
-        return top_k, {"bins_visited": visited, "threshold": self.edges[visited]}
+        # TOP-K over units, as in MuRAG (selection.ledger_filter): one best chunk per unit
+        top = best_chunk_per_unit(d for d in relevant if d.unit in usable)[: self.k]
+        return _padded(top, self.k), {"bins_visited": visited, "threshold": self.edges[visited]}
 
     def _details(self) -> dict[str, Any]:
         return {

@@ -1,9 +1,11 @@
 """DPThreshold: DP document selection by a DP similarity threshold (Grislain 2024).
 
 A standalone component (adapters expose it as a retriever and a node
-postprocessor; :class:`dprag_core.algorithms.icl.DPICL` uses it first). It
-samples τ with :func:`dprag_core.mechanisms.threshold.dp_threshold` and keeps
-every privacy unit scoring above τ.
+postprocessor; :class:`dprag_core.algorithms.icl.DPICL` uses it first): the
+validated parameters of the core step
+:func:`dprag_core.retrieval.selection.dp_threshold_select`, which samples τ with
+:func:`dprag_core.mechanisms.threshold.dp_threshold` and keeps every privacy
+unit scoring above τ.
 
 Privacy units: the mechanism needs one score per unit. A unit's score is the
 **maximum** of its chunks' scores (clipped to the public bounds); the selection
@@ -30,37 +32,25 @@ fetch every unit above s_lo. Padding documents are ignored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
-
-from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
 from dprag_core.budget import Budget
-from dprag_core.mechanisms._rng import RngLike
-from dprag_core.mechanisms.threshold import Utility, dp_threshold, validate_bounds
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.mechanisms.threshold import Utility
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.scores import ScoreScale, as_scale
+from dprag_core.retrieval.selection import dp_threshold_select
+from dprag_core.retrieval.units import group_by_unit
+from dprag_core.validation import finite, nonnegative_finite, positive_finite, positive_int
 
 __all__ = ["DPThreshold", "group_by_unit"]
-
-
-def group_by_unit(docs: Sequence[ScoredDocument]) -> dict[str, list[ScoredDocument]]:
-    """Real (non-padding) documents grouped by privacy unit, in first-seen order.
-
-    >>> d = [ScoredDocument(id="a", text="", score=0.1, unit="u"),
-    ...      ScoredDocument(id="b", text="", score=0.2, unit="u")]
-    >>> list(group_by_unit(d))
-    ['u']
-    """
-    groups: dict[str, list[ScoredDocument]] = {}
-    for doc in docs:
-        if not doc.is_padding:
-            groups.setdefault(doc.unit, []).append(doc)
-    return groups
 
 
 class DPThreshold:
     """Select the privacy units above an ε-DP similarity threshold.
 
-    ``bounds``: the public (s_lo, s_hi) score range (e.g. (-1, 1) for cosine);
+    ``bounds``: the public (s_lo, s_hi) score range (e.g. (-1, 1) for cosine),
+    a pair or a :class:`~dprag_core.retrieval.scores.ScoreScale`;
     ``utility``: ``"top_k"`` (aim at ``k`` units) or ``"top_p"`` (aim at a share
     ``p`` of the total weight, weights sharpened by ``alpha``).
 
@@ -72,14 +62,15 @@ class DPThreshold:
         self,
         *,
         epsilon: float,
-        bounds: tuple[float, float] = (-1.0, 1.0),
+        bounds: ScoreScale | tuple[float, float] = (-1.0, 1.0),
         utility: Utility = "top_k",
         k: int = 10,
         p: float = 0.5,
         alpha: float = 1.0,
     ) -> None:
         self.epsilon = positive_finite("epsilon", epsilon)
-        self.bounds = validate_bounds(bounds)
+        self.scale = as_scale(bounds, parameter="bounds")
+        self.bounds = self.scale.bounds
         if utility not in ("top_k", "top_p"):
             raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
         self.utility: Utility = utility
@@ -96,18 +87,7 @@ class DPThreshold:
 
     def threshold(self, docs: Sequence[ScoredDocument], *, rng: RngLike = None) -> float:
         """Sample τ from the units' max scores (the only step that touches the data)."""
-        groups = group_by_unit(docs)
-        scores = np.array([max(d.score for d in g) for g in groups.values()], dtype=np.float64)
-        return dp_threshold(
-            scores,
-            epsilon=self.epsilon,
-            bounds=self.bounds,
-            utility=self.utility,
-            k=self.k,
-            p=self.p,
-            alpha=self.alpha,
-            rng=rng,
-        )
+        return dp_threshold_select(docs, rng=rng, **self._parameters()).tau
 
     def select(
         self, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -116,13 +96,17 @@ class DPThreshold:
 
         Charge :meth:`cost` before releasing the result.
         """
-        tau = self.threshold(docs, rng=rng)
-        lo, hi = self.bounds
-        chosen: list[ScoredDocument] = []
-        for group in group_by_unit(docs).values():
-            if min(max(max(d.score for d in group), lo), hi) > tau:
-                chosen.extend(group)
-        return sorted(chosen, key=lambda d: -d.score)
+        return dp_threshold_select(docs, rng=rng, **self._parameters()).documents
+
+    def _parameters(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon,
+            "scale": self.scale,
+            "utility": self.utility,
+            "k": self.k,
+            "p": self.p,
+            "alpha": self.alpha,
+        }
 
     def __repr__(self) -> str:
         return (

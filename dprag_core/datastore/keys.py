@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_int
 from dprag_core.models.base import LogprobModel
+from dprag_core.validation import positive_int
 
 __all__ = ["embedding_keys", "token_distribution_keys"]
 

@@ -53,11 +53,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_finite, positive_int, probability
 from dprag_core.budget import Budget
 from dprag_core.datastore.artifact import DEFAULT_MAX_BYTES, FORMAT, read_artifact
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.noise import discrete_laplace
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = ["MAX_DENSE_CELLS", "DPSimHashDatastore", "SimHashIndex"]
 

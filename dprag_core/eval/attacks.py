@@ -23,10 +23,10 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from dprag_core._validation import positive_int
 from dprag_core.eval.metrics import levenshtein_similarity, match
 from dprag_core.eval.synthetic import PatientRecord, SyntheticCorpus, question_for
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_int
 
 __all__ = [
     "extraction_rate",

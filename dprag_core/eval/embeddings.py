@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 
 __all__ = ["MINILM_PACKAGE", "MINILM_SHA256", "MiniLMEmbedder", "file_sha256", "minilm_path"]
 

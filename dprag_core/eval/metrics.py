@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from dprag_core._validation import positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_int
 
 __all__ = [
     "METRIC_NAMES",

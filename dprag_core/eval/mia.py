@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core.datastore.simhash import DPSimHashDatastore
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 
 __all__ = ["MIAResult", "membership_inference", "mia_features"]
 

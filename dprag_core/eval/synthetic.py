@@ -31,7 +31,7 @@ from typing import Literal, TypeVar
 
 import numpy as np
 
-from dprag_core._validation import positive_finite, positive_int
+from dprag_core.validation import positive_finite, positive_int
 
 __all__ = [
     "NUM_WORLDS",

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_int
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
 if TYPE_CHECKING:
     from dprag_core.eval.synthetic import SyntheticCorpus

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dprag_core._validation import positive_finite, positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_finite, positive_int
 
 __all__ = [
     "exponential_logits",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 
 __all__ = ["SparseCounts", "missing_positions"]
 

@@ -31,9 +31,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from dprag_core._validation import nonnegative_finite, positive_finite
-from dprag_core.mechanisms._rng import RngLike
 from dprag_core.mechanisms.exponential import gumbel_max
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.validation import nonnegative_finite, positive_finite
 
 __all__ = [
     "clipped_contributions",

@@ -49,9 +49,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import norm
 
-from dprag_core._validation import positive_finite, positive_int, probability
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.exponential import exponential_probabilities
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = [
     "DEFAULT_K_MAX",

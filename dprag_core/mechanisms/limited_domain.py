@@ -48,9 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dprag_core._validation import positive_finite, positive_int, probability
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.histogram import SparseCounts, missing_positions
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = [
     "BOTTOM",

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dprag_core._validation import nonnegative_finite, positive_finite
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.noise import discrete_laplace
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import nonnegative_finite, positive_finite
 
 __all__ = ["noisy_bin_walk"]
 

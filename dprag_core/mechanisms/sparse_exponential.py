@@ -30,9 +30,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from dprag_core._validation import positive_finite, positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.histogram import SparseCounts, missing_positions
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_finite, positive_int
 
 __all__ = ["sparse_exponential_probabilities", "sparse_exponential_sample"]
 

@@ -53,9 +53,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from dprag_core._validation import finite, nonnegative_finite, positive_finite, positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.exponential import gumbel_max
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import finite, nonnegative_finite, positive_finite, positive_int
 
 __all__ = [
     "GRID_POINTS",

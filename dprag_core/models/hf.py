@@ -39,7 +39,7 @@ import numpy.typing as npt
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,

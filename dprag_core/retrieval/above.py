@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from dprag_core._validation import finite, positive_int
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import finite, positive_int
 
 __all__ = ["Retriever", "retrieve_above"]
 

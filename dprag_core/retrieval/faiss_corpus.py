@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import in_closed_interval, positive_int
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import in_closed_interval, positive_int
 
 __all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
 

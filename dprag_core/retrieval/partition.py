@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dprag_core._validation import positive_int
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
 __all__ = ["partition_voters"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from dprag_core._validation import positive_int
+from dprag_core.validation import positive_int
 
 __all__ = ["tie_complete"]
 

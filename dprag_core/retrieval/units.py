@@ -33,11 +33,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dprag_core._validation import positive_int
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import positive_int
 
-__all__ = ["best_chunk_per_unit", "first_chunk_per_unit", "top_units"]
+__all__ = ["best_chunk_per_unit", "first_chunk_per_unit", "group_by_unit", "top_units"]
+
+
+def group_by_unit(docs: Iterable[ScoredDocument]) -> dict[str, list[ScoredDocument]]:
+    """Real (non-padding) documents grouped by privacy unit, in first-seen order.
+
+    >>> d = [ScoredDocument(id="a", text="", score=0.1, unit="u"),
+    ...      ScoredDocument(id="b", text="", score=0.2, unit="u")]
+    >>> list(group_by_unit(d))
+    ['u']
+    """
+    groups: dict[str, list[ScoredDocument]] = {}
+    for doc in docs:
+        if not doc.is_padding:
+            groups.setdefault(doc.unit, []).append(doc)
+    return groups
 
 
 def first_chunk_per_unit(docs: Iterable[ScoredDocument]) -> list[ScoredDocument]:

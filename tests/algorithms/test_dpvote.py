@@ -10,10 +10,10 @@ from fake_token_model import FakeTokenModel
 from scipy.stats import chisquare
 
 from dprag_core import Budget, DPAnswer
-from dprag_core.accounting.token_budget import token_limit
+from dprag_core.accounting.dpvote import token_limit
 from dprag_core.algorithms import DPSparseVote, DPVote
-from dprag_core.algorithms.dpvote import SparseVoteRule
 from dprag_core.mechanisms.exponential import exponential_probabilities
+from dprag_core.mechanisms.sparse_vote import SparseVoteRule
 from dprag_core.retrieval import ScoredDocument
 
 

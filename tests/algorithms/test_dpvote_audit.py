@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dprag_core.algorithms.dpvote import SparseVoteRule
-from dprag_core.eval.audit import audit_epsilon
+from dprag_core.audit import audit_epsilon
+from dprag_core.mechanisms.sparse_vote import SparseVoteRule
 
 RUNS = 200_000
 STEPS = 8

@@ -21,7 +21,7 @@ from dprag_core.accounting.ledger import (
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
@@ -374,3 +374,16 @@ def test_postgres_lost_mid_query_means_no_answer() -> None:
         assert inner.calls == [] and ledger.total_spent() == 0.0
     finally:
         ledger.drop()
+
+
+def test_score_bounds_take_a_score_scale() -> None:
+    from dprag_core.retrieval.scores import ScoreScale
+
+    scale = ScoreScale("unit", low=0.0, high=1.0)
+    ledger = InMemoryLedger(budget_per_unit=2.0)
+    murag = MuRAG(EchoInner(epsilon=1.0, k=2), ledger=ledger, tau=0.5, epsilon_query=1.0,
+                  score_bounds=scale)  # fmt: skip
+    assert murag.score_bounds == (0.0, 1.0)
+    with pytest.raises(ValueError, match="tau must be in the score range"):
+        MuRAG(EchoInner(epsilon=1.0, k=2), ledger=ledger, tau=1.5, epsilon_query=1.0,
+              score_bounds=scale)  # fmt: skip

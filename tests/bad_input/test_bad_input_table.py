@@ -32,7 +32,7 @@ from dprag_core.accounting.ledger import (
 )
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.datastore import DPSimHashDatastore
-from dprag_core.mechanisms._rng import RngLike
+from dprag_core.mechanisms.rng import RngLike
 
 SECRET = "qv9canary2291private"
 NAN = math.nan

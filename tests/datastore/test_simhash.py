@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import dprag_core.datastore.simhash as simhash
+from dprag_core.audit import audit_epsilon
 from dprag_core.budget import Budget
 from dprag_core.datastore import DPSimHashDatastore, SimHashIndex
-from dprag_core.eval.audit import audit_epsilon
 
 
 def _data(n: int = 300, dim: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

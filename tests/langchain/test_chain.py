@@ -303,7 +303,7 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
             return 0
 
         def answer(self, question, docs, *, rng=None):  # type: ignore[no-untyped-def]
-            from dprag_core.mechanisms._rng import make_rng
+            from dprag_core.mechanisms.rng import make_rng
 
             return DPAnswer(str(make_rng(rng).integers(10**9)), None, self.name)
 

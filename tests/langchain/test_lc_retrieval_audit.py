@@ -43,7 +43,7 @@ from dprag_core import pipeline
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms.murag import MuRAG
 from dprag_core.algorithms.threshold import DPThreshold
-from dprag_core.eval.audit import audit_epsilon
+from dprag_core.audit import audit_epsilon
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain, DPRetriever, ScoreFunction, vectorstores
 from langchain_dprag.retriever import DPRetriever as _DPRetriever

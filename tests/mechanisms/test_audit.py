@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dprag_core.eval.audit import AuditResult, audit_epsilon, clopper_pearson, run_audit
+from dprag_core.audit import AuditResult, audit_epsilon, clopper_pearson, run_audit
 
 TRIALS = 200_000
 

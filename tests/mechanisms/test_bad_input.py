@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dprag_core.eval.audit import audit_epsilon, run_audit
+from dprag_core.audit import audit_epsilon, run_audit
 from dprag_core.mechanisms import (
     AboveThreshold,
     discrete_laplace,

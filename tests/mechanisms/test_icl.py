@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms import icl
 from dprag_core.mechanisms.exponential import gumbel_max
 from dprag_core.mechanisms.icl import (

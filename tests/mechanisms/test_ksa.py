@@ -7,7 +7,7 @@ import pytest
 from scipy import special, stats
 
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, rdp_to_dp
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms import ksa
 from dprag_core.mechanisms.ksa import (
     _find_best_k_batch,

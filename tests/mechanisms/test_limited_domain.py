@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms.limited_domain import (
     BOTTOM,
     LimitedDomainCandidates,

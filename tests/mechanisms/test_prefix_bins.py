@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag_core.eval.audit import audit_epsilon
+from dprag_core.audit import audit_epsilon
 from dprag_core.mechanisms.noise import discrete_laplace
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 

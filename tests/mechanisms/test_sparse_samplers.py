@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 import dprag_core.mechanisms.sparse_exponential as sparse_em
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms.exponential import (
     exponential_logits,
     exponential_probabilities,

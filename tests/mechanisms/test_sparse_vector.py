@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms.sparse_vector import AboveThreshold, AboveThresholdBatch
 
 TRIALS = 200_000

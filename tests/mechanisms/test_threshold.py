@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dprag_core.eval.audit import run_audit
+from dprag_core.audit import run_audit
 from dprag_core.mechanisms import threshold as th
 from dprag_core.mechanisms.threshold import (
     _sample_tau,

@@ -13,6 +13,7 @@ True
 ({'doc': 0.0}, False)
 """
 
+from dprag_core.accounting.ledger.active import charge_active
 from dprag_core.accounting.ledger.base import (
     AuditEntry,
     ChargeResult,
@@ -35,4 +36,5 @@ __all__ = [
     "PostgresLedger",
     "PostgresTimeouts",
     "SQLiteLedger",
+    "charge_active",
 ]

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dprag_core._validation import nonnegative_finite, positive_finite
+from dprag_core.validation import nonnegative_finite, positive_finite
 
 __all__ = [
     "MAX_EPSILON",

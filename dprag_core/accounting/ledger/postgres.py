@@ -216,6 +216,50 @@ class PostgresSchema:
                 )
             )
 
+    def grant_runtime(self, store: PostgresStore, grant_to: str | None) -> None:
+        """:meth:`grant` the runtime rights to ``grant_to`` (a role name), if one is given."""
+        if grant_to is not None:
+            role = check_table(grant_to)
+            store.run(lambda conn: self.grant(conn, role))
+
+    def open_row(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        create: bool,
+        read: str,
+        insert: str,
+        values: tuple[Any, ...],
+        missing: str,
+    ) -> tuple[Any, ...]:
+        """:meth:`check` the schema, then read the store's settings row (``read``).
+
+        When it is absent and ``create``, ``insert`` (with ``values``) writes it
+        first; still absent: :class:`LedgerUnavailable` saying ``missing``.
+        """
+        self.check(conn, create=create)
+        row = conn.execute(self.sql(read)).fetchone()
+        if row is None and create:
+            conn.execute(self.sql(insert), values)
+            row = conn.execute(self.sql(read)).fetchone()
+        if row is None:
+            raise LedgerUnavailable(f"{missing}: {INIT_HINT}")
+        return tuple(row)
+
+    def call_charge(
+        self, conn: psycopg.Connection[Any], values: tuple[Any, ...]
+    ) -> tuple[Any, ...] | None:
+        """``SELECT charge(values)``: the one atomic charge; a reused id raises ``reused_id()``."""
+        pg = psycopg_module()
+        args = ", ".join(["%s"] * len(values))
+        try:
+            row = conn.execute(self.sql(f"SELECT {{charge}}({args})"), values).fetchone()
+        except pg.Error as exc:
+            if getattr(exc, "sqlstate", None) == "DPREU":
+                raise reused_id() from None
+            raise
+        return None if row is None else tuple(row)
+
     def check(self, conn: psycopg.Connection[Any], *, create: bool) -> None:
         """Ensure a complete, current schema: create or migrate it when ``create``."""
         absent, outdated = self.missing(conn)
@@ -312,25 +356,20 @@ class PostgresLedger(Ledger):
         """
         led = cls(dsn, budget_per_unit=budget_per_unit, table=table, create=True)
         try:
-            if grant_to is not None:
-                role = check_table(grant_to)
-                led._store.run(lambda conn: led._schema.grant(conn, role))
+            led._schema.grant_runtime(led._store, grant_to)
         finally:
             led.close()
 
     def _open(self, conn: psycopg.Connection[Any], *, create: bool) -> int:
-        self._schema.check(conn, create=create)
-        read = self._sql("SELECT value FROM {meta} WHERE key = 'budget'")
-        row = conn.execute(read).fetchone()
-        if row is None and create:
-            conn.execute(
-                self._sql("INSERT INTO {meta}(key, value) VALUES ('budget', %s)"
-                          " ON CONFLICT (key) DO NOTHING"),
-                (self._budget,),
-            )  # fmt: skip
-            row = conn.execute(read).fetchone()
-        if row is None:
-            raise LedgerUnavailable(f"the PostgreSQL ledger holds no budget: {INIT_HINT}")
+        row = self._schema.open_row(
+            conn,
+            create=create,
+            read="SELECT value FROM {meta} WHERE key = 'budget'",
+            insert="INSERT INTO {meta}(key, value) VALUES ('budget', %s)"
+            " ON CONFLICT (key) DO NOTHING",
+            values=(self._budget,),
+            missing="the PostgreSQL ledger holds no budget",
+        )
         return int(row[0])
 
     def _sql(self, text: str) -> Any:
@@ -339,18 +378,8 @@ class PostgresLedger(Ledger):
     # -- primitives --------------------------------------------------------------
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
-        pg = psycopg_module()
-
         def work(conn: psycopg.Connection[Any]) -> list[str]:
-            try:
-                row = conn.execute(
-                    self._sql("SELECT {charge}(%s, %s, %s, %s, %s)"),
-                    (query_id, units, cost, self._budget, time.time()),
-                ).fetchone()
-            except pg.Error as exc:
-                if getattr(exc, "sqlstate", None) == "DPREU":
-                    raise reused_id() from None
-                raise
+            row = self._schema.call_charge(conn, (query_id, units, cost, self._budget, time.time()))
             return list(row[0]) if row is not None else list(units)
 
         return self._store.run(work, charge=True)

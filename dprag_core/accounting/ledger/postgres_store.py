@@ -35,8 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dprag_core._validation import positive_finite
 from dprag_core.accounting.ledger.base import LedgerOutcomeUnknown, LedgerUnavailable
+from dprag_core.validation import positive_finite
 
 if TYPE_CHECKING:
     import psycopg

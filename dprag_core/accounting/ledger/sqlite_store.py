@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dprag_core._validation import positive_finite
 from dprag_core.accounting.ledger.base import LedgerUnavailable
+from dprag_core.validation import positive_finite
 
 try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
     import fcntl

@@ -1,4 +1,4 @@
-"""How many private tokens (c_max) one DPVote / DPSparseVote answer may spend.
+"""DPVote / DPSparseVote accounting: how many private tokens (c_max) one answer may spend.
 
 Each private token is one adaptive step; c_max is the largest count whose
 composition stays within the query budget (ε, δ), taking the tightest *valid*

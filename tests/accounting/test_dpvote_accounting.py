@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dprag_core.accounting.composition import max_compositions
-from dprag_core.accounting.token_budget import default_delta_token, token_limit
+from dprag_core.accounting.dpvote import default_delta_token, token_limit
 from dprag_core.budget import Budget
 from tests.accounting.test_composition import pld_epsilon
 

@@ -36,8 +36,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.stats import beta
 
-from dprag_core._validation import positive_int, probability
-from dprag_core.mechanisms._rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.validation import positive_int, probability
 
 __all__ = ["AuditResult", "audit_epsilon", "clopper_pearson", "run_audit"]
 

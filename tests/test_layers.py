@@ -1,0 +1,96 @@
+"""The layer order drawn in docs/architecture.md is the order the imports follow.
+
+The doc's ``layers`` block lists every top-level module and subpackage of
+``dprag_core`` (and the two adapter packages) by layer; this test reads every
+import statement (lazy and type-checking ones included) and asserts that each
+one points to a strictly lower layer, and that the doc names exactly the
+modules that exist. A new module, a moved one or an upward import fails here
+until the doc is redrawn.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("dprag_core", "langchain_dprag", "llamaindex_dprag")
+BLOCK = re.compile(r"<!-- layers -->\s*```text\n(.*?)```", re.DOTALL)
+
+
+def documented_layers() -> dict[str, int]:
+    """``{component: layer}`` from the doc's layers block (``N  name name ...`` lines)."""
+    found = BLOCK.search((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert found, "docs/architecture.md has no <!-- layers --> block"
+    layers: dict[str, int] = {}
+    for line in found.group(1).splitlines():
+        if re.match(r"\s*\d", line):
+            number, *names = line.split()
+            for name in names:
+                assert name not in layers, f"{name} is drawn twice"
+                layers[name] = int(number)
+    return layers
+
+
+def component(module: str) -> str | None:
+    """The layer unit of a dotted module name: ``dprag_core.X`` -> X, an adapter package."""
+    parts = module.split(".")
+    if parts[0] not in PACKAGES:
+        return None
+    if parts[0] != "dprag_core":
+        return parts[0]
+    return parts[1] if len(parts) > 1 else "dprag_core"
+
+
+def source_component(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    name = component(".".join(parts))
+    assert name is not None
+    return name
+
+
+def imports(path: Path) -> set[str]:
+    """Every dprag component that ``path`` imports (absolute imports only)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}: relative import"
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(c for c in map(component, names) if c is not None)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            src = source_component(path)
+            edges.setdefault(src, set()).update(imports(path) - {src})
+    return edges
+
+
+def test_the_doc_names_every_module_once() -> None:
+    assert set(documented_layers()) == set(graph())
+
+
+@pytest.mark.parametrize("src", sorted(graph()))
+def test_imports_point_to_lower_layers_only(src: str) -> None:
+    layers = documented_layers()
+    upward = {dst for dst in graph()[src] if layers.get(dst, 99) >= layers.get(src, -1)}
+    assert not upward, f"{src} (layer {layers.get(src)}) imports {sorted(upward)}"
+
+
+def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from dprag_core.pipeline import PrivateRAG\n")
+    layers = documented_layers()
+    assert {layers[c] for c in imports(probe)} == {layers["pipeline"]}
+    assert layers["pipeline"] > layers["mechanisms"]
