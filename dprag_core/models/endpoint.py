@@ -8,7 +8,8 @@ tokenizer (and its chat template) never changes what the model reads.
 
 Token ids come back through the ``logprobs`` field: llama.cpp's server gives
 ``logprobs.content[i].id``; vLLM (with ``return_tokens_as_token_ids``) gives
-``logprobs.tokens[i] == "token_id:<id>"``. :data:`SERVER_OPTIONS` holds the
+``logprobs.tokens[i] == "token_id:<id>"``; a server whose logprobs carry
+no token id is refused with a clear error. :data:`SERVER_OPTIONS` holds the
 extra request fields per server (``cache_prompt`` for llama.cpp's prefix cache;
 vLLM and SGLang cache prefixes automatically).
 
@@ -52,7 +53,7 @@ Server = Literal["llama.cpp", "vllm", "sglang", "openai"]
 SERVER_OPTIONS: Mapping[str, Mapping[str, Any]] = {
     "llama.cpp": {"cache_prompt": True},
     "vllm": {"return_tokens_as_token_ids": True},
-    "sglang": {"return_tokens_as_token_ids": True},
+    "sglang": {},
     "openai": {},
 }
 """Extra request fields per server kind (besides the standard OpenAI ones)."""
@@ -106,7 +107,7 @@ def _token_id(entry: object) -> int:
         if digits.isdigit():
             return int(digits)
     raise EndpointError(
-        "the server returned no token ids (llama.cpp: logprobs.content[].id; vLLM/SGLang: "
+        "the server returned no token ids (llama.cpp: logprobs.content[].id; vLLM: "
         "return_tokens_as_token_ids); see docs/servers.md"
     )
 
