@@ -70,7 +70,7 @@ def serve(
     port = _free_port()
     command = [
         str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-        "-np", str(slots), "-kvu", "-c", str(slots * ctx_per_slot), "-t", "2",
+        "-np", str(slots), "-kvu", "-c", str(slots * ctx_per_slot), "-t", "1",
         "--no-webui",
     ]  # fmt: skip
     with open(log_dir / "llama-server.log", "w") as log:

@@ -16,11 +16,13 @@ vLLM and SGLang cache prefixes automatically).
 Privacy: the prompts reach the server and nothing else. Request bodies are
 never logged (the ``httpx`` / ``httpcore`` loggers are muted for the duration of
 each request, :func:`dprag_core.quiet_logs.muted_logs`), and every failure is
-re-raised as a fresh :class:`EndpointError` that names the stage and an HTTP
-status or exception type only: it has no cause, no context and no traceback
-frame below the endpoint (the server may quote the prompt in an error body; an
-``httpx`` exception holds the request with its body). ``repr`` shows the
-server's URL and model, never the API key or headers.
+re-raised as a fresh :class:`EndpointError` that names an HTTP status or
+exception type only, with no cause and no context (the server may quote the
+prompt in an error body; an ``httpx`` exception holds the request with its
+body). Its traceback still passes through the caller's frames, which hold the
+prompts the caller passed (as with any model): entry points run mechanisms
+under :func:`dprag_core.errors.guarded`, which cuts them off. ``repr`` shows
+the server's URL and model, never the API key or headers.
 
 Retries: a request that fails in transport or with HTTP 408/429/500/502/503/504
 is sent again (``retries`` times, exponential ``backoff``). That is safe:
