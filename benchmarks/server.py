@@ -37,6 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import torch  # noqa: E402
+
 from dprag_core.algorithms import DPVote  # noqa: E402
 from dprag_core.budget import DPAnswer  # noqa: E402
 from dprag_core.eval.synthetic import make_corpus  # noqa: E402
@@ -80,7 +82,7 @@ def run(model: TokenModel, work: list[Query], m: int, tokens: int, concurrency: 
 
 
 @contextmanager
-def local_reader_server() -> Iterator[str]:
+def local_reader_server(slots: int, threads: int) -> Iterator[str]:
     """The shipped reader on a llama.cpp server on loopback (the tests' helper)."""
     from llama_server import convert_reader, find_binary, serve
 
@@ -89,7 +91,7 @@ def local_reader_server() -> Iterator[str]:
         sys.exit("llama-server is not built: run scripts/build_llama_server.sh first")
     with tempfile.TemporaryDirectory() as tmp:
         gguf = convert_reader(binary, reader_path(), Path(tmp))
-        with serve(binary, gguf, Path(tmp)) as url:
+        with serve(binary, gguf, Path(tmp), slots=slots, threads=threads) as url:
             yield url
 
 
@@ -110,7 +112,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=8, help="queries per measurement")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="torch's, and --serve-reader's")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
 
     local = HFTokenModel.from_pretrained(args.hf_model, device=args.device)
     work = queries(args.queries, args.m)
@@ -136,7 +140,7 @@ def main() -> None:
                   f"ratio server/in-process {s / h:5.2f}")  # fmt: skip
 
     if args.serve_reader:
-        with local_reader_server() as url:
+        with local_reader_server(args.concurrency * (args.m + 1), args.threads) as url:
             measure(url)
     else:
         measure(args.base_url)

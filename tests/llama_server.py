@@ -64,13 +64,25 @@ def _free_port() -> int:
 
 @contextmanager
 def serve(
-    binary: Path, gguf: Path, log_dir: Path, *, slots: int = 16, ctx_per_slot: int = 1024
+    binary: Path,
+    gguf: Path,
+    log_dir: Path,
+    *,
+    slots: int = 16,
+    ctx_per_slot: int = 1024,
+    threads: int = 1,
 ) -> Iterator[str]:
-    """Run llama-server on 127.0.0.1 (``slots`` parallel sequences); yield its ``/v1`` URL."""
+    """Run llama-server on 127.0.0.1; yield its ``/v1`` URL.
+
+    ``slots`` parallel sequences, each with its own ``ctx_per_slot`` KV cells
+    (``-no-kvu``: a unified cache makes every row attend over all slots' cells);
+    ``threads`` CPU threads (1 on a shared machine: ggml's threads spin-wait on
+    each other, and a preempted one stalls every step).
+    """
     port = _free_port()
     command = [
         str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-        "-np", str(slots), "-kvu", "-c", str(slots * ctx_per_slot), "-t", "1",
+        "-np", str(slots), "-no-kvu", "-c", str(slots * ctx_per_slot), "-t", str(threads),
         "--no-webui",
     ]  # fmt: skip
     with open(log_dir / "llama-server.log", "w") as log:
