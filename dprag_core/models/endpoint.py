@@ -158,8 +158,9 @@ class CompletionsEndpoint:
     every request; ``verify`` is httpx's TLS setting (True, False or a CA bundle
     path); ``timeout`` seconds per request; ``server`` picks the extra request
     fields (:data:`SERVER_OPTIONS`); ``transport`` is an httpx transport (e.g. a
-    Unix socket: ``httpx.HTTPTransport(uds=...)``). One connection pool serves every thread, so
-    many DP queries can share the endpoint concurrently (the server batches them).
+    Unix socket: ``httpx.HTTPTransport(uds=...)``). One connection pool serves
+    every thread, so many DP queries can share the endpoint concurrently (the
+    server batches them).
 
     >>> CompletionsEndpoint("localhost:8080", model="m")
     Traceback (most recent call last):
