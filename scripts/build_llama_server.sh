@@ -2,7 +2,7 @@
 # Build llama.cpp's llama-server (CPU only, no curl) from the llama.cpp source
 # vendored in the llama-cpp-python sdist, cached by version:
 #   ${DPRAG_CACHE:-~/.cache/dprag}/llama-server/<version>/bin/llama-server
-# The sdist (with convert_hf_to_gguf.py and gguf-py) is kept beside it.
+# The llama.cpp source (with convert_hf_to_gguf.py and gguf-py) is kept beside it, in src/.
 # Usage: scripts/build_llama_server.sh [--cached] [VERSION]   (prints the binary's path)
 #   --cached: print the path if the binary is cached, else exit 1 (never builds)
 # Env: PIP (default .venv/bin/pip), JOBS (default: nproc), NICE (default 19).
@@ -26,9 +26,11 @@ PIP="${PIP:-.venv/bin/pip}"
 mkdir -p "$CACHE"
 if [[ ! -d "$CACHE/src" ]]; then
   tmp="$(mktemp -d "$CACHE/download.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
   "$PIP" download "llama-cpp-python==$VERSION" --no-deps --no-binary :all: \
     --dest "$tmp" --quiet >&2
   tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  rm -rf "$CACHE/src.partial"
   mv "$tmp"/llama_cpp_python-"$VERSION"/vendor/llama.cpp "$CACHE/src.partial"
   rm -rf "$tmp"
   mv "$CACHE/src.partial" "$CACHE/src"
