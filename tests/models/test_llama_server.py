@@ -11,8 +11,11 @@ reason, where the binary has not been built.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -166,3 +169,15 @@ def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptu
     with pytest.raises(PrivateDataError) as guarded_error:
         guarded("generation", "test", lambda: served.prefill([f"{CANARY} " * 2000]).greedy())
     assert CANARY not in reachable_text(guarded_error.value) and CANARY not in caplog.text
+
+
+def test_the_server_benchmark_runs(server_url: str) -> None:
+    """benchmarks/server.py against this endpoint: both rates and no transcript mismatch."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "server.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--base-url", server_url, "--queries", "2", "--m", "3",
+         "--tokens", "4", "--concurrency", "2", "--repeats", "1"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    rates = [line for line in done.stdout.splitlines() if "tok/s" in line]
+    assert len(rates) == 2 and "MISMATCH" not in done.stdout, done.stdout
