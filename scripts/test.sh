@@ -14,4 +14,11 @@ if [[ -z "${DPRAG_TEST_POSTGRES_DSN:-}" ]]; then
   export DPRAG_TEST_POSTGRES_ROLES=1
   trap 'scripts/postgres_for_tests.sh stop >/dev/null 2>&1 || true' EXIT
 fi
+# llama.cpp's server for tests/models/test_llama_server.py: built once, cached by version
+# (docs/servers.md); where it cannot be built, those tests skip and say why.
+if [[ -z "${DPRAG_SKIP_LLAMA_SERVER_BUILD:-}${DPRAG_LLAMA_SERVER:-}" ]]; then
+  build_log="${TMPDIR:-/tmp}/dprag-llama-server-build.log"
+  PIP="$VENV/bin/pip" scripts/build_llama_server.sh >/dev/null 2>"$build_log" \
+    || echo "llama-server not built (see $build_log): its tests will skip" >&2
+fi
 "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"

@@ -46,6 +46,11 @@ def token_distribution_keys(
     model: LogprobModel, prompts: Sequence[str], *, batch_size: int = 32
 ) -> npt.NDArray[np.float64]:
     """kNN-Prompting keys: ``sqrt`` of the next-token distribution after each prompt."""
+    if not callable(getattr(model, "prefill_logprobs", None)):
+        raise TypeError(
+            "model must be a LogprobModel (full next-token distributions), "
+            f"got {type(model).__name__}"
+        )
     if not prompts:
         raise ValueError("prompts must be a non-empty sequence")
     batch_size = positive_int("batch_size", batch_size)

@@ -1,0 +1,46 @@
+"""Text <-> token ids with a transformers tokenizer, as every token model needs them.
+
+:class:`TokenizerCodec` is what a :class:`~dprag_core.models.base.TokenModel`
+does with its tokenizer: ``encode`` / ``decode`` (no special tokens) and
+``prompt_ids`` (a user-message prompt wrapped with the tokenizer's chat template
+when it has one, else encoded verbatim with the tokenizer's usual special tokens).
+
+>>> class Chars:  # a toy tokenizer: one id per character
+...     chat_template = None
+...     def encode(self, text, add_special_tokens=True): return [ord(c) for c in text]
+...     def decode(self, ids, skip_special_tokens=True): return "".join(map(chr, ids))
+>>> codec = TokenizerCodec(Chars())
+>>> codec.prompt_ids("hi"), codec.decode(codec.encode("ok"))
+([104, 105], 'ok')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["TokenizerCodec"]
+
+
+class TokenizerCodec:
+    """Encoding, decoding and prompt building with one transformers ``tokenizer``."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens skipped."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The token ids fed to the model for one user-message ``prompt``."""
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(prompt))

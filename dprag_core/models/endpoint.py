@@ -1,0 +1,265 @@
+"""The HTTP side of an OpenAI-compatible completions server: token-id prompts in, token ids out.
+
+:class:`CompletionsEndpoint` sends one batched ``POST {base_url}/completions``
+whose ``prompt`` is a list of token-id lists, at temperature 0, and returns
+each row's generated token ids (and finish reason). It never sends text: the
+caller tokenizes locally with the model's own tokenizer, so the server's
+tokenizer (and its chat template) never changes what the model reads.
+
+Token ids come back through the ``logprobs`` field: llama.cpp's server gives
+``logprobs.content[i].id``; vLLM (with ``return_tokens_as_token_ids``) gives
+``logprobs.tokens[i] == "token_id:<id>"``; a server whose logprobs carry
+no token id is refused with a clear error. :data:`SERVER_OPTIONS` holds the
+extra request fields per server (``cache_prompt`` for llama.cpp's prefix cache;
+vLLM and SGLang cache prefixes automatically).
+
+Privacy: the prompts reach the server and nothing else. Request bodies are
+never logged (the ``httpx`` / ``httpcore`` loggers are muted for the duration of
+each request, :func:`dprag_core.quiet_logs.muted_logs`), and every failure is
+re-raised as a fresh :class:`EndpointError` that names an HTTP status or
+exception type only, with no cause and no context (the server may quote the
+prompt in an error body; an ``httpx`` exception holds the request with its
+body). Its traceback still passes through the caller's frames, which hold the
+prompts the caller passed (as with any model): entry points run mechanisms
+under :func:`dprag_core.errors.guarded`, which cuts them off. ``repr`` shows
+the server's URL and model, never the API key or headers.
+
+Retries: a request that fails in transport or with HTTP 408/429/500/502/503/504
+is sent again (``retries`` times, exponential ``backoff``). That is safe:
+a request is a pure function of the token ids fixed so far (temperature 0, no
+server-side randomness), and nothing is released or charged by it; the caller's
+state (released tokens, spent budget) is never rolled back or replayed.
+
+>>> ep = CompletionsEndpoint("http://127.0.0.1:8080/v1", model="reader", api_key="sk-x")
+>>> ep
+CompletionsEndpoint('http://127.0.0.1:8080/v1', model='reader', server='llama.cpp')
+>>> ep.close()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from dprag_core._validation import nonnegative_finite, positive_finite
+from dprag_core.quiet_logs import muted_logs
+
+__all__ = ["SERVER_OPTIONS", "Completion", "CompletionsEndpoint", "EndpointError", "Server"]
+
+Server = Literal["llama.cpp", "vllm", "sglang", "openai"]
+
+SERVER_OPTIONS: Mapping[str, Mapping[str, Any]] = {
+    "llama.cpp": {"cache_prompt": True},
+    "vllm": {"return_tokens_as_token_ids": True},
+    "sglang": {},
+    "openai": {},
+}
+"""Extra request fields per server kind (besides the standard OpenAI ones)."""
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class EndpointError(RuntimeError):
+    """A failed request: stage and status (or exception type) only, never a body.
+
+    >>> EndpointError("completions request failed with HTTP 503").args[0]
+    'completions request failed with HTTP 503'
+    """
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One row's generated token ids and the server's finish reason.
+
+    >>> Completion((5, 0), "stop").token_ids
+    (5, 0)
+    """
+
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+
+def _check_url(base_url: object) -> str:
+    if not isinstance(base_url, str):
+        raise TypeError(f"base_url must be a str, got {type(base_url).__name__}")
+    url = base_url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("base_url must start with http:// or https:// (e.g. http://host:8080/v1)")
+    return url
+
+
+def _check_server(server: object) -> str:
+    if server not in SERVER_OPTIONS:
+        allowed = ", ".join(repr(s) for s in SERVER_OPTIONS)
+        raise ValueError(f"server must be one of {allowed}, got {server!r}")
+    return str(server)
+
+
+def _token_id(entry: object) -> int:
+    """One generated token's id from a llama.cpp or vLLM logprobs entry."""
+    if isinstance(entry, Mapping) and isinstance(entry.get("id"), int):
+        return int(entry["id"])
+    if isinstance(entry, str) and entry.startswith(_TOKEN_ID_PREFIX):
+        digits = entry[len(_TOKEN_ID_PREFIX) :]
+        if digits.isdigit():
+            return int(digits)
+    raise EndpointError(
+        "the server returned no token ids (llama.cpp: logprobs.content[].id; vLLM: "
+        "return_tokens_as_token_ids); see docs/servers.md"
+    )
+
+
+def _choice_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, Mapping):
+        raise EndpointError("the server returned no logprobs; see docs/servers.md")
+    entries = logprobs.get("content")
+    if entries is None:
+        entries = logprobs.get("tokens")
+    if not isinstance(entries, list):
+        raise EndpointError("the server's logprobs hold no token list; see docs/servers.md")
+    return tuple(_token_id(e) for e in entries)
+
+
+def parse_completions(body: object, rows: int) -> list[Completion]:
+    """The ``rows`` completions of a response body, ordered by ``index``.
+
+    >>> body = {"choices": [{"index": 1, "finish_reason": "length",
+    ...                      "logprobs": {"tokens": ["token_id:7"]}},
+    ...                     {"index": 0, "finish_reason": "stop",
+    ...                      "logprobs": {"content": [{"id": 0}]}}]}
+    >>> [c.token_ids for c in parse_completions(body, 2)]
+    [(0,), (7,)]
+    """
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    if not isinstance(choices, list) or len(choices) != rows:
+        raise EndpointError(f"the server returned a malformed response (expected {rows} choices)")
+    by_index: dict[int, Completion] = {}
+    for choice in choices:
+        if not isinstance(choice, Mapping) or not isinstance(choice.get("index"), int):
+            raise EndpointError("the server returned a choice without an index")
+        finish = choice.get("finish_reason")
+        by_index[int(choice["index"])] = Completion(_choice_ids(choice), str(finish))
+    if sorted(by_index) != list(range(rows)):
+        raise EndpointError(f"the server returned choice indices other than 0..{rows - 1}")
+    return [by_index[i] for i in range(rows)]
+
+
+class CompletionsEndpoint:
+    """A thread-safe client of one OpenAI-compatible ``/completions`` endpoint.
+
+    ``base_url`` is the API root (``http://host:port/v1``); ``model`` the served
+    model's name; ``api_key`` is sent as a bearer token; ``headers`` are added to
+    every request; ``verify`` is httpx's TLS setting (True, False or a CA bundle
+    path); ``timeout`` seconds per request; ``server`` picks the extra request
+    fields (:data:`SERVER_OPTIONS`); ``transport`` is an httpx transport (e.g. a
+    Unix socket: ``httpx.HTTPTransport(uds=...)``). One connection pool serves
+    every thread, so many DP queries can share the endpoint concurrently (the
+    server batches them).
+
+    >>> CompletionsEndpoint("localhost:8080", model="m")
+    Traceback (most recent call last):
+    ValueError: base_url must start with http:// or https:// (e.g. http://host:8080/v1)
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        verify: bool | str = True,
+        timeout: float = 120.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        server: Server = "llama.cpp",
+        max_connections: int = 64,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = _check_url(base_url)
+        if not isinstance(model, str) or not model:
+            raise ValueError("model must be a non-empty str (the served model's name)")
+        self.model = model
+        self.server = _check_server(server)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+        self.retries = retries
+        self.backoff = nonnegative_finite("backoff", backoff)
+        sent = dict(headers or {})
+        if api_key is not None:
+            sent["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.Client(
+            headers=sent,
+            verify=verify,
+            timeout=positive_finite("timeout", timeout),
+            limits=httpx.Limits(max_connections=max_connections),
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CompletionsEndpoint({self.base_url!r}, model={self.model!r}, server={self.server!r})"
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()
+
+    def complete(self, prompts: Sequence[Sequence[int]], *, max_tokens: int) -> list[Completion]:
+        """Greedy completions (temperature 0) of token-id ``prompts``, in one batched request."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": [list(p) for p in prompts],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "logprobs": 1,
+            **SERVER_OPTIONS[self.server],
+        }
+        return parse_completions(self._post("/completions", body), len(body["prompt"]))
+
+    def tokenize(self, text: str) -> list[int] | None:
+        """The server's own token ids of ``text`` (llama.cpp's ``/tokenize``), None if absent."""
+        root = self.base_url.removesuffix("/v1")
+        try:
+            body = self._post_url(root + "/tokenize", {"content": text, "add_special": False})
+        except EndpointError:
+            return None
+        tokens = body.get("tokens") if isinstance(body, Mapping) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return None
+        return [int(t) for t in tokens]
+
+    def _post(self, path: str, body: Mapping[str, Any]) -> Any:
+        return self._post_url(self.base_url + path, body)
+
+    def _post_url(self, url: str, body: Mapping[str, Any]) -> Any:
+        failure = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            failure, status, result = self._attempt(url, body)
+            if not failure:
+                return result
+            if status is not None and status not in _RETRY_STATUS:
+                break
+        raise EndpointError(f"completions request failed with {failure}")
+
+    def _attempt(self, url: str, body: Mapping[str, Any]) -> tuple[str, int | None, Any]:
+        """(failure, status, parsed body): failure is '' on success; no exception escapes."""
+        try:
+            with muted_logs():
+                response = self._client.post(url, json=body)
+        except Exception as exc:  # httpx errors hold the request, and its body
+            return type(exc).__name__, None, None
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}", response.status_code, None
+        try:
+            return "", 200, response.json()
+        except ValueError:
+            return "a response that is not JSON", 200, None

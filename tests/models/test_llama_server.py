@@ -1,0 +1,183 @@
+"""Voting on a real llama.cpp server equals voting on the in-process engine, token for token.
+
+The shipped reader, converted to GGUF f32, served by ``llama-server`` (built once
+by scripts/build_llama_server.sh, cached by version) on 127.0.0.1: every voting
+mechanism's transcript (released tokens and stop reason, fixed seed) must be
+identical on the server and on :class:`~dprag_core.models.hf.HFTokenModel`,
+also when several DP queries share the server at once. Skipped, with the
+reason, where the binary has not been built.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from llama_server import convert_reader, find_binary, serve
+from private_frames import reachable_text
+
+from dprag_core.algorithms import RAG, DPSparseVote, DPVote, NonRAG, VoteRAG
+from dprag_core.algorithms.base import StreamingMechanism
+from dprag_core.budget import DPAnswer
+from dprag_core.errors import PrivateDataError, guarded
+from dprag_core.eval.synthetic import make_corpus
+from dprag_core.eval.workbench import load_models, reader_path
+from dprag_core.models import TokenModel, TokenSession
+from dprag_core.models.endpoint import EndpointError
+from dprag_core.models.openai_compat import OpenAICompatModel
+from dprag_core.retrieval import ScoredDocument
+
+CANARY = "CANARY-41d8e2-private-record"
+M = 6
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = find_binary()
+    if binary is None:
+        pytest.skip(
+            "llama-server is not built: run scripts/build_llama_server.sh (scripts/test.sh "
+            "does, once, cached by version) or set DPRAG_LLAMA_SERVER"
+        )
+    work = tmp_path_factory.mktemp("llama-server")
+    gguf = convert_reader(binary, reader_path(), work)
+    with serve(binary, gguf, work) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def models(server_url: str) -> tuple[Any, Any, OpenAICompatModel]:
+    token_model, text_model = load_models()
+    served = OpenAICompatModel.from_pretrained(server_url, str(reader_path()), model="reader")
+    return token_model, text_model, served
+
+
+class Recorded:
+    """A TokenModel that records every token appended to its sessions."""
+
+    def __init__(self, inner: TokenModel) -> None:
+        self.inner = inner
+        self.steps: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:  # vocab_size, eos_token_ids, encode, decode
+        return getattr(self.inner, name)
+
+    def prefill(self, prompts: Sequence[str]) -> TokenSession:
+        return _RecordedSession(self.inner.prefill(prompts), self.steps)
+
+
+class _RecordedSession:
+    def __init__(self, inner: TokenSession, steps: list[int]) -> None:
+        self.inner, self.steps = inner, steps
+
+    def greedy(self) -> npt.NDArray[np.intp]:
+        return self.inner.greedy()
+
+    def step(self, token: int) -> None:
+        self.steps.append(int(token))
+        self.inner.step(token)
+
+
+def _cases() -> list[tuple[str, list[ScoredDocument]]]:
+    corpus = make_corpus(n_diseases=3, supports=[M] * 3, seed=7, world=0)
+    by_id = {r.id: r for r in corpus.records}
+    cases = []
+    for item in corpus.questions[:4]:
+        records = [by_id[i] for i in item.record_ids]
+        docs = [
+            ScoredDocument(id=r.id, text=r.text, score=1.0 - j / 100) for j, r in enumerate(records)
+        ]
+        cases.append((item.question, docs))
+    return cases
+
+
+MECHANISMS: dict[str, Callable[[Any], StreamingMechanism]] = {
+    "NonRAG": lambda m: NonRAG(m, max_new_tokens=24),
+    "RAG": lambda m: RAG(m, k=2, max_new_tokens=24),
+    "VoteRAG": lambda m: VoteRAG(m, m=M, k=1, max_new_tokens=24),
+    "DPVote": lambda m: DPVote(
+        m, m=M, k=1, epsilon=40.0, delta=1e-4, epsilon_token=8.0, max_new_tokens=24
+    ),
+    "DPSparseVote-LD": lambda m: DPSparseVote(
+        m, m=M, k=1, epsilon=400.0, delta=1e-4, epsilon_token=40.0, max_new_tokens=24
+    ),
+    "DPSparseVote-EM": lambda m: DPSparseVote(
+        m, m=M, k=1, epsilon=40.0, delta=0.0, epsilon_token=4.0, max_new_tokens=24,
+        selection="exponential",
+    ),
+}  # fmt: skip
+
+
+def transcript(model: TokenModel, name: str, question: str, docs: list[ScoredDocument]) -> Any:
+    recorded = Recorded(model)
+    *_, answer = MECHANISMS[name](recorded).stream(question, docs, rng=1234)
+    assert isinstance(answer, DPAnswer)
+    return recorded.steps, answer.details.get("stop_reason"), answer.text
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_transcripts_equal_the_in_process_engine(name: str, models: Any) -> None:
+    local, _, served = models
+    runs = [(transcript(local, name, q, d), transcript(served, name, q, d)) for q, d in _cases()]
+    for here, there in runs:
+        assert there == here
+    assert sum(len(here[0]) for here, _ in runs) > 10  # tokens were released
+
+
+def test_concurrent_queries_share_the_server_unchanged(models: Any) -> None:
+    local, _, served = models
+    jobs = [(name, q, d) for name in ("DPSparseVote-LD", "DPVote") for q, d in _cases()]
+    expected = [transcript(local, *job) for job in jobs]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        got = list(pool.map(lambda job: transcript(served, *job), jobs))
+    assert got == expected
+
+
+def test_text_generation_equals_the_in_process_engine(models: Any) -> None:
+    _, local_text, served = models
+    prompts = [f"Context: {d[0].text}\nQuestion: {q}\nAnswer:" for q, d in _cases()]
+    assert served.generate(prompts, max_new_tokens=20) == local_text.generate(
+        prompts, max_new_tokens=20
+    )
+
+
+def test_private_text_reaches_no_log(models: Any, caplog: pytest.LogCaptureFixture) -> None:
+    _, _, served = models
+    question, docs = _cases()[0]
+    docs = [ScoredDocument(id=d.id, text=f"{d.text} {CANARY}", score=d.score) for d in docs]
+    caplog.set_level(logging.DEBUG)
+    *_, answer = MECHANISMS["DPSparseVote-LD"](served).stream(question, docs, rng=0)
+    assert CANARY not in repr(answer) and CANARY not in caplog.text
+
+
+def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptureFixture) -> None:
+    _, _, served = models
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(EndpointError, match="HTTP 400") as direct:
+        served.prefill([f"{CANARY} " * 2000]).greedy()  # longer than a slot's context
+    assert str(direct.value) == "completions request failed with HTTP 400"
+    assert direct.value.__cause__ is None and direct.value.__context__ is None
+    # as the pipeline runs it: under the guard, no frame below it is reachable
+    with pytest.raises(PrivateDataError) as guarded_error:
+        guarded("generation", "test", lambda: served.prefill([f"{CANARY} " * 2000]).greedy())
+    assert CANARY not in reachable_text(guarded_error.value) and CANARY not in caplog.text
+
+
+def test_the_server_benchmark_runs(server_url: str) -> None:
+    """benchmarks/server.py against this endpoint: both rates and no transcript mismatch."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "server.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--base-url", server_url, "--queries", "2", "--m", "3",
+         "--tokens", "4", "--concurrency", "2", "--repeats", "1"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    rates = [line for line in done.stdout.splitlines() if "tok/s" in line]
+    assert len(rates) == 2 and "MISMATCH" not in done.stdout, done.stdout

@@ -1,0 +1,225 @@
+"""The completions client without a server: request shape, parsing, retries, refusals, leaks.
+
+The HTTP exchange is an ``httpx.MockTransport`` here (request bodies are
+inspected, responses scripted); the model's behaviour against a real server
+(llama.cpp's) is tests/models/test_llama_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from private_frames import reachable_text
+
+from dprag_core.algorithms import DPICL, DPKSA, DPSparseVote
+from dprag_core.datastore.keys import token_distribution_keys
+from dprag_core.eval.workbench import reader_path
+from dprag_core.models import LogprobModel, TextModel, TokenModel
+from dprag_core.models.endpoint import CompletionsEndpoint, EndpointError, parse_completions
+from dprag_core.models.openai_compat import TOKENIZER_PROBE, OpenAICompatModel
+
+CANARY = "CANARY-7f3a9c-private-record"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(reader_path()))
+
+
+def _llama_cpp_reply(request: httpx.Request, token: int = 5) -> httpx.Response:
+    body = json.loads(request.content)
+    choices = [
+        {"index": i, "finish_reason": "length", "logprobs": {"content": [{"id": token}]}}
+        for i in range(len(body["prompt"]))
+    ]
+    return httpx.Response(200, json={"choices": choices})
+
+
+def _endpoint(handler: Handler, **kw: Any) -> CompletionsEndpoint:
+    return CompletionsEndpoint(
+        "http://server.test/v1", model="reader", transport=httpx.MockTransport(handler), **kw
+    )
+
+
+def _model(tokenizer: Any, handler: Handler, **kw: Any) -> OpenAICompatModel:
+    return OpenAICompatModel(_endpoint(handler, **kw), tokenizer, check_tokenizer=False)
+
+
+def test_each_step_is_one_batched_token_id_request(tokenizer: Any) -> None:
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        assert request.url.path == "/v1/completions"
+        return _llama_cpp_reply(request)
+
+    model = _model(tokenizer, handler)
+    session = model.prefill(["first prompt", "second, longer prompt"])
+    assert sent == []  # nothing is sent before the first greedy()
+    assert session.greedy().tolist() == [5, 5]
+    assert session.greedy().tolist() == [5, 5] and len(sent) == 1  # cached per step
+    session.step(7)
+    session.greedy()
+    first, second = sent
+    assert first["prompt"] == [
+        model.prompt_ids("first prompt"),
+        model.prompt_ids("second, longer prompt"),
+    ]
+    assert second["prompt"] == [[*row, 7] for row in first["prompt"]]
+    assert {k: second[k] for k in ("max_tokens", "temperature", "cache_prompt", "model")} == {
+        "max_tokens": 1,
+        "temperature": 0,
+        "cache_prompt": True,
+        "model": "reader",
+    }
+
+
+def test_vllm_token_ids_and_headers(tokenizer: Any) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert body["return_tokens_as_token_ids"] is True and "cache_prompt" not in body
+        assert request.headers["authorization"] == "Bearer sk-test"
+        assert request.headers["x-tenant"] == "t1"
+        lp = {"tokens": ["token_id:9", "token_id:0"]}
+        return httpx.Response(
+            200, json={"choices": [{"index": 0, "finish_reason": "stop", "logprobs": lp}]}
+        )
+
+    model = _model(tokenizer, handler, server="vllm", api_key="sk-test", headers={"X-Tenant": "t1"})
+    assert model.endpoint.complete([[1, 2]], max_tokens=4)[0].token_ids == (9, 0)
+    assert model.generate(["q"], max_new_tokens=4) == [model.decode([9])]  # cut at EOS 0
+    assert "sk-test" not in repr(model) and "t1" not in repr(model)
+
+
+def test_protocols_and_refusals(tokenizer: Any) -> None:
+    model = _model(tokenizer, _llama_cpp_reply)
+    assert isinstance(model, TokenModel) and isinstance(model, TextModel)
+    assert not isinstance(model, LogprobModel)
+    DPSparseVote(model, m=2, k=1, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=2)
+    DPKSA(model, epsilon=5.0, delta=1e-4)
+    with pytest.raises(TypeError, match="LogprobModel"):
+        DPICL(model, epsilon=5.0, delta=1e-4)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="LogprobModel"):
+        token_distribution_keys(model, ["a prompt"])  # type: ignore[arg-type]
+
+
+def test_a_bare_eos_stop_is_eos_and_bad_ids_are_errors(tokenizer: Any) -> None:
+    def eos(request: httpx.Request) -> httpx.Response:
+        lp = {"content": []}
+        return httpx.Response(
+            200, json={"choices": [{"index": 0, "finish_reason": "stop", "logprobs": lp}]}
+        )
+
+    assert _model(tokenizer, eos).prefill(["q"]).greedy().tolist() == [0]
+    out_of_range = _model(tokenizer, lambda r: _llama_cpp_reply(r, token=len(tokenizer)))
+    with pytest.raises(EndpointError, match="no token id in"):
+        out_of_range.prefill(["q"]).greedy()
+    with pytest.raises(EndpointError, match="expected 2 choices"):
+        parse_completions({"choices": []}, 2)
+    with pytest.raises(EndpointError, match="no token ids"):
+        parse_completions({"choices": [{"index": 0, "logprobs": {"tokens": ["hello"]}}]}, 1)
+
+
+@pytest.mark.parametrize(("status", "calls"), [(503, 3), (429, 3), (400, 1), (404, 1)])
+def test_retries_transient_failures_only(tokenizer: Any, status: int, calls: int) -> None:
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(1)
+        return httpx.Response(status, text=f"error echoing {CANARY}")
+
+    model = _model(tokenizer, handler, retries=2, backoff=0.0)
+    with pytest.raises(EndpointError, match=f"HTTP {status}"):
+        model.prefill([f"Context: {CANARY}"]).greedy()
+    assert len(seen) == calls
+
+
+def test_a_retry_resends_the_same_step(tokenizer: Any) -> None:
+    bodies: list[bytes] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        return httpx.Response(503) if len(bodies) == 1 else _llama_cpp_reply(request)
+
+    session = _model(tokenizer, flaky, backoff=0.0).prefill(["q"])
+    session.step(3)
+    assert session.greedy().tolist() == [5]
+    assert bodies[0] == bodies[1]  # the same rows: nothing replayed, nothing skipped
+
+
+def test_errors_carry_no_private_text(tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError(
+            f"connection reset while sending {request.content!r}", request=request
+        )
+
+    model = _model(tokenizer, broken, retries=1, backoff=0.0)
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(EndpointError) as info:
+        model.prefill([f"Context: {CANARY}"]).greedy()
+    assert str(info.value) == "completions request failed with ReadError"
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    assert CANARY not in reachable_text(info.value)
+    assert CANARY not in caplog.text
+
+
+def test_tokenizer_check(tokenizer: Any) -> None:
+    local = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
+
+    def served(ids: list[int]) -> Handler:
+        def handler(request: httpx.Request) -> httpx.Response:
+            assert request.url.path == "/tokenize"
+            return httpx.Response(200, json={"tokens": ids})
+
+        return handler
+
+    OpenAICompatModel(_endpoint(served(local)), tokenizer)
+    with pytest.raises(ValueError, match="same checkpoint"):
+        OpenAICompatModel(_endpoint(served(local[:-1])), tokenizer)
+    OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer)  # no /tokenize: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"base_url": "server:8080"}, ValueError, "base_url must start with"),
+        ({"model": ""}, ValueError, "model must be a non-empty str"),
+        ({"server": "tgi"}, ValueError, "server must be one of"),
+        ({"retries": -1}, ValueError, "retries must be an int >= 0"),
+        ({"timeout": 0}, ValueError, "timeout must be a finite number > 0"),
+        ({"backoff": -1.0}, ValueError, "backoff must be a finite number >= 0"),
+    ],
+)
+def test_bad_endpoint_settings(kwargs: dict[str, Any], error: type, match: str) -> None:
+    args: dict[str, Any] = {"base_url": "http://h/v1", "model": "m", **kwargs}
+    with pytest.raises(error, match=match):
+        CompletionsEndpoint(args.pop("base_url"), **args)
+
+
+def test_bad_prompts_and_tokens(tokenizer: Any) -> None:
+    model = _model(tokenizer, _llama_cpp_reply)
+    with pytest.raises(TypeError, match="prompts must be a sequence of strings"):
+        model.prefill("one string")
+    with pytest.raises(ValueError, match="at least one prompt"):
+        model.prefill([])
+    with pytest.raises(ValueError, match="token must be in"):
+        model.prefill(["q"]).step(-1)
+    with pytest.raises(ValueError, match="max_new_tokens must be"):
+        model.generate(["q"], max_new_tokens=0)
+
+
+def test_a_stopped_server_is_a_clean_error(tokenizer: Any) -> None:
+    dead = OpenAICompatModel(  # nothing listens on the discard port
+        CompletionsEndpoint("http://127.0.0.1:9/v1", model="reader", retries=0), tokenizer
+    )
+    with pytest.raises(EndpointError, match="ConnectError") as info:
+        dead.prefill([f"Context: {CANARY}"]).greedy()
+    assert CANARY not in reachable_text(info.value)
