@@ -45,8 +45,8 @@ from typing import Any, Literal
 
 import httpx
 
-from dprag_core._validation import nonnegative_finite, positive_finite
 from dprag_core.quiet_logs import muted_logs
+from dprag_core.validation import nonnegative_finite, positive_finite
 
 __all__ = ["SERVER_OPTIONS", "Completion", "CompletionsEndpoint", "EndpointError", "Server"]
 

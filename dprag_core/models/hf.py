@@ -39,13 +39,13 @@ import numpy.typing as npt
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from dprag_core.validation import positive_int
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,
     check_static_model,
     compile_regions,
 )
+from dprag_core.validation import positive_int
 
 __all__ = ["Engine", "HFStaticSession", "HFTextModel", "HFTokenModel", "HFTokenSession"]
 

@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core._validation import positive_int
 from dprag_core.models.codec import TokenizerCodec
 from dprag_core.models.endpoint import CompletionsEndpoint, EndpointError, Server
+from dprag_core.validation import positive_int
 
 __all__ = ["TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
 
