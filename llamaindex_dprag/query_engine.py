@@ -108,6 +108,10 @@ class EngineOptions(TypedDict, total=False):
     ``unit_key``, ``score_direction``, ``score_range`` and ``metadata_mode``
     say how nodes become scored documents (:mod:`llamaindex_dprag.sources`);
     the others are :class:`DPQueryEngine`'s.
+
+    >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
+    >>> "text_qa_template" in EngineOptions.__annotations__
+    True
     """
 
     budget: CorpusAccountant | None
