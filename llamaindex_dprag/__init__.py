@@ -7,9 +7,12 @@
 
 from llamaindex_dprag._quiet import PrivateStageError, private_section
 from llamaindex_dprag.datastore import DPDatastoreQueryEngine
+from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.llms import LlamaIndexTextModel
 from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
-from llamaindex_dprag.query_engine import DPQueryEngine, answer_metadata
+from llamaindex_dprag.prompts import context_template
+from llamaindex_dprag.query_engine import DPQueryEngine, EngineOptions, answer_metadata
+from llamaindex_dprag.responses import DPResponse, DPStreamingResponse
 from llamaindex_dprag.sources import IndexSource, RetrieverSource
 from llamaindex_dprag.units import node_unit, to_scored_document, to_scored_documents
 from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
@@ -17,14 +20,20 @@ from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
 __all__ = [
     "COSINE_RANGE",
     "DPDatastoreQueryEngine",
+    "DPQueryEndEvent",
     "DPQueryEngine",
+    "DPQueryStartEvent",
+    "DPResponse",
+    "DPStreamingResponse",
     "DPThresholdPostprocessor",
+    "EngineOptions",
     "IndexSource",
     "LlamaIndexTextModel",
     "PrivacyBudgetPostprocessor",
     "PrivateStageError",
     "RetrieverSource",
     "answer_metadata",
+    "context_template",
     "cosine_faiss_store",
     "node_unit",
     "private_section",

@@ -20,7 +20,14 @@ MuRAG, MuRAG-Ada, DP-ICL) is refused when the engine is built; why each source
 keeps the neighbouring relation is in :mod:`llamaindex_dprag.sources`.
 
 What leaves the engine: the DP answer and its guarantee (``Response.metadata``:
-``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``).
+``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``,
+``stop_reason``); an empty DP answer is ``""`` (``str(response)`` too, where
+LlamaIndex's own ``Response`` prints "None"). Observers: the engine reports to
+its ``callback_manager`` (default ``Settings.callback_manager``) a ``QUERY``
+event (question, DP response) and to the instrumentation dispatcher
+LlamaIndex's ``QueryStartEvent`` / ``QueryEndEvent`` plus the public
+:class:`~llamaindex_dprag.events.DPQueryStartEvent` /
+:class:`~llamaindex_dprag.events.DPQueryEndEvent`.
 ``source_nodes`` is empty, unless ``source_ids=True``: then it lists the
 retrieved node ids as empty text nodes, and those ids are **not** covered by the
 DP guarantee (which documents match a question is itself private). Retrieval
@@ -35,22 +42,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
+from llama_index.core import Settings
+from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import (
+    RESPONSE_TYPE,
     AsyncStreamingResponse,
     Response,
     StreamingResponse,
 )
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.callbacks.base import CallbackManager
+from llama_index.core.callbacks.schema import CBEventType, EventPayload
+from llama_index.core.chat_engine import CondenseQuestionChatEngine
+from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
+from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.query_engine import CustomQueryEngine
-from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from typing_extensions import Unpack
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
+from dprag_core.events import end_payload, start_payload
+from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
@@ -65,6 +84,9 @@ from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import positive_int
 from llamaindex_dprag._quiet import private_section
+from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
+from llamaindex_dprag.prompts import context_template
+from llamaindex_dprag.responses import DPResponse, DPStreamingResponse
 from llamaindex_dprag.sources import (
     LLAMAINDEX_SOURCES,
     CandidateSource,
@@ -72,10 +94,39 @@ from llamaindex_dprag.sources import (
     RetrieverSource,
 )
 
-__all__ = ["DPQueryEngine", "answer_metadata"]
+__all__ = ["DPQueryEngine", "EngineOptions", "answer_metadata"]
 
 _T = TypeVar("_T")
 _END = object()
+dispatcher = get_dispatcher(__name__)
+_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode")
+
+
+class EngineOptions(TypedDict, total=False):
+    """The options :meth:`DPQueryEngine.from_index` and ``from_retriever`` share.
+
+    ``unit_key``, ``score_direction``, ``score_range`` and ``metadata_mode``
+    say how nodes become scored documents (:mod:`llamaindex_dprag.sources`);
+    the others are :class:`DPQueryEngine`'s.
+
+    >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
+    >>> "text_qa_template" in EngineOptions.__annotations__
+    True
+    """
+
+    budget: CorpusAccountant | None
+    similarity_top_k: int | None
+    max_question_tokens: int
+    score_direction: str
+    score_range: tuple[float, float] | None
+    unit_key: str | None
+    metadata_mode: MetadataMode
+    streaming: bool
+    source_ids: bool
+    rng: RngLike
+    text_qa_template: Any
+    callback_manager: CallbackManager | None
+    public_fallback: bool | NonRAG
 
 
 def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
@@ -91,6 +142,7 @@ def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
         "mechanism": answer.mechanism,
         "details": dict(answer.details),
         "uses_corpus": answer.uses_corpus,
+        "stop_reason": answer.details.get("stop_reason"),
     }
 
 
@@ -102,18 +154,26 @@ def _private(stage: str, where: str, fn: Callable[[], _T]) -> _T:
 class DPQueryEngine(CustomQueryEngine):
     """Answer questions over a private index with a dprag mechanism.
 
-    Build it with :meth:`from_index` or :meth:`from_retriever`. ``budget`` (a
-    :class:`CorpusAccountant`, e.g. ``SQLiteCorpusAccountant("budget.db",
-    total=Budget(10, 1e-5))``) is the corpus-level allowance each query's fixed
-    cost is charged against; it is required for every mechanism with a
-    per-query cost (:func:`~dprag_core.pipeline.require_accountant`), while
-    MuRAG-style mechanisms charge their own per-unit ledger and non-private
-    baselines need none. ``max_question_tokens`` bounds the question's length
-    (:func:`~dprag_core.pipeline.check_query`). ``streaming=True``
-    returns a ``StreamingResponse`` that yields text as the mechanism releases
-    it (token by token for DPSparseVote); its metadata is filled in when the
-    stream ends. ``rng``: a seed or generator for tests only (one generator is
-    made once and reused; default: OS entropy per query).
+    Build it with :meth:`from_index` or :meth:`from_retriever` (options:
+    :class:`EngineOptions`). ``budget`` (a :class:`CorpusAccountant`, e.g.
+    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5))``) is the
+    corpus-level allowance each query's fixed cost is charged against; it is
+    required for every mechanism with a per-query cost
+    (:func:`~dprag_core.pipeline.require_accountant`), while MuRAG-style
+    mechanisms charge their own per-unit ledger and non-private baselines need
+    none. ``max_question_tokens`` bounds the question's length
+    (:func:`~dprag_core.pipeline.check_query`). ``streaming=True`` returns a
+    ``StreamingResponse`` that yields text as the mechanism releases it (token
+    by token for DPSparseVote); its metadata is filled in when the stream ends.
+    ``text_qa_template``: your app's LlamaIndex prompt (``{context_str}``,
+    ``{query_str}``), used for the mechanism's per-document prompts
+    (:mod:`llamaindex_dprag.prompts`; the engine then holds a copy of the
+    mechanism). ``callback_manager``: default ``Settings.callback_manager``.
+    ``public_fallback=True`` answers a query whose DP answer released nothing
+    with the mechanism's model on the question alone, marked
+    ``metadata["details"]["public_fallback"]`` (no extra privacy cost:
+    :mod:`dprag_core.fallback`). ``rng``: a seed or generator for tests only
+    (one generator is made once and reused; default: OS entropy per query).
 
     >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
     >>> # print(engine.query("Which treatment did Alice receive?"))
@@ -130,6 +190,7 @@ class DPQueryEngine(CustomQueryEngine):
 
     _source: CandidateSource = PrivateAttr()
     _rng: Any = PrivateAttr(default=None)
+    _fallback: NonRAG | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -143,11 +204,18 @@ class DPQueryEngine(CustomQueryEngine):
         max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         rng: RngLike = None,
         callback_manager: CallbackManager | None = None,
+        text_qa_template: Any = None,
+        public_fallback: bool | NonRAG = False,
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
         if not callable(getattr(source, "bind", None)):
             raise TypeError("source must have bind(question) -> retriever")
+        if callback_manager is not None and not isinstance(callback_manager, CallbackManager):
+            raise TypeError(
+                f"callback_manager must be a LlamaIndex CallbackManager, "
+                f"got {type(callback_manager).__name__}"
+            )
         needed = mechanism.candidates_needed()
         if needed is None and mechanism.min_score() is None:
             raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
@@ -159,6 +227,8 @@ class DPQueryEngine(CustomQueryEngine):
                     f"similarity_top_k must be None or {needed} (what {mechanism.name} "
                     f"needs: its analysis assumes exactly that many), got {similarity_top_k}"
                 )
+        if text_qa_template is not None:
+            mechanism = with_context_template(mechanism, context_template(text_qa_template))
         fields: dict[str, Any] = {
             "mechanism": mechanism,
             "accountant": require_accountant(mechanism, budget, parameter="budget"),
@@ -166,11 +236,22 @@ class DPQueryEngine(CustomQueryEngine):
             "source_ids": bool(source_ids),
             "similarity_top_k": similarity_top_k,
             "max_question_tokens": positive_int("max_question_tokens", max_question_tokens),
-            "callback_manager": callback_manager or CallbackManager([]),
+            "callback_manager": callback_manager or Settings.callback_manager,
         }
+        fallback = check_public_fallback(public_fallback, mechanism)
         super().__init__(**fields)
         self._source = source
         self._rng = None if rng is None else make_rng(rng)
+        self._fallback = fallback
+
+    @classmethod
+    def _over(
+        cls, make_source: Callable[..., CandidateSource], mechanism: Mechanism, options: Any
+    ) -> DPQueryEngine:
+        """The one construction path: the source from the conversion options, then the engine."""
+        engine_options = dict(options)
+        conversion = {k: engine_options.pop(k) for k in _CONVERSION if k in engine_options}
+        return cls(mechanism=mechanism, source=make_source(**conversion), **engine_options)
 
     @classmethod
     def from_index(
@@ -178,21 +259,14 @@ class DPQueryEngine(CustomQueryEngine):
         index: Any,
         *,
         mechanism: Mechanism,
-        budget: CorpusAccountant | None = None,
-        similarity_top_k: int | None = None,
-        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
-        score_direction: str = "similarity",
-        score_range: tuple[float, float] | None = None,
-        unit_key: str | None = None,
-        metadata_mode: MetadataMode = MetadataMode.LLM,
         embed_model: Any = None,
         filters: Any = None,
-        streaming: bool = False,
-        source_ids: bool = False,
-        rng: RngLike = None,
+        **options: Unpack[EngineOptions],
     ) -> DPQueryEngine:
         """A DP query engine over a ``VectorStoreIndex`` (its store queried directly).
 
+        The one-line switch from LlamaIndex's tutorial: ``index.as_query_engine()``
+        becomes ``DPQueryEngine.from_index(index, mechanism=..., budget=...)``.
         ``similarity_top_k``: ``None`` asks the store for exactly the mechanism's
         ``candidates_needed()`` (any other value is refused); for threshold
         mechanisms (MuRAG, DPICL), which get every candidate above their public
@@ -202,29 +276,16 @@ class DPQueryEngine(CustomQueryEngine):
         of the store's scores (e.g. ``(-1, 1)`` for
         :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`); scores are
         clipped into it. ``unit_key``: metadata key naming the privacy unit
-        (default: the node's source document).
+        (default: the node's source document). The other options:
+        :class:`DPQueryEngine`.
 
         >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
         """
-        source = IndexSource(
-            index,
-            embed_model=embed_model,
-            unit_key=unit_key,
-            score_direction=score_direction,
-            score_range=score_range,
-            metadata_mode=metadata_mode,
-            filters=filters,
-        )
-        return cls(
-            mechanism=mechanism,
-            source=source,
-            budget=budget,
-            streaming=streaming,
-            source_ids=source_ids,
-            similarity_top_k=similarity_top_k,
-            max_question_tokens=max_question_tokens,
-            rng=rng,
-        )
+
+        def source(**conversion: Any) -> CandidateSource:
+            return IndexSource(index, embed_model=embed_model, filters=filters, **conversion)
+
+        return cls._over(source, mechanism, options)
 
     @classmethod
     def from_retriever(
@@ -232,17 +293,8 @@ class DPQueryEngine(CustomQueryEngine):
         retriever: Any,
         *,
         mechanism: Mechanism,
-        budget: CorpusAccountant | None = None,
-        similarity_top_k: int | None = None,
-        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
-        score_direction: str = "similarity",
-        score_range: tuple[float, float] | None = None,
-        unit_key: str | None = None,
-        metadata_mode: MetadataMode = MetadataMode.LLM,
-        streaming: bool = False,
-        source_ids: bool = False,
-        rng: RngLike = None,
         returns_everything: bool = False,
+        **options: Unpack[EngineOptions],
     ) -> DPQueryEngine:
         """A DP query engine over a LlamaIndex retriever.
 
@@ -253,6 +305,7 @@ class DPQueryEngine(CustomQueryEngine):
         ``returns_everything=True``: your promise that ``retrieve`` returns its
         whole ranking (or every node above the mechanism's ``min_score``), best
         first. It is then called once per question inside a private section.
+        The options are :meth:`from_index`'s.
 
         >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech, budget=budget)
         """
@@ -260,26 +313,40 @@ class DPQueryEngine(CustomQueryEngine):
             VectorIndexRetriever,
         )
 
-        conversion: dict[str, Any] = {
-            "unit_key": unit_key,
-            "score_direction": score_direction,
-            "score_range": score_range,
-            "metadata_mode": metadata_mode,
-        }
-        source: CandidateSource
-        if isinstance(retriever, VectorIndexRetriever):
-            source = IndexSource.from_vector_retriever(retriever, **conversion)
-        else:
-            source = RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
-        return cls(
-            mechanism=mechanism,
-            source=source,
-            budget=budget,
-            streaming=streaming,
-            source_ids=source_ids,
-            similarity_top_k=similarity_top_k,
-            max_question_tokens=max_question_tokens,
-            rng=rng,
+        def source(**conversion: Any) -> CandidateSource:
+            if isinstance(retriever, VectorIndexRetriever):
+                return IndexSource.from_vector_retriever(retriever, **conversion)
+            return RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
+
+        return cls._over(source, mechanism, options)
+
+    def as_chat_engine(
+        self,
+        *,
+        llm: LLM | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        condense_question_prompt: Any = None,
+        verbose: bool = False,
+    ) -> CondenseQuestionChatEngine:
+        """A condensed-question chat engine: each turn is one DP query.
+
+        Your app's public ``llm`` (default ``Settings.llm``) rewrites the chat
+        history and the new message into one standalone question; this engine
+        answers it (charged like any query). The history holds only your
+        users' messages and the released DP answers, so the condensing LLM,
+        its callbacks and its token usage see nothing private.
+
+        >>> # engine.as_chat_engine(llm=Settings.llm).chat("And her dosage?")
+        """
+        public = llm if llm is not None else Settings.llm
+        if not isinstance(public, LLM):
+            raise TypeError(f"llm must be a LlamaIndex LLM, got {type(public).__name__}")
+        return CondenseQuestionChatEngine.from_defaults(
+            query_engine=self,
+            llm=public,
+            chat_history=chat_history,
+            condense_question_prompt=condense_question_prompt,
+            verbose=verbose,
         )
 
     # -- the query path: validate, charge, retrieve, answer -------------------
@@ -317,23 +384,50 @@ class DPQueryEngine(CustomQueryEngine):
         docs = self._retrieve(question)
         with private_section():
             answer = self.mechanism.answer(question, docs, rng=self._rng)
+            answer = fallback_answer(answer, self._fallback, question)
         return answer, self._source_nodes(docs)
 
     def _private_stream(self, question: str) -> tuple[Iterator[Any], list[NodeWithScore]]:
         docs = self._retrieve(question)
-        return self.mechanism.stream(question, docs, rng=self._rng), self._source_nodes(docs)
+        items = self.mechanism.stream(question, docs, rng=self._rng)
+        return fallback_stream(items, self._fallback, question), self._source_nodes(docs)
 
     def _run(self, query_str: str) -> Response | StreamingResponse:
         question = self._prepare(query_str)
         name = self.mechanism.name
+        dispatcher.event(DPQueryStartEvent(**start_payload(self.mechanism)))
         if self.streaming:
             items, nodes = guarded("generation", name, lambda: self._private_stream(question))
             metadata: dict[str, Any] = {"mechanism": name}
-            return StreamingResponse(
+            return DPStreamingResponse(
                 response_gen=_chunks(name, items, metadata), source_nodes=nodes, metadata=metadata
             )
         answer, nodes = guarded("generation", name, lambda: self._private_answer(question))
-        return Response(response=answer.text, source_nodes=nodes, metadata=answer_metadata(answer))
+        dispatcher.event(DPQueryEndEvent(**end_payload(answer)))
+        return DPResponse(
+            response=answer.text, source_nodes=nodes, metadata=answer_metadata(answer)
+        )
+
+    # BaseQueryEngine's entry points (QueryStartEvent / QueryEndEvent, the trace),
+    # not CustomQueryEngine's, which report neither
+    query = BaseQueryEngine.query
+    aquery = BaseQueryEngine.aquery
+
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        """One ``QUERY`` callback event (question, DP response) around :meth:`custom_query`."""
+        payload: dict[str, Any] = {EventPayload.QUERY_STR: query_bundle.query_str}
+        with self.callback_manager.event(CBEventType.QUERY, payload=payload) as event:
+            response = self.custom_query(query_bundle.query_str)
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        """Async :meth:`_query`."""
+        payload: dict[str, Any] = {EventPayload.QUERY_STR: query_bundle.query_str}
+        with self.callback_manager.event(CBEventType.QUERY, payload=payload) as event:
+            response = await self.acustom_query(query_bundle.query_str)
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
 
     def custom_query(self, query_str: str) -> Response | StreamingResponse:
         """Answer one question (``Response``, or ``StreamingResponse`` when streaming)."""
@@ -367,6 +461,7 @@ def _chunks(
     while (item := _private("generation", name, lambda: next(items, _END))) is not _END:
         if isinstance(item, DPAnswer):
             metadata.update(answer_metadata(item))
+            dispatcher.event(DPQueryEndEvent(**end_payload(item)))
         elif item:
             yield str(item)
 

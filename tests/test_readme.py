@@ -23,7 +23,9 @@ def test_readme_has_examples() -> None:
 def test_readme_examples_run(tmp_path: Path) -> None:
     script = tmp_path / "readme_examples.py"
     script.write_text("\n\n".join(readme_blocks()), encoding="utf-8")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    # this checkout's packages first (not whichever one the virtualenv installed)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,

@@ -25,9 +25,11 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TokenModel
+from dprag_core.models.checks import check_token_model
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
+from dprag_core.stop_reasons import BUDGET, EOS, MAX_TOKENS, NULL_TOKEN
 from dprag_core.validation import positive_int
 
 __all__ = [
@@ -56,18 +58,6 @@ def check_template(name: str, template: object, fields: Sequence[str]) -> str:
     return template
 
 
-def check_token_model(model: object) -> TokenModel:
-    """Reject objects that are not token models (no ``prefill``/``vocab_size``).
-
-    >>> check_token_model(object())
-    Traceback (most recent call last):
-    TypeError: model must implement the TokenModel protocol, got object
-    """
-    if not isinstance(model, TokenModel):
-        raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
-    return model
-
-
 @dataclass(frozen=True)
 class Choice:
     """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget.
@@ -91,6 +81,8 @@ class VotingMechanism(StreamingMechanism):
     >>> issubclass(VoteRAG, VotingMechanism), VotingMechanism.uses_public
     (True, False)
     """
+
+    context_template_field = "template"
 
     uses_public: bool = False
 
@@ -161,7 +153,7 @@ class VotingMechanism(StreamingMechanism):
         state = self._start(gen)
         decoder = IncrementalDecoder(self.model)
         generated = private = 0
-        stop = "max_tokens"
+        stop = MAX_TOKENS
         while True:
             greedy = session.greedy()
             counts = SparseCounts.from_votes(greedy[: self.m], size=vocab)
@@ -169,17 +161,17 @@ class VotingMechanism(StreamingMechanism):
             choice = self._choose(counts, public, state, gen)
             private += choice.private
             if choice.token is None:
-                stop = "null_token"
+                stop = NULL_TOKEN
                 break
             if choice.token in eos:
-                stop = "eos"
+                stop = EOS
                 break
             generated += 1
             chunk = decoder.push(choice.token)
             if chunk:
                 yield chunk
             if limit is not None and private >= limit:
-                stop = "budget"
+                stop = BUDGET
                 break
             if generated >= self.max_new_tokens:
                 break

@@ -20,8 +20,10 @@ units* (one item per unit, or a unit's chunks all inside or all outside): then
 one unit changes at most one response. The released keywords are DP outputs
 and may appear verbatim in the answer: that is by design (they are words that
 at least k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
-``ptr_passed``, ``keywords_released`` (a count) and ``epsilon_bound`` (the
-accounting bound that certified ε, ``"rdp"`` or ``"pld"``), nothing per document.
+``ptr_passed``, ``keywords_released`` (a count), ``epsilon_bound`` (the
+accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and ``stop_reason``
+(``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
+:mod:`dprag_core.stop_reasons`), nothing per document.
 
 >>> class Echo:
 ...     def generate(self, prompts, *, max_new_tokens=64):
@@ -49,8 +51,10 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TextModel
+from dprag_core.models.checks import check_text_model
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
 from dprag_core.validation import positive_int
 
 __all__ = [
@@ -161,6 +165,8 @@ def _unit_contexts(docs: Sequence[ScoredDocument], n_docs: int) -> list[str]:
 class _KeywordAnswerer(Mechanism):
     """Shared steps of KSA and DP-KSA: responses, histogram, final prompt (KSA's constructor)."""
 
+    context_template_field = "response_template"
+
     def __init__(
         self,
         model: TextModel,
@@ -176,11 +182,9 @@ class _KeywordAnswerer(Mechanism):
         response_tokens: int = 64,
         answer_tokens: int = 64,
     ) -> None:
-        if not callable(getattr(model, "generate", None)):
-            raise TypeError("model must be a TextModel (with generate(prompts, max_new_tokens=))")
         if extractor is not None and not callable(extractor):
             raise TypeError("extractor must be callable as extractor(text) -> iterable of words")
-        self.model = model
+        self.model = check_text_model(model)
         self.n_docs = positive_int("n_docs", n_docs)
         self.k_min = positive_int("k_min", k_min)
         self.k_max = positive_int("k_max", k_max)
@@ -296,6 +300,7 @@ class DPKSA(_KeywordAnswerer):
             "ptr_passed": passed,
             "keywords_released": len(keywords),
             "epsilon_bound": p.bound,
+            "stop_reason": KEYWORDS if passed else PTR_FAILED,
         }
         return DPAnswer(self._final(question, keywords), p.achieved, self.name, details)
 
@@ -323,7 +328,7 @@ class KSA(_KeywordAnswerer):
         d = gaps(hist.counts, k_min=self.k_min, k_max=self.k_max)
         k = int(np.argmax(d)) + self.k_min
         keywords = hist.top(k)
-        details = {"k_hat": k, "keywords_released": len(keywords)}
+        details = {"k_hat": k, "keywords_released": len(keywords), "stop_reason": KEYWORDS}
         return DPAnswer(self._final(question, keywords), None, self.name, details)
 
     def __repr__(self) -> str:
