@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("matplotlib")
 
 
-def run_benchmark(name: str, out: Path) -> str:
+def run_benchmark(name: str, out: Path, *extra: str) -> str:
     # this checkout's packages first (a script's own folder, not the cwd, heads sys.path)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / name), "--quick", "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / name), "--quick", "--out", str(out), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -55,6 +55,13 @@ def test_privacy_utility_quick(tmp_path: Path) -> None:
     assert not any(line.startswith("| DP-KSA |") for line in section)  # reports no tokens
     for png in ("accuracy_vs_epsilon.png", "tokens.png", "multi_query.png"):
         assert (tmp_path / png).stat().st_size > 0
+
+
+def test_privacy_utility_only_runs_the_named_mechanisms(tmp_path: Path) -> None:
+    table = run_benchmark("privacy_utility.py", tmp_path, "--only", "voterag", "DPVote")
+    assert "| VoteRAG (m=10) |" in table and "| DPVote (LD) eps=2 |" in table
+    for absent in ("| RAG (k=3) |", "| NonRAG |", "DPSparseVote", "DP-KSA", "DP-RAG"):
+        assert absent not in table
 
 
 def test_attacks_quick(tmp_path: Path) -> None:
