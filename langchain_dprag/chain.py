@@ -36,17 +36,19 @@ in traces.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
     CallbackManagerForChainRun,
     dispatch_custom_event,
 )
+from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from typing_extensions import Self
@@ -67,15 +69,28 @@ from dprag_core.pipeline import (
     retrieve_for,
 )
 from dprag_core.retrieval.documents import ScoredDocument
+from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
+from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
+from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
-__all__ = ["PRIVACY_SPEND_EVENT", "ChainInput", "DPRAGChain", "DPRAGOutput"]
+__all__ = [
+    "PRIVACY_SPEND_EVENT",
+    "ChainInput",
+    "ChainOutput",
+    "DPRAGChain",
+    "DPRAGOutput",
+    "OutputForm",
+]
 
 PRIVACY_SPEND_EVENT = "dprag_privacy_spend"
 
 ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
+ChainOutput = Union["DPRAGOutput", str, dict[str, Any]]
+OutputForm = Literal["object", "text", "dict"]
+"""``"object"``: a :class:`DPRAGOutput`; ``"text"``: the answer string; ``"dict"``: a dict."""
 
 _END = object()
 
@@ -109,6 +124,14 @@ class DPRAGOutput(BaseModel):
             details=dict(result.details),
         )
 
+    def public(self) -> dict[str, Any]:
+        """The privacy fields (everything but the answer).
+
+        >>> DPRAGOutput(answer="x", epsilon=1.0, delta=0.0, mechanism="M").public()
+        {'epsilon': 1.0, 'delta': 0.0, 'mechanism': 'M', 'details': {}}
+        """
+        return self.model_dump(exclude={"answer"})
+
     def __add__(self, other: DPRAGOutput) -> DPRAGOutput:
         return DPRAGOutput(
             answer=self.answer + other.answer,
@@ -119,20 +142,27 @@ class DPRAGOutput(BaseModel):
         )
 
 
-def question_of(value: object) -> str:
-    """The question in a chain input: a string, ``{"question": ...}`` or a prompt value.
+def question_of(value: object, input_key: str = "question") -> str:
+    """The question in a chain input: a string, ``{input_key: ...}`` or a prompt value.
 
-    >>> question_of({"question": "Who?"})
-    'Who?'
+    A prompt value gives its last message (a chat prompt) or its text.
+
+    >>> question_of({"question": "Who?"}), question_of({"input": "Who?"}, "input")
+    ('Who?', 'Who?')
     """
     if isinstance(value, StringPromptValue):
         value = value.text
     elif isinstance(value, ChatPromptValue):
-        value = value.messages[-1].text if value.messages else ""
+        value = message_text(value.messages[-1]) if value.messages else ""
+    elif isinstance(value, BaseMessage):
+        value = message_text(value)
     elif isinstance(value, Mapping):
-        if "question" not in value:
-            raise ValueError("input must be a string or a mapping with a 'question' key")
-        value = value["question"]
+        if input_key not in value:
+            raise ValueError(
+                f"input must be a question string, a prompt value or a mapping with the key "
+                f"{input_key!r} (input_key={input_key!r}), got the keys {sorted(map(str, value))}"
+            )
+        value = value[input_key]
     return check_question(value)
 
 
@@ -149,7 +179,7 @@ def _combine(chunks: Iterator[Any]) -> Any:
     return final
 
 
-class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
+class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
     Fields: exactly one of ``vectorstore`` (read with scores through
@@ -171,9 +201,20 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     for tests and benchmarks only: the seed starts one generator that every query
     draws from, so queries never reuse noise).
 
-    Input: a string, ``{"question": ...}`` or a prompt value. Output: a
-    :class:`DPRAGOutput`. ``stream``/``astream`` yield answer chunks as the
-    mechanism releases them (text-level mechanisms yield once). The answer is
+    Input: a string, a prompt value (its last message) or a mapping whose
+    ``input_key`` (default ``"question"``; ``"input"`` as in
+    ``create_retrieval_chain``, ``"query"`` as in ``RetrievalQA``) holds the
+    question. Output, by ``output``: ``"object"`` (default) a
+    :class:`DPRAGOutput`; ``"text"`` the answer string (then ``| StrOutputParser()``
+    and other string steps stream token by token); ``"dict"`` the input mapping
+    plus ``output_key`` (default ``"answer"``) and the privacy fields
+    (``epsilon``, ``delta``, ``mechanism``, ``details``), streamed as addable
+    dict chunks, so ``.pick("answer")`` streams tokens (``pick`` on another form
+    picks from the dict form). ``stream``/``astream`` yield answer chunks as the
+    mechanism releases them (text-level mechanisms yield once); the released
+    chunks are also the tokens of a chat-model run nested under the chain run
+    (``on_chat_model_stream`` in ``astream_events``; :mod:`langchain_dprag._runs`),
+    whose only input is the question. The answer is
     epsilon-DP with respect to the corpus as the mechanism's docstring states;
     ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
     before anything is retrieved.
@@ -198,9 +239,18 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
     rng: RngLike = None
     """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
+    input_key: str = "question"
+    """The key of the question in a mapping input."""
+    output: OutputForm = "object"
+    """The output form: ``"object"`` (DPRAGOutput), ``"text"`` or ``"dict"``."""
+    output_key: str = "answer"
+    """The key of the answer in the ``"dict"`` form."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        for name in ("input_key", "output_key"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
         if self.vectorstore is not None:
@@ -276,14 +326,45 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
             config={"callbacks": run_manager.get_child()},
         )
 
+    def _release(
+        self, result: DPAnswer, answer: AnswerRun, run_manager: CallbackManagerForChainRun
+    ) -> DPRAGOutput:
+        fields = DPRAGOutput.from_answer(result, text=False)
+        answer.end(fields.public(), text=result.text)
+        self._report(result, run_manager)
+        return fields
+
+    # -- output forms ------------------------------------------------------------------
+
+    def _inputs(self, value: object) -> dict[str, Any]:
+        return dict(value) if self.output == "dict" and isinstance(value, Mapping) else {}
+
+    def _shape(self, out: DPRAGOutput, inputs: Mapping[str, Any]) -> ChainOutput:
+        if self.output == "text":
+            return out.answer
+        if self.output == "dict":
+            return AddableDict({**inputs, self.output_key: out.answer, **out.public()})
+        return out
+
+    def _shape_chunk(self, chunk: DPRAGOutput) -> ChainOutput:
+        if self.output == "text":
+            return chunk.answer
+        if self.output == "dict":
+            fields = chunk.public() if chunk.mechanism is not None else {}
+            return AddableDict({self.output_key: chunk.answer, **fields})
+        return chunk
+
+    # -- the runs ----------------------------------------------------------------------
+
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
-    ) -> DPRAGOutput:
-        question = self._start(question_of(value))
+    ) -> ChainOutput:
+        question = self._start(question_of(value, self.input_key))
         name = self.mechanism.name
         result = guarded("generation", name, lambda: self._private_answer(question, run_manager))
-        self._report(result, run_manager)
-        return DPRAGOutput.from_answer(result)
+        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
+        out = self._release(result, answer, run_manager)
+        return self._shape(out + DPRAGOutput(answer=result.text), self._inputs(value))
 
     def _outputs(
         self, question: str, run_manager: CallbackManagerForChainRun
@@ -294,31 +375,45 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         items = guarded(
             "generation", name, lambda: self._private_stream(question, run_manager, sealed)
         )
+        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
         step = lambda: sealed.call(next, items, _END)  # noqa: E731
-        while (item := guarded("generation", name, step)) is not _END:
-            if isinstance(item, DPAnswer):
-                self._report(item, run_manager)
-                yield DPRAGOutput.from_answer(item, text=False)
-            elif item:
-                yield DPRAGOutput(answer=str(item))
+        try:
+            while (item := guarded("generation", name, step)) is not _END:
+                if isinstance(item, DPAnswer):
+                    yield self._release(item, answer, run_manager)
+                elif item:
+                    answer.token(str(item))
+                    yield DPRAGOutput(answer=str(item))
+        except PrivateDataError as err:
+            answer.error(err)
+            raise
+
+    def _chunks(
+        self, value: object, run_manager: CallbackManagerForChainRun
+    ) -> Iterator[ChainOutput]:
+        inputs = self._inputs(value)
+        question = question_of(value, self.input_key)
+        if inputs:
+            yield AddableDict(inputs)
+        for chunk in self._outputs(question, run_manager):
+            yield self._shape_chunk(chunk)
 
     def _transform(
         self,
         inputs: Iterator[ChainInput],
         run_manager: CallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> Iterator[DPRAGOutput]:
-        yield from self._outputs(question_of(_combine(inputs)), run_manager)
+    ) -> Iterator[ChainOutput]:
+        yield from self._chunks(_combine(inputs), run_manager)
 
     async def _atransform(
         self,
         inputs: AsyncIterator[ChainInput],
         run_manager: AsyncCallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         chunks = [chunk async for chunk in inputs]
-        question = question_of(_combine(iter(chunks)))
-        outputs = self._outputs(question, run_manager.get_sync())
+        outputs = self._chunks(_combine(iter(chunks)), run_manager.get_sync())
         while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
             chunk = await run_in_executor(config, next, outputs, None)
             if chunk is None:
@@ -327,9 +422,20 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     # -- Runnable interface --------------------------------------------------------
 
+    @property
+    def OutputType(self) -> Any:
+        """The output type of the chosen ``output`` form."""
+        return {"object": DPRAGOutput, "text": str, "dict": dict[str, Any]}[self.output]
+
+    def pick(self, keys: str | list[str]) -> RunnableSerializable[Any, Any]:
+        """Pick ``keys`` from the ``"dict"`` form (``.pick("answer")`` streams tokens)."""
+        if self.output != "dict":
+            return self.model_copy(update={"output": "dict"}).pick(keys)
+        return super().pick(keys)
+
     def invoke(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> DPRAGOutput:
+    ) -> ChainOutput:
         """Answer one question (charged before retrieval); see the class docstring."""
         return self._call_with_config(self._invoke, input, config, **kwargs)
 
@@ -338,13 +444,13 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         input: Iterator[ChainInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> Iterator[DPRAGOutput]:
+    ) -> Iterator[ChainOutput]:
         """Stream the answer to the (combined) input chunks."""
         yield from self._transform_stream_with_config(input, self._transform, config, **kwargs)
 
     def stream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[DPRAGOutput]:
+    ) -> Iterator[ChainOutput]:
         """Yield answer chunks as the mechanism releases them, then the privacy fields."""
         yield from self.transform(iter([input]), config, **kwargs)
 
@@ -353,7 +459,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         input: AsyncIterator[ChainInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         """Async :meth:`transform`."""
         async for chunk in self._atransform_stream_with_config(
             input, self._atransform, config, **kwargs
@@ -362,7 +468,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     async def astream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         """Async :meth:`stream`."""
 
         async def single() -> AsyncIterator[ChainInput]:

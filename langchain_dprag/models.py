@@ -38,6 +38,7 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor
 
 from dprag_core._validation import positive_int
 from dprag_core.quiet_logs import muted_logs
+from langchain_dprag._compat import message_text
 
 __all__ = ["LangChainTextModel", "private_copy"]
 
@@ -62,7 +63,7 @@ def private_copy(model: BaseLanguageModel[Any]) -> BaseLanguageModel[Any]:
 def _complete(model: BaseLanguageModel[Any], prompt: str, kwargs: dict[str, Any]) -> str:
     if isinstance(model, BaseChatModel):
         chat = model._generate_with_cache([HumanMessage(content=prompt)], stop=None, **kwargs)
-        return str(chat.generations[0].message.text)
+        return message_text(chat.generations[0].message)
     assert isinstance(model, BaseLLM)
     return model._generate([prompt], stop=None, **kwargs).generations[0][0].text
 
@@ -71,7 +72,7 @@ async def _acomplete(model: BaseLanguageModel[Any], prompt: str, kwargs: dict[st
     if isinstance(model, BaseChatModel):
         messages: list[BaseMessage] = [HumanMessage(content=prompt)]
         chat = await model._agenerate_with_cache(messages, stop=None, **kwargs)
-        return str(chat.generations[0].message.text)
+        return message_text(chat.generations[0].message)
     assert isinstance(model, BaseLLM)
     return (await model._agenerate([prompt], stop=None, **kwargs)).generations[0][0].text
 

@@ -22,6 +22,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from toy_mechanisms import Case, ToyMechanism
 
 from dprag_core.algorithms.base import Mechanism
+from langchain_dprag._compat import message_text
 
 SECRET = "zq7canary4417xylophone"
 QUESTION = "What is the access code of Zora Quillfeather?"
@@ -86,7 +87,7 @@ class EchoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        text = messages[-1].text
+        text = message_text(messages[-1])
         if self.fail:
             raise ValueError(f"model rejected the prompt {text!r}")
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])

@@ -32,6 +32,7 @@ from private_frames import reachable_text
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.errors import PrivateDataError, reveal_private_errors
 from langchain_dprag import DPRAGChain, LangChainTextModel
+from langchain_dprag._compat import message_text
 from langchain_dprag._sealed import SideDoorError
 
 PLAIN = ChatPromptTemplate.from_messages([("human", "{context}\n\n{question}")])
@@ -62,8 +63,10 @@ class LoggingEchoModel(EchoChatModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
-        logging.getLogger("openai._base_client").debug("Request options: %s", messages[-1].text)
-        logging.getLogger("httpx").debug("HTTP Request body %s", messages[-1].text)
+        logging.getLogger("openai._base_client").debug(
+            "Request options: %s", message_text(messages[-1])
+        )
+        logging.getLogger("httpx").debug("HTTP Request body %s", message_text(messages[-1]))
         return super()._generate(messages, stop, run_manager, **kw)
 
 
