@@ -78,12 +78,17 @@ class DPAnswer:
     for the non-private baselines: ``NonRAG`` (``uses_corpus=False``, epsilon 0)
     and ``RAG``/``VoteRAG``/``KSA`` (epsilon infinite);
     ``mechanism`` the mechanism's name; ``details`` publishable facts such as
-    ``private_tokens`` or ``ptr_passed``. It never holds retrieved documents,
+    ``private_tokens``, ``ptr_passed`` and ``stop_reason`` (why the answer
+    ended, :mod:`dprag_core.stop_reasons`). It never holds retrieved documents,
     voter outputs or anything derived from them beyond what was DP-released.
+    An empty answer is the empty string: ``text=None`` (a text model that
+    returned nothing) becomes ``""``.
 
     >>> a = DPAnswer("aspirin", Budget(1.0), "DPSparseVote", {"private_tokens": 2})
     >>> a.details["private_tokens"]
     2
+    >>> DPAnswer(None, Budget(1.0), "DPKSA").text
+    ''
     """
 
     text: str
@@ -93,6 +98,10 @@ class DPAnswer:
     uses_corpus: bool = True
 
     def __post_init__(self) -> None:
+        if self.text is None:  # a text model that answered nothing: an empty answer is ""
+            object.__setattr__(self, "text", "")
+        elif not isinstance(self.text, str):
+            raise TypeError(f"text must be a str, got {type(self.text).__name__}")
         object.__setattr__(self, "details", _frozen(self.details))
 
     @property

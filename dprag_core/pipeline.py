@@ -28,8 +28,10 @@ import numpy as np
 from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
+from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
+from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
@@ -283,7 +285,11 @@ class PrivateRAG:
     bounds the question's length (:func:`check_query`). The question, the
     ``rng`` and the budget are checked before anything is charged; a failure
     after that (retrieval, generation) raises a data-free
-    :class:`~dprag_core.errors.PrivateDataError`.
+    :class:`~dprag_core.errors.PrivateDataError`. ``public_fallback=True``
+    (off by default) answers a query whose DP answer released nothing with the
+    mechanism's model on the question alone, marked
+    ``details["public_fallback"]`` (no extra privacy cost:
+    :mod:`dprag_core.fallback`); a :class:`NonRAG` picks another model or prompt.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -302,6 +308,7 @@ class PrivateRAG:
         *,
         accountant: CorpusAccountant | None = None,
         max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
+        public_fallback: bool | NonRAG = False,
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
@@ -312,6 +319,7 @@ class PrivateRAG:
         self.mechanism = mechanism
         self.retriever = retriever
         self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
+        self.public_fallback = check_public_fallback(public_fallback, mechanism)
 
     def _start(self, question: object, rng: RngLike) -> tuple[str, np.random.Generator]:
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
@@ -326,10 +334,12 @@ class PrivateRAG:
         )
 
     def _private_answer(self, question: str, rng: np.random.Generator) -> DPAnswer:
-        return self.mechanism.answer(question, self._retrieve(question), rng=rng)
+        answer = self.mechanism.answer(question, self._retrieve(question), rng=rng)
+        return fallback_answer(answer, self.public_fallback, question)
 
     def _private_stream(self, question: str, rng: np.random.Generator) -> Iterator[str | DPAnswer]:
-        return self.mechanism.stream(question, self._retrieve(question), rng=rng)
+        items = self.mechanism.stream(question, self._retrieve(question), rng=rng)
+        return fallback_stream(items, self.public_fallback, question)
 
     def answer(self, question: str, *, rng: RngLike = None) -> DPAnswer:
         """Check, charge, retrieve and answer one question."""

@@ -29,6 +29,7 @@ from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
+from dprag_core.stop_reasons import BUDGET, EOS, MAX_TOKENS, NULL_TOKEN
 
 __all__ = [
     "Choice",
@@ -161,7 +162,7 @@ class VotingMechanism(StreamingMechanism):
         state = self._start(gen)
         decoder = IncrementalDecoder(self.model)
         generated = private = 0
-        stop = "max_tokens"
+        stop = MAX_TOKENS
         while True:
             greedy = session.greedy()
             counts = SparseCounts.from_votes(greedy[: self.m], size=vocab)
@@ -169,17 +170,17 @@ class VotingMechanism(StreamingMechanism):
             choice = self._choose(counts, public, state, gen)
             private += choice.private
             if choice.token is None:
-                stop = "null_token"
+                stop = NULL_TOKEN
                 break
             if choice.token in eos:
-                stop = "eos"
+                stop = EOS
                 break
             generated += 1
             chunk = decoder.push(choice.token)
             if chunk:
                 yield chunk
             if limit is not None and private >= limit:
-                stop = "budget"
+                stop = BUDGET
                 break
             if generated >= self.max_new_tokens:
                 break

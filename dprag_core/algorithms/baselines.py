@@ -5,7 +5,9 @@
 - ``VoteRAG``: DPVote's voters, but each token is the plain majority vote (not
   private; the upper bound of the DP voting mechanisms for the same m, k).
 
-They return ``DPAnswer`` with ``guarantee=None`` and have no query cost.
+They return ``DPAnswer`` with ``guarantee=None`` and have no query cost;
+``details["stop_reason"]`` is ``"eos"`` or ``"max_tokens"`` on a token model,
+``"text_model"`` on a text model (:mod:`dprag_core.stop_reasons`).
 NonRAG and RAG accept a :class:`~dprag_core.models.base.TokenModel` (streamed
 token by token) or a :class:`~dprag_core.models.base.TextModel`.
 
@@ -15,7 +17,7 @@ token by token) or a :class:`~dprag_core.models.base.TextModel`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import EOS, MAX_TOKENS, TEXT_MODEL
 
 __all__ = ["RAG", "NonRAG", "VoteRAG"]
 
@@ -40,22 +43,32 @@ def _check_model(model: object) -> TokenModel | TextModel:
     return model
 
 
-def _greedy_stream(model: TokenModel, prompt: str, max_new_tokens: int) -> Iterator[str]:
-    """Greedy decoding of one prompt on the cached engine (one token id per step), yielding text."""
+def _greedy_stream(
+    model: TokenModel, prompt: str, max_new_tokens: int, parts: list[str]
+) -> Generator[str, None, str]:
+    """Greedy decoding of one prompt on the cached engine (one token id per step).
+
+    Yields text chunks (also appended to ``parts``) and returns the stop reason.
+    """
     session = model.prefill([prompt])
     decoder = IncrementalDecoder(model)
+    stop = MAX_TOKENS
     for t in range(max_new_tokens):
         token = int(session.greedy()[0])
         if token in model.eos_token_ids:
+            stop = EOS
             break
         chunk = decoder.push(token)
         if chunk:
+            parts.append(chunk)
             yield chunk
         if t + 1 < max_new_tokens:
             session.step(token)
     tail = decoder.flush()
     if tail:
+        parts.append(tail)
         yield tail
+    return stop
 
 
 class _SinglePrompt(StreamingMechanism):
@@ -73,9 +86,13 @@ class _SinglePrompt(StreamingMechanism):
     def _prompt(self, question: str, docs: Sequence[ScoredDocument]) -> str:
         raise NotImplementedError
 
-    def _answer(self, text: str) -> DPAnswer:
+    def _answer(self, text: str, stop: str) -> DPAnswer:
         return DPAnswer(
-            text=text, guarantee=None, mechanism=self.name, uses_corpus=self.uses_corpus
+            text=text,
+            guarantee=None,
+            mechanism=self.name,
+            details={"stop_reason": stop},
+            uses_corpus=self.uses_corpus,
         )
 
     def stream(
@@ -84,16 +101,14 @@ class _SinglePrompt(StreamingMechanism):
         """Yield text chunks as they are generated, then the DPAnswer."""
         prompt = self._prompt(check_question(question), docs)
         if isinstance(self.model, TokenModel):
-            chunks: list[str] = []
-            for chunk in _greedy_stream(self.model, prompt, self.max_new_tokens):
-                chunks.append(chunk)
-                yield chunk
-            yield self._answer("".join(chunks))
+            parts: list[str] = []
+            stop = yield from _greedy_stream(self.model, prompt, self.max_new_tokens, parts)
+            yield self._answer("".join(parts), stop)
             return
         text = self.model.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
         if text:
             yield text
-        yield self._answer(text)
+        yield self._answer(text, TEXT_MODEL)
 
 
 class NonRAG(_SinglePrompt):

@@ -19,7 +19,9 @@ above the public lower bound (``candidates_needed() = None`` with
 threshold, neighbouring corpora select sets differing by at most that unit, so
 each token's utility moves by at most C. An empty selection generates from the
 public prompt alone (still through the mechanism). ``details``: ``tokens``
-(generated), ``max_new_tokens``, ``stopped_at_eos`` — nothing about the
+(generated; ``private_tokens`` too: every token is a DP release),
+``max_new_tokens``, ``stopped_at_eos``, ``stop_reason`` (``"eos"`` or
+``"max_tokens"``, :mod:`dprag_core.stop_reasons`) — nothing about the
 selected documents (their number is not a DP output).
 
 >>> from types import SimpleNamespace
@@ -53,6 +55,7 @@ from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import EOS, MAX_TOKENS
 
 __all__ = ["DPICL"]
 
@@ -189,6 +192,8 @@ class DPICL(StreamingMechanism):
             "tokens": tokens,
             "max_new_tokens": self.parameters.max_new_tokens,
             "stopped_at_eos": stopped,
+            "private_tokens": tokens,
+            "stop_reason": EOS if stopped else MAX_TOKENS,
         }
         yield DPAnswer(decoder.text, self.parameters.achieved, self.name, details)
 

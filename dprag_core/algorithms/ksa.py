@@ -20,8 +20,10 @@ units* (one item per unit, or a unit's chunks all inside or all outside): then
 one unit changes at most one response. The released keywords are DP outputs
 and may appear verbatim in the answer: that is by design (they are words that
 at least k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
-``ptr_passed``, ``keywords_released`` (a count) and ``epsilon_bound`` (the
-accounting bound that certified ε, ``"rdp"`` or ``"pld"``), nothing per document.
+``ptr_passed``, ``keywords_released`` (a count), ``epsilon_bound`` (the
+accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and ``stop_reason``
+(``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
+:mod:`dprag_core.stop_reasons`), nothing per document.
 
 >>> class Echo:
 ...     def generate(self, prompts, *, max_new_tokens=64):
@@ -52,6 +54,7 @@ from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.models.base import TextModel
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
 
 __all__ = [
     "DPKSA",
@@ -296,6 +299,7 @@ class DPKSA(_KeywordAnswerer):
             "ptr_passed": passed,
             "keywords_released": len(keywords),
             "epsilon_bound": p.bound,
+            "stop_reason": KEYWORDS if passed else PTR_FAILED,
         }
         return DPAnswer(self._final(question, keywords), p.achieved, self.name, details)
 
@@ -323,7 +327,7 @@ class KSA(_KeywordAnswerer):
         d = gaps(hist.counts, k_min=self.k_min, k_max=self.k_max)
         k = int(np.argmax(d)) + self.k_min
         keywords = hist.top(k)
-        details = {"k_hat": k, "keywords_released": len(keywords)}
+        details = {"k_hat": k, "keywords_released": len(keywords), "stop_reason": KEYWORDS}
         return DPAnswer(self._final(question, keywords), None, self.name, details)
 
     def __repr__(self) -> str:

@@ -42,7 +42,13 @@ def test_consensus_answer_one_session_and_eos() -> None:
     assert rows[-1] == NO_CONTEXT_TEMPLATE.format(question=QUESTION)
     assert 20 <= len(rows) - 1 <= 40
     assert model.steps == 5  # one step per released token; EOS ends generation
-    assert result.details == {"tokens": 5, "max_new_tokens": 8, "stopped_at_eos": True}
+    assert result.details == {
+        "tokens": 5,
+        "max_new_tokens": 8,
+        "stopped_at_eos": True,
+        "private_tokens": 5,
+        "stop_reason": "eos",
+    }
     assert result.guarantee == mech.query_cost()  # all 8 tokens charged despite EOS at 6
 
 

@@ -102,7 +102,14 @@ def test_dpksa_releases_the_consensus_keyword() -> None:
     assert "gleeblorazine" in result.text
     assert result.guarantee == mech.query_cost()
     assert result.guarantee is not None and result.guarantee.epsilon <= 5.0
-    assert set(result.details) == {"k_hat", "ptr_passed", "keywords_released", "epsilon_bound"}
+    assert set(result.details) == {
+        "k_hat",
+        "ptr_passed",
+        "keywords_released",
+        "epsilon_bound",
+        "stop_reason",
+    }
+    assert result.details["stop_reason"] == "keywords"
     assert "rumour" not in repr(result)
 
 
@@ -114,6 +121,7 @@ def test_dpksa_disagreement_fails_ptr_and_answers_zero_shot() -> None:
         result = mech.answer(QUESTION, _docs(texts), rng=seed)
         assert result.details["ptr_passed"] is False
         assert result.details["keywords_released"] == 0
+        assert result.details["stop_reason"] == "ptr_failed"
         assert model.calls[-1] == [NO_CONTEXT_TEMPLATE.format(question=QUESTION)]
         assert "candidate" not in result.text
 
@@ -142,7 +150,7 @@ def test_ksa_is_non_private_top_gap() -> None:
     model = ScriptedTextModel()
     result = KSA(model).answer(QUESTION, _docs(texts))
     assert result.guarantee is None and result.epsilon == float("inf")
-    assert result.details == {"k_hat": 2, "keywords_released": 2}
+    assert result.details == {"k_hat": 2, "keywords_released": 2, "stop_reason": "keywords"}
     assert "alpha, beta" in model.calls[1][0]
 
 

@@ -1,0 +1,78 @@
+"""Why an answer ended: the public vocabulary of ``DPAnswer.details["stop_reason"]``.
+
+Every mechanism sets ``details["stop_reason"]`` to one of these strings, and
+each is a function of what the mechanism DP-released (the chosen tokens, the
+SVT/PTR outcomes, the released count), never of the documents on their own:
+
+- ``"eos"``: the released text ended at an end-of-sequence token (chosen by the
+  mechanism, like any other token).
+- ``"max_tokens"``: ``max_new_tokens`` tokens were released.
+- ``"budget"``: the per-query private-token limit (``c_max`` of DPVote /
+  DPSparseVote) was spent.
+- ``"null_token"``: the DP token choice released ⊥ (LimitedDomain's "stop":
+  no token had a clear enough majority).
+- ``"keywords"``: DP-KSA's PTR test passed; the answer was generated from the
+  released keywords (and KSA, the non-private baseline, always ends so).
+- ``"ptr_failed"``: DP-KSA's PTR test failed: no keyword was released and the
+  answer is the model's zero-shot answer to the question alone.
+- ``"text_model"``: a text model (an API) generated the answer in one call; why
+  it stopped is the model's own affair (the non-private baselines on a
+  :class:`~dprag_core.models.base.TextModel`).
+
+There is deliberately no "no documents" reason: whether retrieval found
+anything relevant is a fact about the private corpus, not a DP output.
+
+An answer **released nothing** (:func:`released_nothing`) when its text is
+empty or blank: ⊥ or EOS on the first token, for instance. The text is then
+the empty string ``""`` (never ``None``); an app may opt in to a public
+fallback (:mod:`dprag_core.fallback`).
+
+>>> from dprag_core.budget import Budget, DPAnswer
+>>> released_nothing(DPAnswer("", Budget(1.0), "DPSparseVote", {"stop_reason": NULL_TOKEN}))
+True
+>>> sorted(STOP_REASONS)[:3]
+['budget', 'eos', 'keywords']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dprag_core.budget import DPAnswer
+
+__all__ = [
+    "BUDGET",
+    "EOS",
+    "KEYWORDS",
+    "MAX_TOKENS",
+    "NULL_TOKEN",
+    "PTR_FAILED",
+    "STOP_REASONS",
+    "TEXT_MODEL",
+    "released_nothing",
+]
+
+EOS = "eos"
+MAX_TOKENS = "max_tokens"
+BUDGET = "budget"
+NULL_TOKEN = "null_token"
+KEYWORDS = "keywords"
+PTR_FAILED = "ptr_failed"
+TEXT_MODEL = "text_model"
+
+STOP_REASONS = frozenset({EOS, MAX_TOKENS, BUDGET, NULL_TOKEN, KEYWORDS, PTR_FAILED, TEXT_MODEL})
+"""Every value ``details["stop_reason"]`` can take."""
+
+
+def released_nothing(answer: DPAnswer) -> bool:
+    """True when ``answer`` carries no text worth showing (empty or blank).
+
+    A post-processing of the DP output alone, so acting on it (a public
+    fallback) costs no privacy.
+
+    >>> from dprag_core.budget import DPAnswer
+    >>> released_nothing(DPAnswer(" ", None, "X")), released_nothing(DPAnswer("a", None, "X"))
+    (True, False)
+    """
+    return not answer.text.strip()
