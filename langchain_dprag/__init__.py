@@ -5,7 +5,7 @@
 'DPRAGChain'
 """
 
-from langchain_dprag.chain import PRIVACY_SPEND_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain, DPRAGOutput
 from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
@@ -23,7 +23,8 @@ from langchain_dprag.vectorstores import (
 
 __all__ = [
     "COSINE",
-    "PRIVACY_SPEND_EVENT",
+    "QUERY_END_EVENT",
+    "QUERY_START_EVENT",
     "RELEVANCE",
     "SQUARED_L2_UNIT",
     "DPDatastoreClassifier",

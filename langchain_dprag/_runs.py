@@ -57,7 +57,7 @@ class AnswerRun:
             self._run.on_llm_new_token(text, chunk=chunk)
 
     def end(self, public: Mapping[str, Any], *, text: str | None = None) -> None:
-        """Close the run with the released answer and its public privacy fields."""
+        """Close the run with the released answer and its public end payload."""
         if self._run is None:
             return
         answer = "".join(self._text) if text is None else text

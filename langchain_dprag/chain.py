@@ -13,8 +13,12 @@ with a per-query cost (there is no default budget:
 :func:`~dprag_core.pipeline.require_accountant`); mechanisms with per-unit
 ledgers (MuRAG) charge their ledger inside ``answer``.
 
-What LangChain sees: the question, the DP answer, a ``dprag_privacy_spend``
-custom event per query (epsilon, delta, mechanism), and a nested retriever run
+What LangChain sees: the question, the DP answer (also as the tokens of a
+nested chat-model run, :mod:`langchain_dprag._runs`), two custom events per
+query, ``dprag_query_start`` (:func:`~dprag_core.events.start_payload`: the
+mechanism and the (ε, δ) it charges) and ``dprag_query_end``
+(:func:`~dprag_core.events.end_payload`: also the stop reason, the number of
+private tokens, whether the public fallback answered), and a nested retriever run
 that starts with the question and ends with an *empty* document list. What it
 never sees: the retrieved documents (no ``context`` key, no callback payload,
 no trace, no log record, no exception message or traceback frame, no
@@ -50,14 +54,17 @@ from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, model_validator
 from typing_extensions import Self
 
 from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
+from dprag_core.events import end_payload, start_payload
+from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
@@ -77,7 +84,8 @@ from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
 __all__ = [
-    "PRIVACY_SPEND_EVENT",
+    "QUERY_END_EVENT",
+    "QUERY_START_EVENT",
     "ChainInput",
     "ChainOutput",
     "DPRAGChain",
@@ -85,7 +93,10 @@ __all__ = [
     "OutputForm",
 ]
 
-PRIVACY_SPEND_EVENT = "dprag_privacy_spend"
+QUERY_START_EVENT = "dprag_query_start"
+"""Dispatched once a query is charged, with :func:`~dprag_core.events.start_payload`."""
+QUERY_END_EVENT = "dprag_query_end"
+"""Dispatched when the answer is released, with :func:`~dprag_core.events.end_payload`."""
 
 ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
 ChainOutput = Union["DPRAGOutput", str, dict[str, Any]]
@@ -245,6 +256,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """The output form: ``"object"`` (DPRAGOutput), ``"text"`` or ``"dict"``."""
     output_key: str = "answer"
     """The key of the answer in the ``"dict"`` form."""
+    public_fallback: StrictBool | NonRAG = False
+    """Opt in: the model alone answers when the DP answer is empty (:mod:`dprag_core.fallback`)."""
+    _fallback: NonRAG | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -266,6 +280,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
                 f"the mechanism's min_score {tau!r} lies outside the score range "
                 f"[{low}, {high}] of score_function {self.score_function.name!r}"
             )
+        self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
         return self
@@ -291,12 +306,18 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
 
     # -- the pipeline: validate, charge, retrieve, answer -----------------------------
 
-    def _start(self, question: str) -> str:
+    def _start(self, question: str, run_manager: CallbackManagerForChainRun) -> str:
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
         if self.retriever is not None:  # a run of the user's retriever: see _sealed
             refuse_side_doors(self.retriever.get_name())
         charge_query(self.mechanism, self.accountant)
+        self._event(QUERY_START_EVENT, start_payload(self.mechanism), run_manager)
         return text
+
+    def _event(
+        self, name: str, payload: dict[str, Any], run_manager: CallbackManagerForChainRun
+    ) -> None:
+        dispatch_custom_event(name, payload, config={"callbacks": run_manager.get_child()})
 
     def _retrieve(
         self, question: str, run_manager: CallbackManagerForChainRun
@@ -311,28 +332,24 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     # below the guards of _invoke and _outputs: the only frames that hold documents
     def _private_answer(self, question: str, run_manager: CallbackManagerForChainRun) -> DPAnswer:
         docs = self._retrieve(question, run_manager)
-        return Sealed().call(self.mechanism.answer, question, docs, rng=self.rng)
+        sealed = Sealed()
+        result = sealed.call(self.mechanism.answer, question, docs, rng=self.rng)
+        return sealed.call(fallback_answer, result, self._fallback, question)
 
     def _private_stream(
         self, question: str, run_manager: CallbackManagerForChainRun, sealed: Sealed
     ) -> Iterator[str | DPAnswer]:
         docs = self._retrieve(question, run_manager)
-        return sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
-
-    def _report(self, result: DPAnswer, run_manager: CallbackManagerForChainRun) -> None:
-        dispatch_custom_event(
-            PRIVACY_SPEND_EVENT,
-            {"epsilon": result.epsilon, "delta": result.delta, "mechanism": result.mechanism},
-            config={"callbacks": run_manager.get_child()},
-        )
+        items = sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
+        return fallback_stream(items, self._fallback, question)
 
     def _release(
         self, result: DPAnswer, answer: AnswerRun, run_manager: CallbackManagerForChainRun
     ) -> DPRAGOutput:
-        fields = DPRAGOutput.from_answer(result, text=False)
-        answer.end(fields.public(), text=result.text)
-        self._report(result, run_manager)
-        return fields
+        public = end_payload(result)
+        answer.end(public, text=result.text)
+        self._event(QUERY_END_EVENT, public, run_manager)
+        return DPRAGOutput.from_answer(result, text=False)
 
     # -- output forms ------------------------------------------------------------------
 
@@ -359,7 +376,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> ChainOutput:
-        question = self._start(question_of(value, self.input_key))
+        question = self._start(question_of(value, self.input_key), run_manager)
         name = self.mechanism.name
         result = guarded("generation", name, lambda: self._private_answer(question, run_manager))
         answer = AnswerRun.start(run_manager.get_child(), question, name=name)
@@ -369,7 +386,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     def _outputs(
         self, question: str, run_manager: CallbackManagerForChainRun
     ) -> Iterator[DPRAGOutput]:
-        question = self._start(question)
+        question = self._start(question, run_manager)
         sealed, name = Sealed(), self.mechanism.name
         # only the mechanism's own generator holds the documents; a failure closes it
         items = guarded(

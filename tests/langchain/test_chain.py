@@ -19,7 +19,7 @@ from toy_mechanisms import AboveToy, ToyMechanism
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
-from langchain_dprag.chain import PRIVACY_SPEND_EVENT
+from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT
 from langchain_dprag.errors import PrivateDataError
 
 
@@ -122,9 +122,18 @@ async def test_astream_events_spend_event_and_nesting(store: InMemoryVectorStore
     kinds = [e["event"] for e in events]
     assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end"
     assert "on_chain_stream" in kinds
-    spend = [e for e in events if e["event"] == "on_custom_event"]
-    assert len(spend) == 1 and spend[0]["name"] == PRIVACY_SPEND_EVENT
-    assert spend[0]["data"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy"}
+    custom = [e for e in events if e["event"] == "on_custom_event"]
+    assert [e["name"] for e in custom] == [QUERY_START_EVENT, QUERY_END_EVENT]
+    assert custom[0]["data"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy"}
+    assert custom[1]["data"] == {
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "mechanism": "Toy",
+        "stop_reason": None,
+        "private_tokens": None,
+        "keywords_released": None,
+        "public_fallback": False,
+    }
     chain_run = events[0]["run_id"]
     retr = [e for e in events if e["event"].startswith("on_retriever")]
     assert [e["event"] for e in retr] == ["on_retriever_start", "on_retriever_end"]
@@ -136,7 +145,7 @@ def test_custom_event_reaches_callback_handler(store: InMemoryVectorStore) -> No
     handler = RecordingHandler()
     _chain(store).invoke(QUESTION, {"callbacks": [handler]})
     custom = [r for r in handler.records if r.startswith("on_custom_event")]
-    assert len(custom) == 1 and "'epsilon': 1.0" in custom[0]
+    assert len(custom) == 2 and all("'epsilon': 1.0" in c for c in custom)
 
 
 def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) -> None:
