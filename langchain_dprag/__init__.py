@@ -9,6 +9,7 @@ from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain
 from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
+from langchain_dprag.prompts import DPTemplates, templates_from_prompt
 from langchain_dprag.retriever import DPRetriever
 from langchain_dprag.units import document_id, privacy_unit, to_scored_document
 from langchain_dprag.vectorstores import (
@@ -31,6 +32,7 @@ __all__ = [
     "DPRAGChain",
     "DPRAGOutput",
     "DPRetriever",
+    "DPTemplates",
     "LangChainTextModel",
     "NormalizedEmbeddings",
     "PrivateDataError",
@@ -39,5 +41,6 @@ __all__ = [
     "faiss_inner_product",
     "privacy_unit",
     "search_with_scores",
+    "templates_from_prompt",
     "to_scored_document",
 ]
