@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.prompts.chat import BaseChatPromptTemplate
@@ -72,7 +73,7 @@ class DPTemplates:
 
         if not isinstance(mechanism, type):
             raise TypeError(f"mechanism must be a mechanism class, got {type(mechanism).__name__}")
-        params = inspect.signature(mechanism.__init__).parameters
+        params = inspect.signature(mechanism).parameters
         if "public_template" in params:
             return {"template": self.rag, "public_template": self.public}
         if "response_template" in params:
@@ -82,19 +83,19 @@ class DPTemplates:
         raise TypeError(f"{mechanism.__name__} takes no prompt template")
 
 
-def _render(prompt: BasePromptTemplate, values: dict[str, str]) -> str:
+def _render(prompt: BasePromptTemplate[Any], values: dict[str, str]) -> str:
     if isinstance(prompt, BaseChatPromptTemplate):
         return "\n\n".join(message_text(m) for m in prompt.format_messages(**values))
     return str(prompt.format(**values))
 
 
-def _template(prompt: BasePromptTemplate, values: dict[str, str]) -> str:
+def _template(prompt: BasePromptTemplate[Any], values: dict[str, str]) -> str:
     text = _render(prompt, values).replace("{", "{{").replace("}", "}}")
     return text.replace(_CONTEXT, "{context}").replace(_QUESTION, "{question}")
 
 
 def templates_from_prompt(
-    prompt: BasePromptTemplate, *, context: str = "context", question: str = "question"
+    prompt: BasePromptTemplate[Any], *, context: str = "context", question: str = "question"
 ) -> DPTemplates:
     """The dprag templates of a LangChain ``PromptTemplate`` / ``ChatPromptTemplate``.
 
