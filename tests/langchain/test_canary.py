@@ -143,7 +143,7 @@ async def test_detector_fires_without_sealing(
             return fn(*args, **kwargs)
 
     monkeypatch.setattr(
-        langchain_dprag.models, "_complete", lambda m, p, kw: message_text(m.invoke(p))
+        langchain_dprag.models, "complete", lambda plan, p, kw: message_text(plan.model.invoke(p))
     )
     monkeypatch.setattr(langchain_dprag.chain, "Sealed", Unsealed)
     mechanism = ksa.DPKSA(LangChainTextModel(EchoChatModel()), epsilon=5.0, n_docs=8)
