@@ -43,11 +43,10 @@ from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.runnables.retry import RunnableRetry
 
 from langchain_dprag._compat import message_text
+from langchain_dprag._sealed import unsealable_config
 
 __all__ = ["Fallbacks", "Leaf", "Plan", "Retry", "acomplete", "complete", "sealed", "unwrap"]
 
-_OBSERVERS = frozenset({"callbacks", "tags", "metadata", "run_name", "run_id"})
-_SCHEDULING = frozenset({"max_concurrency", "recursion_limit"})
 _BARE = {"callbacks": None, "cache": False, "verbose": False, "tags": None, "metadata": None}
 
 HOW = (
@@ -84,16 +83,12 @@ Plan = Union[Leaf, Retry, Fallbacks]  # noqa: UP007 (a runtime alias)
 
 
 def _config(binding: RunnableBindingBase[Any, Any]) -> None:
-    config: dict[str, Any] = dict(binding.config or {})
-    configurable = sorted(config.get("configurable") or {})
-    if configurable:
+    unsealable = unsealable_config(binding.config)
+    if unsealable:
         raise TypeError(
-            f"model has configurable values {configurable} that dprag cannot "
-            f"apply on its sealed path: set them on the model itself ({HOW})"
+            f"model's config sets {unsealable}, which dprag cannot apply on its sealed path "
+            f"(set such values on the model itself): {HOW}"
         )
-    unknown = set(config) - _OBSERVERS - _SCHEDULING - {"configurable"}
-    if unknown:
-        raise TypeError(f"model's config sets {sorted(unknown)}, which dprag cannot seal: {HOW}")
 
 
 def unwrap(runnable: object, kwargs: Mapping[str, Any] | None = None) -> Plan:

@@ -40,6 +40,7 @@ in traces.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
+from functools import cached_property
 from typing import Any, Literal, Union
 
 from langchain_core.callbacks import (
@@ -49,8 +50,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import run_in_executor
 from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
@@ -240,7 +240,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
 
     mechanism: Mechanism
     vectorstore: VectorStore | None = None
-    retriever: BaseRetriever | None = None
+    retriever: Runnable[Any, Any] | None = None
+    """A ``BaseRetriever``, configured (``with_config``, ``bind``) or after query steps."""
     score_function: ScoreFunction = COSINE
     score_key: str = "score"
     unit_key: str | None = None
@@ -267,9 +268,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
                 raise ValueError(f"{name} must be a non-empty string")
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
-        if self.vectorstore is not None:
-            check_score_function(self.vectorstore, self.score_function)
         source = self._source
+        if source.resolved.vectorstore is not None:
+            check_score_function(source.resolved.vectorstore, self.score_function)
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
         require_accountant(self.mechanism, self.accountant)
         positive_int("max_question_tokens", self.max_question_tokens)
@@ -293,7 +294,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         yield "unit_key", self.unit_key
         yield "accountant", self.accountant
 
-    @property
+    @cached_property
     def _source(self) -> DocumentSource:
         return DocumentSource(
             retriever=self.retriever,
@@ -308,8 +309,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
 
     def _start(self, question: str, run_manager: CallbackManagerForChainRun) -> str:
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
-        if self.retriever is not None:  # a run of the user's retriever: see _sealed
-            refuse_side_doors(self.retriever.get_name())
+        resolved = self._source.resolved
+        if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
+            refuse_side_doors(self._source.name)
         charge_query(self.mechanism, self.accountant)
         self._event(QUERY_START_EVENT, start_payload(self.mechanism), run_manager)
         return text

@@ -10,10 +10,16 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, budget, corpus
+from lc_support import (
+    QUESTION,
+    CountingRetriever,
+    HashingEmbeddings,
+    RecordingHandler,
+    budget,
+    corpus,
+)
 from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -21,23 +27,6 @@ from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
 from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT
 from langchain_dprag.errors import PrivateDataError
-
-
-class CountingRetriever(BaseRetriever):
-    """A user's retriever (with scores in metadata) that counts its calls."""
-
-    store: Any
-    calls: int = 0
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
-    ) -> list[Document]:
-        self.calls += 1
-        pairs = self.store.similarity_search_with_score(query, k=k)
-        return [
-            Document(page_content=d.page_content, id=d.id, metadata={**d.metadata, "score": s})
-            for d, s in pairs
-        ]
 
 
 def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
@@ -193,13 +182,13 @@ def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
 def test_undeclared_retrievers_are_refused_when_built(store: InMemoryVectorStore) -> None:
     for mech in (ToyMechanism(k=2), AboveToy()):
         with pytest.raises(ValueError, match="Sources that qualify: vectorstore="):
-            DPRAGChain(retriever=store.as_retriever(), mechanism=mech)
+            DPRAGChain(retriever=store.as_retriever(search_type="mmr"), mechanism=mech)
         with pytest.raises(ValueError, match="Sources that qualify"):
             DPRAGChain(retriever=CountingRetriever(store=store), mechanism=mech)
 
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
-    plain = store.as_retriever()
+    plain = CountingRetriever(store=store, scores=False)
     top = DPRAGChain(
         retriever=plain, retriever_honours_k=True, mechanism=ToyMechanism(k=2), accountant=budget()
     )

@@ -26,7 +26,7 @@ from langchain_core.outputs import ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tracers.context import _configure_hooks, register_configure_hook
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget
+from lc_support import QUESTION, SECRET, CountingRetriever, EchoChatModel, RecordingHandler, budget
 from private_frames import reachable_text
 
 from dprag_core.algorithms.ksa import DPKSA
@@ -47,7 +47,7 @@ def dp_chain(model: Any, store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
     mechanism = DPKSA(LangChainTextModel(model), epsilon=5.0, delta=1e-4, n_docs=8)
     source: dict[str, Any] = {"vectorstore": store}
     if kw.pop("retriever", False):
-        source = {"retriever": store.as_retriever(), "retriever_honours_k": True}
+        source = {"retriever": CountingRetriever(store=store), "retriever_honours_k": True}
     kw.setdefault("accountant", budget())
     return DPRAGChain(
         mechanism=mechanism,
