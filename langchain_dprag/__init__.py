@@ -6,6 +6,7 @@
 """
 
 from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
@@ -37,6 +38,8 @@ __all__ = [
     "NormalizedEmbeddings",
     "PrivateDataError",
     "ScoreFunction",
+    "condense_question",
+    "condensed_chat",
     "document_id",
     "faiss_inner_product",
     "privacy_unit",
