@@ -93,9 +93,17 @@ class EchoChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         text = message_text(messages[-1])
+        self.seen(stop, kwargs)
         if self.fail:
             raise ValueError(f"model rejected the prompt {text!r}")
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+        return ChatResult(generations=[ChatGeneration(message=self.reply(text))])
+
+    def seen(self, stop: list[str] | None, kwargs: dict[str, Any]) -> None:
+        """Hook: a call's stop sequences and keywords (subclasses record or fail here)."""
+
+    def reply(self, text: str) -> AIMessage:
+        """Hook: the answer message to ``text`` (the echo)."""
+        return AIMessage(content=text)
 
 
 class FailingTokenModel:

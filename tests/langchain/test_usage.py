@@ -4,37 +4,25 @@ query; the positive control shows both counting the same model's ordinary calls.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from langchain_core.callbacks import CallbackManagerForLLMRun, UsageMetadataCallbackHandler
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.callbacks import UsageMetadataCallbackHandler
+from langchain_core.messages import AIMessage
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, EchoChatModel, budget
 
 from dprag_core.algorithms.ksa import DPKSA
 from langchain_dprag import DPRAGChain, LangChainTextModel
-from langchain_dprag._compat import message_text
 
 
 class Metered(EchoChatModel):
     """Echoes, reporting the prompt's length in words as its input tokens."""
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        text = message_text(messages[-1])
+    def reply(self, text: str) -> AIMessage:
         usage = {"input_tokens": len(text.split()), "output_tokens": 1}
         usage["total_tokens"] = usage["input_tokens"] + 1
-        message = AIMessage(
+        return AIMessage(
             content=text, usage_metadata=usage, response_metadata={"model_name": "gpt-4o-mini"}
         )
-        return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def _chain(store: InMemoryVectorStore) -> DPRAGChain:

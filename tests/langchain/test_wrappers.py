@@ -8,11 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import FakeListChatModel, FakeListLLM
-from langchain_core.messages import BaseMessage
 from langchain_core.output_parsers import StrOutputParser
-from langchain_core.outputs import ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import ConfigurableField, RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
@@ -31,17 +28,10 @@ class Recording(EchoChatModel):
     failures: int = 0
     calls: list[dict[str, Any]] = Field(default_factory=list)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def seen(self, stop: list[str] | None, kwargs: dict[str, Any]) -> None:
         self.calls.append({"stop": stop, **kwargs})
         if len(self.calls) <= self.failures:
             raise ConnectionError("flaky")
-        return super()._generate(messages, stop, run_manager)
 
 
 def test_bind_passes_stop_and_keywords() -> None:
