@@ -196,8 +196,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     Fields: exactly one of ``vectorstore`` (read with scores through
     ``score_function``, which declares the public score range; a store that
     says it returns distances is refused with a similarity function) or
-    ``retriever`` (a ``BaseRetriever``; scores from ``metadata[score_key]`` when
-    the mechanism needs them), which qualifies only with
+    ``retriever`` (a ``BaseRetriever``, possibly configured or after query
+    steps; scores from ``metadata[score_key]`` when the mechanism needs them),
+    which qualifies when it is the store's own similarity retriever or with
     ``retriever_honours_k=True``: your promise that ``invoke(question, k=k)``
     returns the first ``min(k, N)`` documents of a fixed ranking, best first
     (see :mod:`langchain_dprag._retrieval` for why; any other source is refused
@@ -210,7 +211,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     of the mechanism's model); ``unit_key`` (metadata key
     naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
     for tests and benchmarks only: the seed starts one generator that every query
-    draws from, so queries never reuse noise).
+    draws from, so queries never reuse noise); ``public_fallback`` (opt in: an
+    empty DP answer is replaced by the model's answer to the question alone,
+    marked ``details["public_fallback"]``; :mod:`dprag_core.fallback`).
 
     Input: a string, a prompt value (its last message) or a mapping whose
     ``input_key`` (default ``"question"``; ``"input"`` as in
@@ -230,10 +233,18 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
     before anything is retrieved.
 
-    >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism,
-    ...                    accountant=budget)  # doctest: +SKIP
-    >>> out = chain.invoke({"question": "Which drug treats migraine?"})  # doctest: +SKIP
-    >>> out.answer, out.epsilon, out.delta  # doctest: +SKIP
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.language_models import FakeListChatModel
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> from langchain_dprag.models import LangChainTextModel
+    >>> model = LangChainTextModel(FakeListChatModel(responses=["aspirin"]))
+    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    >>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model), output="text")
+    >>> chain.invoke({"question": "Which drug treats migraine?"})
+    'aspirin'
+    >>> chain.pick("epsilon").invoke("Which drug?")  # NonRAG: no corpus, epsilon 0
+    0.0
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
