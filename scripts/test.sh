@@ -15,3 +15,8 @@ if [[ -z "${DPRAG_TEST_POSTGRES_DSN:-}" ]]; then
   trap 'scripts/postgres_for_tests.sh stop >/dev/null 2>&1 || true' EXIT
 fi
 "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"
+# The adapter tests again under the lowest declared framework versions (a venv of their
+# own, built on the first run); DPRAG_TEST_LOWEST=0 skips them (e.g. on a shared machine).
+if [[ "${DPRAG_TEST_LOWEST:-1}" != 0 ]]; then
+  bash scripts/test_lowest.sh
+fi
