@@ -25,7 +25,7 @@ from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.histogram import SparseCounts
-from dprag_core.models.base import TokenModel, refuse_framework_model
+from dprag_core.models.base import TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -64,7 +64,6 @@ def check_token_model(model: object) -> TokenModel:
     Traceback (most recent call last):
     TypeError: model must implement the TokenModel protocol, got object
     """
-    refuse_framework_model(model)
     if not isinstance(model, TokenModel):
         raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
     return model

@@ -29,7 +29,7 @@ from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms._rng import RngLike
 from dprag_core.mechanisms.histogram import SparseCounts
-from dprag_core.models.base import TextModel, TokenModel, refuse_framework_model
+from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import EOS, MAX_TOKENS, TEXT_MODEL
@@ -38,7 +38,6 @@ __all__ = ["RAG", "NonRAG", "VoteRAG"]
 
 
 def _check_model(model: object) -> TokenModel | TextModel:
-    refuse_framework_model(model)
     if not isinstance(model, (TokenModel, TextModel)):
         raise TypeError(f"model must be a TokenModel or a TextModel, got {type(model).__name__}")
     return model

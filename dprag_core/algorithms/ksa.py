@@ -51,7 +51,7 @@ from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
-from dprag_core.models.base import TextModel, refuse_framework_model
+from dprag_core.models.base import TextModel
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
@@ -179,7 +179,6 @@ class _KeywordAnswerer(Mechanism):
         response_tokens: int = 64,
         answer_tokens: int = 64,
     ) -> None:
-        refuse_framework_model(model)
         if not callable(getattr(model, "generate", None)):
             raise TypeError("model must be a TextModel (with generate(prompts, max_new_tokens=))")
         if extractor is not None and not callable(extractor):

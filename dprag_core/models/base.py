@@ -37,14 +37,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = [
-    "LogprobModel",
-    "LogprobSession",
-    "TextModel",
-    "TokenModel",
-    "TokenSession",
-    "refuse_framework_model",
-]
+__all__ = ["LogprobModel", "LogprobSession", "TextModel", "TokenModel", "TokenSession"]
 
 
 @runtime_checkable
@@ -113,35 +106,3 @@ class TextModel(Protocol):
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One completion per prompt, in order."""
         ...
-
-
-_FRAMEWORK_MODELS = (
-    ("langchain_core.", "LangChain", "LangChainTextModel(model) from langchain_dprag"),
-    ("llama_index.core.", "LlamaIndex", "LlamaIndexTextModel(llm) from llamaindex_dprag"),
-)
-
-
-def refuse_framework_model(model: object, *, parameter: str = "model") -> None:
-    """Refuse a LangChain or LlamaIndex model passed where a dprag model is needed.
-
-    A chat model has a ``generate`` method of its own (with another meaning), so
-    it would pass for a :class:`TextModel` and fail only at query time, after
-    the charge. The error names the adapter that makes it one (checked by the
-    classes' modules: the frameworks need not be installed).
-
-    >>> class ChatLike:
-    ...     pass
-    >>> ChatLike.__module__ = "langchain_core.language_models.fake_chat_models"
-    >>> refuse_framework_model(ChatLike())  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    TypeError: model is a LangChain ChatLike, not a dprag model: pass model=LangChain...
-    """
-    for cls in type(model).__mro__:
-        for prefix, framework, fix in _FRAMEWORK_MODELS:
-            if cls.__module__.startswith(prefix):
-                raise TypeError(
-                    f"{parameter} is a {framework} {type(model).__name__}, not a dprag model: "
-                    f"pass {parameter}={fix} (for text-level mechanisms; token-level ones need "
-                    "a TokenModel such as HFTokenModel)"
-                )
