@@ -26,6 +26,7 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.models.base import TokenModel
+from dprag_core.models.checks import check_token_model
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -57,18 +58,6 @@ def check_template(name: str, template: object, fields: Sequence[str]) -> str:
     return template
 
 
-def check_token_model(model: object) -> TokenModel:
-    """Reject objects that are not token models (no ``prefill``/``vocab_size``).
-
-    >>> check_token_model(object())
-    Traceback (most recent call last):
-    TypeError: model must implement the TokenModel protocol, got object
-    """
-    if not isinstance(model, TokenModel):
-        raise TypeError(f"model must implement the TokenModel protocol, got {type(model).__name__}")
-    return model
-
-
 @dataclass(frozen=True)
 class Choice:
     """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget.
@@ -92,6 +81,8 @@ class VotingMechanism(StreamingMechanism):
     >>> issubclass(VoteRAG, VotingMechanism), VotingMechanism.uses_public
     (True, False)
     """
+
+    context_template_field = "template"
 
     uses_public: bool = False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike
@@ -50,6 +51,10 @@ class Mechanism(ABC):
     """
 
     name: str = "Mechanism"
+    context_template_field: ClassVar[str | None] = None
+    """The attribute holding the prompt built from documents (``{context}``,
+    ``{question}``), replaced by :func:`~dprag_core.algorithms.templates.with_context_template`;
+    None for a mechanism that builds no such prompt."""
 
     def candidates_needed(self) -> int | None:
         """How many top candidates to retrieve; ``None`` = every one above :meth:`min_score`."""

@@ -53,6 +53,7 @@ from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.icl import dp_icl_token
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
+from dprag_core.models.checks import check_token_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import EOS, MAX_TOKENS
@@ -77,6 +78,8 @@ class DPICL(StreamingMechanism):
     True
     """
 
+    context_template_field = "template"
+
     name = "DPICL"
 
     def __init__(
@@ -98,6 +101,8 @@ class DPICL(StreamingMechanism):
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
     ) -> None:
+        if framework_of(model) is not None:
+            check_token_model(model)  # refused, saying what to use
         for attr in ("prefill_logprobs", "eos_token_ids", "vocab_size"):
             if not hasattr(model, attr):
                 raise TypeError(

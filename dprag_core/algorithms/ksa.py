@@ -52,6 +52,7 @@ from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms._rng import RngLike, make_rng
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.models.base import TextModel
+from dprag_core.models.checks import check_text_model
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
@@ -164,6 +165,8 @@ def _unit_contexts(docs: Sequence[ScoredDocument], n_docs: int) -> list[str]:
 class _KeywordAnswerer(Mechanism):
     """Shared steps of KSA and DP-KSA: responses, histogram, final prompt (KSA's constructor)."""
 
+    context_template_field = "response_template"
+
     def __init__(
         self,
         model: TextModel,
@@ -179,11 +182,9 @@ class _KeywordAnswerer(Mechanism):
         response_tokens: int = 64,
         answer_tokens: int = 64,
     ) -> None:
-        if not callable(getattr(model, "generate", None)):
-            raise TypeError("model must be a TextModel (with generate(prompts, max_new_tokens=))")
         if extractor is not None and not callable(extractor):
             raise TypeError("extractor must be callable as extractor(text) -> iterable of words")
-        self.model = model
+        self.model = check_text_model(model)
         self.n_docs = positive_int("n_docs", n_docs)
         self.k_min = positive_int("k_min", k_min)
         self.k_max = positive_int("k_max", k_max)
