@@ -10,7 +10,7 @@ from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
-from langchain_dprag.prompts import DPTemplates, templates_from_prompt
+from langchain_dprag.prompts import context_template
 from langchain_dprag.retriever import DPRetriever
 from langchain_dprag.units import document_id, privacy_unit, to_scored_document
 from langchain_dprag.vectorstores import (
@@ -33,17 +33,16 @@ __all__ = [
     "DPRAGChain",
     "DPRAGOutput",
     "DPRetriever",
-    "DPTemplates",
     "LangChainTextModel",
     "NormalizedEmbeddings",
     "PrivateDataError",
     "ScoreFunction",
     "condense_question",
     "condensed_chat",
+    "context_template",
     "document_id",
     "faiss_inner_product",
     "privacy_unit",
     "search_with_scores",
-    "templates_from_prompt",
     "to_scored_document",
 ]

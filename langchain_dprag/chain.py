@@ -61,6 +61,7 @@ from dprag_core._validation import positive_int
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
@@ -81,6 +82,7 @@ from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag.errors import PrivateDataError
+from langchain_dprag.prompts import context_template
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
 __all__ = [
@@ -213,7 +215,10 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     for tests and benchmarks only: the seed starts one generator that every query
     draws from, so queries never reuse noise); ``public_fallback`` (opt in: an
     empty DP answer is replaced by the model's answer to the question alone,
-    marked ``details["public_fallback"]``; :mod:`dprag_core.fallback`).
+    marked ``details["public_fallback"]``; :mod:`dprag_core.fallback`);
+    ``prompt`` (the app's ``PromptTemplate``/``ChatPromptTemplate``, with a
+    ``context`` variable and the ``input_key`` one: it becomes the mechanism's
+    per-document prompt, each voter's own documents as its context).
 
     Input: a string, a prompt value (its last message) or a mapping whose
     ``input_key`` (default ``"question"``; ``"input"`` as in
@@ -268,6 +273,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """The output form: ``"object"`` (DPRAGOutput), ``"text"`` or ``"dict"``."""
     output_key: str = "answer"
     """The key of the answer in the ``"dict"`` form."""
+    prompt: Any = None
+    """The app's ``PromptTemplate``/``ChatPromptTemplate`` (``context`` and ``input_key``
+    variables) for the mechanism's per-document prompts (:mod:`langchain_dprag.prompts`)."""
     public_fallback: StrictBool | NonRAG = False
     """Opt in: the model alone answers when the DP answer is empty (:mod:`dprag_core.fallback`)."""
     _fallback: NonRAG | None = PrivateAttr(default=None)
@@ -277,6 +285,9 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         for name in ("input_key", "output_key"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        if self.prompt is not None:
+            template = context_template(self.prompt, question=self.input_key)
+            object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
         source = self._source

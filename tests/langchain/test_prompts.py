@@ -1,4 +1,5 @@
-"""The app's own LangChain prompt carried over to dprag mechanisms (templates_from_prompt)."""
+"""The app's own LangChain prompt carried over to dprag mechanisms: context_template and
+DPRAGChain(prompt=...), with errors naming the variables needed, and a canary."""
 
 from __future__ import annotations
 
@@ -9,35 +10,31 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, Prom
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget, dump
 
-from dprag_core.algorithms.baselines import RAG, NonRAG
 from dprag_core.algorithms.dpvote import DPSparseVote
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.retrieval.documents import ScoredDocument
-from langchain_dprag import DPRAGChain, LangChainTextModel
-from langchain_dprag.prompts import DPTemplates, templates_from_prompt
+from langchain_dprag import DPRAGChain, LangChainTextModel, context_template
 
 
 def test_string_prompt_escapes_braces_and_keeps_fields() -> None:
     prompt = PromptTemplate.from_template('Reply as JSON {{"a": 1}}.\n{context}\nQ: {question}')
-    t = templates_from_prompt(prompt)
-    assert t.rag.format(context="C", question="Q?") == 'Reply as JSON {"a": 1}.\nC\nQ: Q?'
-    assert t.public.format(question="Q?") == 'Reply as JSON {"a": 1}.\n\nQ: Q?'
+    template = context_template(prompt)
+    assert template.format(context="C", question="Q?") == 'Reply as JSON {"a": 1}.\nC\nQ: Q?'
 
 
 def test_chat_prompt_partials_and_renamed_variables() -> None:
     prompt = ChatPromptTemplate.from_messages(
         [("system", "You are {persona}."), ("human", "Records:\n{docs}\n\n{input}")]
     ).partial(persona="a careful clinician")
-    t = templates_from_prompt(prompt, context="docs", question="input")
-    assert t.rag == "You are a careful clinician.\n\nRecords:\n{context}\n\n{question}"
-    assert t.public == "You are a careful clinician.\n\nRecords:\n\n\n{question}"
+    template = context_template(prompt, context="docs", question="input")
+    assert template == "You are a careful clinician.\n\nRecords:\n{context}\n\n{question}"
 
 
 def test_optional_history_placeholder_is_left_empty() -> None:
     prompt = ChatPromptTemplate.from_messages(
         [MessagesPlaceholder("history", optional=True), ("human", "{context} {question}")]
     )
-    assert templates_from_prompt(prompt).rag == "{context} {question}"
+    assert context_template(prompt) == "{context} {question}"
 
 
 @pytest.mark.parametrize(
@@ -50,38 +47,30 @@ def test_optional_history_placeholder_is_left_empty() -> None:
 )
 def test_wrong_variables_are_named(prompt: Any) -> None:
     with pytest.raises(ValueError, match="must take the variables 'context' and 'question'"):
-        templates_from_prompt(prompt)
+        context_template(prompt)
 
 
 def test_not_a_prompt() -> None:
     with pytest.raises(TypeError, match="PromptTemplate or ChatPromptTemplate"):
-        templates_from_prompt("{context} {question}")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="takes no prompt template"):
-        DPTemplates("{context}{question}", "{question}").kwargs(object)
+        context_template("{context} {question}")  # type: ignore[arg-type]
 
 
-def test_kwargs_fit_each_mechanism(tiny_token_model: Any) -> None:
-    t = templates_from_prompt(PromptTemplate.from_template("Docs: {context}\nAsk: {question}"))
-    text = LangChainTextModel(EchoChatModel())
+def test_chain_prompt_reaches_each_voter(store: InMemoryVectorStore, tiny_token_model: Any) -> None:
+    prompt = PromptTemplate.from_template("Docs: {context}\nAsk: {input}")
     sparse = DPSparseVote(
-        tiny_token_model,
-        m=2,
-        k=1,
-        epsilon=1.0,
-        delta=1e-4,
-        epsilon_token=0.5,
-        max_new_tokens=2,
-        **t.kwargs(DPSparseVote),
+        tiny_token_model, m=2, k=1, epsilon=1.0, delta=1e-4, epsilon_token=0.5, max_new_tokens=2
+    )
+    chain = DPRAGChain(
+        vectorstore=store, mechanism=sparse, accountant=budget(), prompt=prompt, input_key="input"
     )
     voters = [[ScoredDocument("a", "doc A", 0.9)], [ScoredDocument("b", "doc B", 0.8)]]
-    assert sparse.prompts("Who?", voters) == [
-        "Docs: doc A\nAsk: Who?",
-        "Docs: doc B\nAsk: Who?",
-        "Docs: \nAsk: Who?",
-    ]
-    assert DPKSA(text, epsilon=1.0, **t.kwargs(DPKSA)).response_template == t.rag
-    assert RAG(text, k=2, **t.kwargs(RAG)).template == t.rag
-    assert NonRAG(text, **t.kwargs(NonRAG)).template == t.public
+    prompts = chain.mechanism.prompts("Who?", voters)  # type: ignore[attr-defined]
+    assert prompts[:2] == ["Docs: doc A\nAsk: Who?", "Docs: doc B\nAsk: Who?"]
+    assert prompts[2] == sparse.public_template.format(question="Who?")  # public: unchanged
+    assert sparse.template != chain.mechanism.template  # type: ignore[attr-defined]
+    assert chain.invoke({"input": QUESTION}).epsilon is not None
+    with pytest.raises(ValueError, match="'context' and 'question'"):
+        DPRAGChain(vectorstore=store, mechanism=sparse, accountant=budget(), prompt=prompt)
 
 
 async def test_canary_with_the_apps_prompt(store: InMemoryVectorStore) -> None:
@@ -89,9 +78,9 @@ async def test_canary_with_the_apps_prompt(store: InMemoryVectorStore) -> None:
     prompt = ChatPromptTemplate.from_messages(
         [("system", "Use the records."), ("human", "{context}\n{question}")]
     )
-    t = templates_from_prompt(prompt)
-    mechanism = DPKSA(LangChainTextModel(EchoChatModel()), epsilon=5.0, n_docs=8, **t.kwargs(DPKSA))
-    chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget())
+    mechanism = DPKSA(LangChainTextModel(EchoChatModel()), epsilon=5.0, n_docs=8)
+    chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget(), prompt=prompt)
+    assert chain.mechanism.response_template.startswith("Use the records.")  # type: ignore[attr-defined]
     handler = RecordingHandler()
     out = chain.invoke(QUESTION, {"callbacks": [handler]})
     events = [e async for e in chain.astream_events(QUESTION, version="v2")]
