@@ -62,7 +62,7 @@ def token_counts(details: Mapping[str, Any]) -> dict[str, float]:
     Every decision (each text token, and the end token when it ended the answer) is
     either private or free, so free = decisions - private_tokens exactly.
     """
-    if "private_tokens" not in details:
+    if "tokens_generated" not in details:  # DP-ICL reports private_tokens too
         return {}
     ended = details.get("stop_reason") in ENDED_BY_A_DECISION
     decisions = int(details["tokens_generated"]) + int(ended)
