@@ -28,4 +28,4 @@ lint: setup
 	$(VENV)/bin/mypy --strict dprag_core langchain_dprag llamaindex_dprag
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-lowest .pytest_cache .mypy_cache .ruff_cache

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         # the corpus budget, charged before each query (required): durable and shared
         accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3)),
     )
-    app = dp_rag | RunnableLambda(lambda out: out.answer) | StrOutputParser()
+    app = dp_rag.pick("answer") | StrOutputParser()  # streams the released tokens
 
     result = dp_rag.invoke({"question": QUESTION})
     print(f"mechanism: {result.mechanism}")

@@ -5,10 +5,12 @@
 'DPRAGChain'
 """
 
-from langchain_dprag.chain import PRIVACY_SPEND_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier
 from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.models import LangChainTextModel
+from langchain_dprag.prompts import context_template
 from langchain_dprag.retriever import DPRetriever
 from langchain_dprag.units import document_id, privacy_unit, to_scored_document
 from langchain_dprag.vectorstores import (
@@ -23,7 +25,8 @@ from langchain_dprag.vectorstores import (
 
 __all__ = [
     "COSINE",
-    "PRIVACY_SPEND_EVENT",
+    "QUERY_END_EVENT",
+    "QUERY_START_EVENT",
     "RELEVANCE",
     "SQUARED_L2_UNIT",
     "DPDatastoreClassifier",
@@ -34,6 +37,9 @@ __all__ = [
     "NormalizedEmbeddings",
     "PrivateDataError",
     "ScoreFunction",
+    "condense_question",
+    "condensed_chat",
+    "context_template",
     "document_id",
     "faiss_inner_product",
     "privacy_unit",

@@ -21,7 +21,20 @@ Which relation each path keeps (the argument behind ``DPRAGChain``'s claims):
   outside, so it qualifies only with ``retriever_honours_k=True``: the user's
   promise that ``invoke(question, k=k)`` returns the first ``min(k, N)`` of a
   fixed ranking, best first (and, for threshold mechanisms, non-increasing
-  scores in ``metadata[score_key]``). Then the same two arguments apply.
+  scores in ``metadata[score_key]``). Then the same two arguments apply. A
+  vector store's own retriever (``store.as_retriever()``, plain similarity
+  search, no search keywords but ``k``) needs no promise: its store is searched
+  directly, as with ``vectorstore=``.
+
+Configured and composed retrievers (:func:`resolve`): ``retriever.with_config(...)``
+and ``.bind(...)`` are taken apart (callbacks, tags, metadata and listeners
+are observers and are dropped: the retriever runs sealed; a bound ``k`` is
+refused, since the count is the mechanism's); an LCEL pipeline ending in a
+retriever (``rewrite | retriever``) runs its steps on the question, sealed, and
+asks the retriever for ``k``. A step *after* the retriever (a filter, a
+re-ranker, a compressor) may drop, reorder or add documents, so the count
+could not be enforced: such a pipeline is refused when the chain is built, as
+is anything else that does not end in a retriever.
 
 Documents that cannot be used (no score where one is needed, no ``unit_key``,
 a NaN score, a reserved id) become placeholders that keep their slot and are
@@ -30,31 +43,101 @@ dropped, never an error: the query has already been charged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
 
 from langchain_core.callbacks import CallbackManager
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.vectorstores import VectorStore
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableSequence
+from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from langchain_dprag._sealed import run_sealed, sealed_config
+from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
 from langchain_dprag.errors import PrivateDataError, guarded
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import ScoreFunction, search_with_scores
 
-__all__ = ["LANGCHAIN_SOURCES", "DocumentSource"]
+__all__ = ["LANGCHAIN_SOURCES", "DocumentSource", "Resolved", "resolve"]
 
 LANGCHAIN_SOURCES = (
     "vectorstore= (any LangChain VectorStore: its similarity search honours k), or "
+    "retriever=store.as_retriever() (plain similarity search), or "
     "retriever= with retriever_honours_k=True (your promise that "
     "retriever.invoke(question, k=k) returns the first min(k, N) documents of the store's "
     "ranking, best first, with non-increasing scores in metadata[score_key] for "
     "threshold mechanisms)"
 )
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A retriever taken apart: query ``steps``, then ``retriever`` or ``vectorstore``."""
+
+    steps: tuple[Runnable[Any, Any], ...] = ()
+    retriever: BaseRetriever | None = None
+    vectorstore: VectorStore | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _plain_store(retriever: BaseRetriever) -> VectorStore | None:
+    if not isinstance(retriever, VectorStoreRetriever):
+        return None
+    if retriever.search_type != "similarity" or set(retriever.search_kwargs) - {"k"}:
+        return None
+    return retriever.vectorstore
+
+
+def _binding(binding: RunnableBindingBase[Any, Any]) -> None:
+    unsealable = unsealable_config(binding.config)
+    if unsealable:
+        raise ValueError(f"retriever's config sets {unsealable}, which dprag cannot apply sealed")
+    if "k" in binding.kwargs:
+        raise ValueError(
+            "retriever has k bound (.bind(k=...)): the candidate count is the mechanism's, "
+            "drop the bound k"
+        )
+
+
+def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resolved:
+    """Take a configured or composed retriever apart (module docstring); ValueError if not.
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
+    >>> resolve(store.as_retriever().with_config(tags=["rag"])).vectorstore is store
+    True
+    """
+    bound = dict(kwargs or {})
+    if isinstance(retriever, BaseRetriever):
+        store = _plain_store(retriever)
+        if store is not None and not bound:
+            return Resolved(vectorstore=store)
+        return Resolved(retriever=retriever, kwargs=bound)
+    if isinstance(retriever, RunnableBinding):  # with_config, bind (not with_retry)
+        _binding(retriever)
+        return resolve(retriever.bound, {**retriever.kwargs, **bound})
+    if isinstance(retriever, RunnableSequence):
+        *steps, last = retriever.steps
+        inner = resolve(last, bound)
+        return Resolved((*steps, *inner.steps), inner.retriever, inner.vectorstore, inner.kwargs)
+    name = type(retriever).__name__
+    hint = (
+        " (its last step is not a retriever: a step after retrieval may drop, reorder or add "
+        "documents)"
+        if isinstance(retriever, Runnable)
+        else ""
+    )
+    raise ValueError(
+        f"retriever must be a BaseRetriever, optionally configured (.with_config, .bind) or "
+        f"after query steps in a pipeline (steps | retriever); got {name}{hint}, whose "
+        "candidate count dprag cannot enforce"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,17 +152,24 @@ class DocumentSource:
     docstring).
     """
 
-    retriever: BaseRetriever | None
+    retriever: Runnable[Any, Any] | None
     vectorstore: VectorStore | None
     score_function: ScoreFunction
     score_key: str
     unit_key: str | None
     retriever_honours_k: bool = False
 
+    @cached_property
+    def resolved(self) -> Resolved:
+        """The vector store, or the retriever taken apart (:func:`resolve`)."""
+        if self.retriever is None:
+            return Resolved(vectorstore=self.vectorstore)
+        return resolve(self.retriever)
+
     @property
     def honours_k(self) -> bool:
         """A vector store's search does; a retriever only when the user declares it."""
-        return self.vectorstore is not None or self.retriever_honours_k
+        return self.resolved.vectorstore is not None or self.retriever_honours_k
 
     @property
     def name(self) -> str:
@@ -88,12 +178,20 @@ class DocumentSource:
             return self.retriever.get_name()
         return type(self.vectorstore).__name__
 
+    def _query(self, question: str) -> Any:
+        query: Any = question
+        for step in self.resolved.steps:  # public query steps: they see the question only
+            query = step.invoke(query, sealed_config())
+        return query
+
     def _search(self, question: str, k: int) -> list[tuple[Document | None, float | None]]:
-        if self.vectorstore is not None:
-            pairs = search_with_scores(self.vectorstore, question, k, self.score_function)
+        resolved, query = self.resolved, self._query(question)
+        if resolved.vectorstore is not None:
+            pairs = search_with_scores(resolved.vectorstore, query, k, self.score_function)
             return [(doc, score) for doc, score in pairs]
-        assert self.retriever is not None
-        found = list(self.retriever.invoke(question, sealed_config(), k=k))[:k]
+        assert resolved.retriever is not None
+        kwargs = {**resolved.kwargs, "k": k}
+        found = list(resolved.retriever.invoke(query, sealed_config(), **kwargs))[:k]
         # after the charge nothing may fail: a non-Document keeps its slot as a placeholder
         return [
             (doc, self._metadata_score(doc)) if isinstance(doc, Document) else (None, None)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from langchain_core.callbacks import AsyncCallbackManager, BaseCallbackManager, CallbackManager
@@ -50,6 +50,7 @@ __all__ = [
     "run_sealed",
     "sealed_config",
     "side_doors",
+    "unsealable_config",
 ]
 
 T = TypeVar("T")
@@ -121,6 +122,27 @@ def _clear_tracing_context() -> None:
     for var, *_ in hooks:
         var.set(None)
     mute_this_context()
+
+
+_DROPPED = frozenset(
+    {"callbacks", "tags", "metadata", "run_name", "run_id", "max_concurrency", "recursion_limit"}
+)
+
+
+def unsealable_config(config: Mapping[str, Any] | None) -> list[str]:
+    """The keys of a wrapper's config that a sealed call cannot honour by dropping them.
+
+    Observers (callbacks, tags, metadata, run names) and scheduling hints are
+    dropped: a sealed call has no observers. A non-empty ``configurable`` (or
+    any other key) would change what runs, so it is reported.
+
+    >>> unsealable_config({"callbacks": [], "tags": ["t"], "configurable": {"temperature": 0}})
+    ['configurable']
+    """
+    config = dict(config or {})
+    if not config.get("configurable"):
+        config.pop("configurable", None)
+    return sorted(set(config) - _DROPPED)
 
 
 class SideDoorError(RuntimeError):

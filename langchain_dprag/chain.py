@@ -13,8 +13,12 @@ with a per-query cost (there is no default budget:
 :func:`~dprag_core.pipeline.require_accountant`); mechanisms with per-unit
 ledgers (MuRAG) charge their ledger inside ``answer``.
 
-What LangChain sees: the question, the DP answer, a ``dprag_privacy_spend``
-custom event per query (epsilon, delta, mechanism), and a nested retriever run
+What LangChain sees: the question, the DP answer (also as the tokens of a
+nested chat-model run, :mod:`langchain_dprag._runs`), two custom events per
+query, ``dprag_query_start`` (:func:`~dprag_core.events.start_payload`: the
+mechanism and the (ε, δ) it charges) and ``dprag_query_end``
+(:func:`~dprag_core.events.end_payload`: also the stop reason, the number of
+private tokens, whether the public fallback answered), and a nested retriever run
 that starts with the question and ends with an *empty* document list. What it
 never sees: the retrieved documents (no ``context`` key, no callback payload,
 no trace, no log record, no exception message or traceback frame, no
@@ -36,25 +40,31 @@ in traces.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Union
+from functools import cached_property
+from typing import Any, Literal, Union
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
     CallbackManagerForChainRun,
     dispatch_custom_event,
 )
+from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
-from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
+from dprag_core.events import end_payload, start_payload
+from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import (
     DEFAULT_MAX_QUESTION_TOKENS,
@@ -67,15 +77,33 @@ from dprag_core.pipeline import (
 )
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import positive_int
+from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
+from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
+from langchain_dprag.errors import PrivateDataError
+from langchain_dprag.prompts import context_template
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
-__all__ = ["PRIVACY_SPEND_EVENT", "ChainInput", "DPRAGChain", "DPRAGOutput"]
+__all__ = [
+    "QUERY_END_EVENT",
+    "QUERY_START_EVENT",
+    "ChainInput",
+    "ChainOutput",
+    "DPRAGChain",
+    "DPRAGOutput",
+    "OutputForm",
+]
 
-PRIVACY_SPEND_EVENT = "dprag_privacy_spend"
+QUERY_START_EVENT = "dprag_query_start"
+"""Dispatched once a query is charged, with :func:`~dprag_core.events.start_payload`."""
+QUERY_END_EVENT = "dprag_query_end"
+"""Dispatched when the answer is released, with :func:`~dprag_core.events.end_payload`."""
 
 ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
+ChainOutput = Union["DPRAGOutput", str, dict[str, Any]]
+OutputForm = Literal["object", "text", "dict"]
+"""``"object"``: a :class:`DPRAGOutput`; ``"text"``: the answer string; ``"dict"``: a dict."""
 
 _END = object()
 
@@ -109,6 +137,14 @@ class DPRAGOutput(BaseModel):
             details=dict(result.details),
         )
 
+    def public(self) -> dict[str, Any]:
+        """The privacy fields (everything but the answer).
+
+        >>> DPRAGOutput(answer="x", epsilon=1.0, delta=0.0, mechanism="M").public()
+        {'epsilon': 1.0, 'delta': 0.0, 'mechanism': 'M', 'details': {}}
+        """
+        return self.model_dump(exclude={"answer"})
+
     def __add__(self, other: DPRAGOutput) -> DPRAGOutput:
         return DPRAGOutput(
             answer=self.answer + other.answer,
@@ -119,20 +155,27 @@ class DPRAGOutput(BaseModel):
         )
 
 
-def question_of(value: object) -> str:
-    """The question in a chain input: a string, ``{"question": ...}`` or a prompt value.
+def question_of(value: object, input_key: str = "question") -> str:
+    """The question in a chain input: a string, ``{input_key: ...}`` or a prompt value.
 
-    >>> question_of({"question": "Who?"})
-    'Who?'
+    A prompt value gives its last message (a chat prompt) or its text.
+
+    >>> question_of({"question": "Who?"}), question_of({"input": "Who?"}, "input")
+    ('Who?', 'Who?')
     """
     if isinstance(value, StringPromptValue):
         value = value.text
     elif isinstance(value, ChatPromptValue):
-        value = value.messages[-1].text if value.messages else ""
+        value = message_text(value.messages[-1]) if value.messages else ""
+    elif isinstance(value, BaseMessage):
+        value = message_text(value)
     elif isinstance(value, Mapping):
-        if "question" not in value:
-            raise ValueError("input must be a string or a mapping with a 'question' key")
-        value = value["question"]
+        if input_key not in value:
+            raise ValueError(
+                f"input must be a question string, a prompt value or a mapping with the key "
+                f"{input_key!r} (input_key={input_key!r}), got the keys {sorted(map(str, value))}"
+            )
+        value = value[input_key]
     return check_question(value)
 
 
@@ -149,14 +192,15 @@ def _combine(chunks: Iterator[Any]) -> Any:
     return final
 
 
-class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
+class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
     Fields: exactly one of ``vectorstore`` (read with scores through
     ``score_function``, which declares the public score range; a store that
     says it returns distances is refused with a similarity function) or
-    ``retriever`` (a ``BaseRetriever``; scores from ``metadata[score_key]`` when
-    the mechanism needs them), which qualifies only with
+    ``retriever`` (a ``BaseRetriever``, possibly configured or after query
+    steps; scores from ``metadata[score_key]`` when the mechanism needs them),
+    which qualifies when it is the store's own similarity retriever or with
     ``retriever_honours_k=True``: your promise that ``invoke(question, k=k)``
     returns the first ``min(k, N)`` documents of a fixed ranking, best first
     (see :mod:`langchain_dprag._retrieval` for why; any other source is refused
@@ -169,26 +213,51 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     of the mechanism's model); ``unit_key`` (metadata key
     naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
     for tests and benchmarks only: the seed starts one generator that every query
-    draws from, so queries never reuse noise).
+    draws from, so queries never reuse noise); ``public_fallback`` (opt in: an
+    empty DP answer is replaced by the model's answer to the question alone,
+    marked ``details["public_fallback"]``; :mod:`dprag_core.fallback`);
+    ``prompt`` (the app's ``PromptTemplate``/``ChatPromptTemplate``, with a
+    ``context`` variable and the ``input_key`` one: it becomes the mechanism's
+    per-document prompt, each voter's own documents as its context).
 
-    Input: a string, ``{"question": ...}`` or a prompt value. Output: a
-    :class:`DPRAGOutput`. ``stream``/``astream`` yield answer chunks as the
-    mechanism releases them (text-level mechanisms yield once). The answer is
+    Input: a string, a prompt value (its last message) or a mapping whose
+    ``input_key`` (default ``"question"``; ``"input"`` as in
+    ``create_retrieval_chain``, ``"query"`` as in ``RetrievalQA``) holds the
+    question. Output, by ``output``: ``"object"`` (default) a
+    :class:`DPRAGOutput`; ``"text"`` the answer string (then ``| StrOutputParser()``
+    and other string steps stream token by token); ``"dict"`` the input mapping
+    plus ``output_key`` (default ``"answer"``) and the privacy fields
+    (``epsilon``, ``delta``, ``mechanism``, ``details``), streamed as addable
+    dict chunks, so ``.pick("answer")`` streams tokens (``pick`` on another form
+    picks from the dict form). ``stream``/``astream`` yield answer chunks as the
+    mechanism releases them (text-level mechanisms yield once); the released
+    chunks are also the tokens of a chat-model run nested under the chain run
+    (``on_chat_model_stream`` in ``astream_events``; :mod:`langchain_dprag._runs`),
+    whose only input is the question. The answer is
     epsilon-DP with respect to the corpus as the mechanism's docstring states;
     ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
     before anything is retrieved.
 
-    >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism,
-    ...                    accountant=budget)  # doctest: +SKIP
-    >>> out = chain.invoke({"question": "Which drug treats migraine?"})  # doctest: +SKIP
-    >>> out.answer, out.epsilon, out.delta  # doctest: +SKIP
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.language_models import FakeListChatModel
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> from langchain_dprag.models import LangChainTextModel
+    >>> model = LangChainTextModel(FakeListChatModel(responses=["aspirin"]))
+    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    >>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model), output="text")
+    >>> chain.invoke({"question": "Which drug treats migraine?"})
+    'aspirin'
+    >>> chain.pick("epsilon").invoke("Which drug?")  # NonRAG: no corpus, epsilon 0
+    0.0
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     mechanism: Mechanism
     vectorstore: VectorStore | None = None
-    retriever: BaseRetriever | None = None
+    retriever: Runnable[Any, Any] | None = None
+    """A ``BaseRetriever``, configured (``with_config``, ``bind``) or after query steps."""
     score_function: ScoreFunction = COSINE
     score_key: str = "score"
     unit_key: str | None = None
@@ -198,14 +267,32 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
     rng: RngLike = None
     """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
+    input_key: str = "question"
+    """The key of the question in a mapping input."""
+    output: OutputForm = "object"
+    """The output form: ``"object"`` (DPRAGOutput), ``"text"`` or ``"dict"``."""
+    output_key: str = "answer"
+    """The key of the answer in the ``"dict"`` form."""
+    prompt: Any = None
+    """The app's ``PromptTemplate``/``ChatPromptTemplate`` (``context`` and ``input_key``
+    variables) for the mechanism's per-document prompts (:mod:`langchain_dprag.prompts`)."""
+    public_fallback: StrictBool | NonRAG = False
+    """Opt in: the model alone answers when the DP answer is empty (:mod:`dprag_core.fallback`)."""
+    _fallback: NonRAG | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        for name in ("input_key", "output_key"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        if self.prompt is not None:
+            template = context_template(self.prompt, question=self.input_key)
+            object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
-        if self.vectorstore is not None:
-            check_score_function(self.vectorstore, self.score_function)
         source = self._source
+        if source.resolved.vectorstore is not None:
+            check_score_function(source.resolved.vectorstore, self.score_function)
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
         require_accountant(self.mechanism, self.accountant)
         positive_int("max_question_tokens", self.max_question_tokens)
@@ -216,6 +303,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
                 f"the mechanism's min_score {tau!r} lies outside the score range "
                 f"[{low}, {high}] of score_function {self.score_function.name!r}"
             )
+        self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
         return self
@@ -228,7 +316,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         yield "unit_key", self.unit_key
         yield "accountant", self.accountant
 
-    @property
+    @cached_property
     def _source(self) -> DocumentSource:
         return DocumentSource(
             retriever=self.retriever,
@@ -241,12 +329,19 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     # -- the pipeline: validate, charge, retrieve, answer -----------------------------
 
-    def _start(self, question: str) -> str:
+    def _start(self, question: str, run_manager: CallbackManagerForChainRun) -> str:
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
-        if self.retriever is not None:  # a run of the user's retriever: see _sealed
-            refuse_side_doors(self.retriever.get_name())
+        resolved = self._source.resolved
+        if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
+            refuse_side_doors(self._source.name)
         charge_query(self.mechanism, self.accountant)
+        self._event(QUERY_START_EVENT, start_payload(self.mechanism), run_manager)
         return text
+
+    def _event(
+        self, name: str, payload: dict[str, Any], run_manager: CallbackManagerForChainRun
+    ) -> None:
+        dispatch_custom_event(name, payload, config={"callbacks": run_manager.get_child()})
 
     def _retrieve(
         self, question: str, run_manager: CallbackManagerForChainRun
@@ -261,64 +356,105 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
     # below the guards of _invoke and _outputs: the only frames that hold documents
     def _private_answer(self, question: str, run_manager: CallbackManagerForChainRun) -> DPAnswer:
         docs = self._retrieve(question, run_manager)
-        return Sealed().call(self.mechanism.answer, question, docs, rng=self.rng)
+        sealed = Sealed()
+        result = sealed.call(self.mechanism.answer, question, docs, rng=self.rng)
+        return sealed.call(fallback_answer, result, self._fallback, question)
 
     def _private_stream(
         self, question: str, run_manager: CallbackManagerForChainRun, sealed: Sealed
     ) -> Iterator[str | DPAnswer]:
         docs = self._retrieve(question, run_manager)
-        return sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
+        items = sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
+        return fallback_stream(items, self._fallback, question)
 
-    def _report(self, result: DPAnswer, run_manager: CallbackManagerForChainRun) -> None:
-        dispatch_custom_event(
-            PRIVACY_SPEND_EVENT,
-            {"epsilon": result.epsilon, "delta": result.delta, "mechanism": result.mechanism},
-            config={"callbacks": run_manager.get_child()},
-        )
+    def _release(
+        self, result: DPAnswer, answer: AnswerRun, run_manager: CallbackManagerForChainRun
+    ) -> DPRAGOutput:
+        public = end_payload(result)
+        answer.end(public, text=result.text)
+        self._event(QUERY_END_EVENT, public, run_manager)
+        return DPRAGOutput.from_answer(result, text=False)
+
+    # -- output forms ------------------------------------------------------------------
+
+    def _inputs(self, value: object) -> dict[str, Any]:
+        return dict(value) if self.output == "dict" and isinstance(value, Mapping) else {}
+
+    def _shape(self, out: DPRAGOutput, inputs: Mapping[str, Any]) -> ChainOutput:
+        if self.output == "text":
+            return out.answer
+        if self.output == "dict":
+            return AddableDict({**inputs, self.output_key: out.answer, **out.public()})
+        return out
+
+    def _shape_chunk(self, chunk: DPRAGOutput) -> ChainOutput:
+        if self.output == "text":
+            return chunk.answer
+        if self.output == "dict":
+            fields = chunk.public() if chunk.mechanism is not None else {}
+            return AddableDict({self.output_key: chunk.answer, **fields})
+        return chunk
+
+    # -- the runs ----------------------------------------------------------------------
 
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
-    ) -> DPRAGOutput:
-        question = self._start(question_of(value))
+    ) -> ChainOutput:
+        question = self._start(question_of(value, self.input_key), run_manager)
         name = self.mechanism.name
         result = guarded("generation", name, lambda: self._private_answer(question, run_manager))
-        self._report(result, run_manager)
-        return DPRAGOutput.from_answer(result)
+        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
+        out = self._release(result, answer, run_manager)
+        return self._shape(out + DPRAGOutput(answer=result.text), self._inputs(value))
 
     def _outputs(
         self, question: str, run_manager: CallbackManagerForChainRun
     ) -> Iterator[DPRAGOutput]:
-        question = self._start(question)
+        question = self._start(question, run_manager)
         sealed, name = Sealed(), self.mechanism.name
         # only the mechanism's own generator holds the documents; a failure closes it
         items = guarded(
             "generation", name, lambda: self._private_stream(question, run_manager, sealed)
         )
+        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
         step = lambda: sealed.call(next, items, _END)  # noqa: E731
-        while (item := guarded("generation", name, step)) is not _END:
-            if isinstance(item, DPAnswer):
-                self._report(item, run_manager)
-                yield DPRAGOutput.from_answer(item, text=False)
-            elif item:
-                yield DPRAGOutput(answer=str(item))
+        try:
+            while (item := guarded("generation", name, step)) is not _END:
+                if isinstance(item, DPAnswer):
+                    yield self._release(item, answer, run_manager)
+                elif item:
+                    answer.token(str(item))
+                    yield DPRAGOutput(answer=str(item))
+        except PrivateDataError as err:
+            answer.error(err)
+            raise
+
+    def _chunks(
+        self, value: object, run_manager: CallbackManagerForChainRun
+    ) -> Iterator[ChainOutput]:
+        inputs = self._inputs(value)
+        question = question_of(value, self.input_key)
+        if inputs:
+            yield AddableDict(inputs)
+        for chunk in self._outputs(question, run_manager):
+            yield self._shape_chunk(chunk)
 
     def _transform(
         self,
         inputs: Iterator[ChainInput],
         run_manager: CallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> Iterator[DPRAGOutput]:
-        yield from self._outputs(question_of(_combine(inputs)), run_manager)
+    ) -> Iterator[ChainOutput]:
+        yield from self._chunks(_combine(inputs), run_manager)
 
     async def _atransform(
         self,
         inputs: AsyncIterator[ChainInput],
         run_manager: AsyncCallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         chunks = [chunk async for chunk in inputs]
-        question = question_of(_combine(iter(chunks)))
-        outputs = self._outputs(question, run_manager.get_sync())
+        outputs = self._chunks(_combine(iter(chunks)), run_manager.get_sync())
         while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
             chunk = await run_in_executor(config, next, outputs, None)
             if chunk is None:
@@ -327,9 +463,20 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     # -- Runnable interface --------------------------------------------------------
 
+    @property
+    def OutputType(self) -> Any:
+        """The output type of the chosen ``output`` form."""
+        return {"object": DPRAGOutput, "text": str, "dict": dict[str, Any]}[self.output]
+
+    def pick(self, keys: str | list[str]) -> RunnableSerializable[Any, Any]:
+        """Pick ``keys`` from the ``"dict"`` form (``.pick("answer")`` streams tokens)."""
+        if self.output != "dict":
+            return self.model_copy(update={"output": "dict"}).pick(keys)
+        return super().pick(keys)
+
     def invoke(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> DPRAGOutput:
+    ) -> ChainOutput:
         """Answer one question (charged before retrieval); see the class docstring."""
         return self._call_with_config(self._invoke, input, config, **kwargs)
 
@@ -338,13 +485,13 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         input: Iterator[ChainInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> Iterator[DPRAGOutput]:
+    ) -> Iterator[ChainOutput]:
         """Stream the answer to the (combined) input chunks."""
         yield from self._transform_stream_with_config(input, self._transform, config, **kwargs)
 
     def stream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[DPRAGOutput]:
+    ) -> Iterator[ChainOutput]:
         """Yield answer chunks as the mechanism releases them, then the privacy fields."""
         yield from self.transform(iter([input]), config, **kwargs)
 
@@ -353,7 +500,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
         input: AsyncIterator[ChainInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         """Async :meth:`transform`."""
         async for chunk in self._atransform_stream_with_config(
             input, self._atransform, config, **kwargs
@@ -362,7 +509,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, DPRAGOutput]):
 
     async def astream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[DPRAGOutput]:
+    ) -> AsyncIterator[ChainOutput]:
         """Async :meth:`stream`."""
 
         async def single() -> AsyncIterator[ChainInput]:

@@ -22,3 +22,8 @@ if [[ -z "${DPRAG_SKIP_LLAMA_SERVER_BUILD:-}${DPRAG_LLAMA_SERVER:-}" ]]; then
     || echo "llama-server not built (see $build_log): its tests will skip" >&2
 fi
 "$VENV/bin/python" -m pytest -n 2 --dist loadfile -q "$@"
+# The adapter tests again under the lowest declared framework versions (a venv of their
+# own, built on the first run); DPRAG_TEST_LOWEST=0 skips them (e.g. on a shared machine).
+if [[ "${DPRAG_TEST_LOWEST:-1}" != 0 ]]; then
+  bash scripts/test_lowest.sh
+fi

@@ -13,15 +13,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
+from langchain_core.callbacks import (
+    BaseCallbackHandler,
+    CallbackManagerForLLMRun,
+    CallbackManagerForRetrieverRun,
+)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.retrievers import BaseRetriever
 from toy_mechanisms import Case, ToyMechanism
 
 from dprag_core.algorithms.base import Mechanism
+from langchain_dprag._compat import message_text
 
 SECRET = "zq7canary4417xylophone"
 QUESTION = "What is the access code of Zora Quillfeather?"
@@ -86,10 +92,18 @@ class EchoChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        text = messages[-1].text
+        text = message_text(messages[-1])
+        self.seen(stop, kwargs)
         if self.fail:
             raise ValueError(f"model rejected the prompt {text!r}")
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+        return ChatResult(generations=[ChatGeneration(message=self.reply(text))])
+
+    def seen(self, stop: list[str] | None, kwargs: dict[str, Any]) -> None:
+        """Hook: a call's stop sequences and keywords (subclasses record or fail here)."""
+
+    def reply(self, text: str) -> AIMessage:
+        """Hook: the answer message to ``text`` (the echo)."""
+        return AIMessage(content=text)
 
 
 class FailingTokenModel:
@@ -110,6 +124,28 @@ class FailingTokenModel:
         raise RuntimeError(f"cannot prefill {list(prompts)!r}")
 
     prefill_logprobs = prefill
+
+
+class CountingRetriever(BaseRetriever):
+    """A user's retriever (scores in metadata unless ``scores=False``) counting its calls."""
+
+    store: Any
+    scores: bool = True
+    calls: int = 0
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+    ) -> list[Document]:
+        self.calls += 1
+        pairs = self.store.similarity_search_with_score(query, k=k)
+        return [
+            Document(
+                page_content=d.page_content,
+                id=d.id,
+                metadata={**d.metadata, "score": s} if self.scores else d.metadata,
+            )
+            for d, s in pairs
+        ]
 
 
 def _record(name: str) -> Callable[..., None]:

@@ -38,6 +38,7 @@ from toy_mechanisms import Case, LeakyMechanism, build
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget
 from langchain_dprag import DPRAGChain, LangChainTextModel
+from langchain_dprag._compat import message_text
 
 
 async def _exercise(chain: Any, *, check_output: bool) -> str:
@@ -141,7 +142,9 @@ async def test_detector_fires_without_sealing(
         def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
             return fn(*args, **kwargs)
 
-    monkeypatch.setattr(langchain_dprag.models, "_complete", lambda m, p, kw: m.invoke(p).text)
+    monkeypatch.setattr(
+        langchain_dprag.models, "complete", lambda plan, p, kw: message_text(plan.model.invoke(p))
+    )
     monkeypatch.setattr(langchain_dprag.chain, "Sealed", Unsealed)
     mechanism = ksa.DPKSA(LangChainTextModel(EchoChatModel()), epsilon=5.0, n_docs=8)
     seen = await _exercise(_chain(mechanism, store), check_output=False)

@@ -10,34 +10,23 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
-from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, HashingEmbeddings, RecordingHandler, budget, corpus
+from lc_support import (
+    QUESTION,
+    CountingRetriever,
+    HashingEmbeddings,
+    RecordingHandler,
+    budget,
+    corpus,
+)
 from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
-from langchain_dprag.chain import PRIVACY_SPEND_EVENT
+from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT
 from langchain_dprag.errors import PrivateDataError
-
-
-class CountingRetriever(BaseRetriever):
-    """A user's retriever (with scores in metadata) that counts its calls."""
-
-    store: Any
-    calls: int = 0
-
-    def _get_relevant_documents(
-        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
-    ) -> list[Document]:
-        self.calls += 1
-        pairs = self.store.similarity_search_with_score(query, k=k)
-        return [
-            Document(page_content=d.page_content, id=d.id, metadata={**d.metadata, "score": s})
-            for d, s in pairs
-        ]
 
 
 def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
@@ -122,9 +111,18 @@ async def test_astream_events_spend_event_and_nesting(store: InMemoryVectorStore
     kinds = [e["event"] for e in events]
     assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end"
     assert "on_chain_stream" in kinds
-    spend = [e for e in events if e["event"] == "on_custom_event"]
-    assert len(spend) == 1 and spend[0]["name"] == PRIVACY_SPEND_EVENT
-    assert spend[0]["data"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy"}
+    custom = [e for e in events if e["event"] == "on_custom_event"]
+    assert [e["name"] for e in custom] == [QUERY_START_EVENT, QUERY_END_EVENT]
+    assert custom[0]["data"] == {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy"}
+    assert custom[1]["data"] == {
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "mechanism": "Toy",
+        "stop_reason": None,
+        "private_tokens": None,
+        "keywords_released": None,
+        "public_fallback": False,
+    }
     chain_run = events[0]["run_id"]
     retr = [e for e in events if e["event"].startswith("on_retriever")]
     assert [e["event"] for e in retr] == ["on_retriever_start", "on_retriever_end"]
@@ -136,7 +134,7 @@ def test_custom_event_reaches_callback_handler(store: InMemoryVectorStore) -> No
     handler = RecordingHandler()
     _chain(store).invoke(QUESTION, {"callbacks": [handler]})
     custom = [r for r in handler.records if r.startswith("on_custom_event")]
-    assert len(custom) == 1 and "'epsilon': 1.0" in custom[0]
+    assert len(custom) == 2 and all("'epsilon': 1.0" in c for c in custom)
 
 
 def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) -> None:
@@ -184,13 +182,13 @@ def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
 def test_undeclared_retrievers_are_refused_when_built(store: InMemoryVectorStore) -> None:
     for mech in (ToyMechanism(k=2), AboveToy()):
         with pytest.raises(ValueError, match="Sources that qualify: vectorstore="):
-            DPRAGChain(retriever=store.as_retriever(), mechanism=mech)
+            DPRAGChain(retriever=store.as_retriever(search_type="mmr"), mechanism=mech)
         with pytest.raises(ValueError, match="Sources that qualify"):
             DPRAGChain(retriever=CountingRetriever(store=store), mechanism=mech)
 
 
 def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
-    plain = store.as_retriever()
+    plain = CountingRetriever(store=store, scores=False)
     top = DPRAGChain(
         retriever=plain, retriever_honours_k=True, mechanism=ToyMechanism(k=2), accountant=budget()
     )

@@ -17,6 +17,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda
 from langchain_core.vectorstores import InMemoryVectorStore
 from retrieval_audit import (
     CAP,
@@ -72,15 +73,16 @@ class TableEmbeddings(Embeddings):
 # -- vectorstore=: every score tied ------------------------------------------------------
 
 
-def _tied(rows: list[tuple[str, str, str]]) -> Hists:
+def _tied(rows: list[tuple[str, str, str]], *, composed: bool = False) -> Hists:
     store = InMemoryVectorStore(TableEmbeddings())
     store.add_documents(
         [Document(page_content=t, id=i, metadata={"who": u}) for i, u, t in rows]
     )  # one at a time is not needed: insertion order is the list's
     recorder = Recorder(UNITS)
-    chain = DPRAGChain(
-        vectorstore=store, mechanism=recorder, unit_key="who", accountant=accountant()
-    )
+    source: dict[str, Any] = {"vectorstore": store}
+    if composed:  # the store's own retriever, configured: searched as the store
+        source = {"retriever": store.as_retriever().with_config(tags=["rag"])}
+    chain = DPRAGChain(**source, mechanism=recorder, unit_key="who", accountant=accountant())
     chain.invoke("Q")
     return histograms(recorder.seen, UNITS)
 
@@ -113,10 +115,13 @@ class RankRetriever(BaseRetriever):
         return [Document(page_content=t, id=i, metadata={"who": u}) for i, u, t in self.rows[:k]]
 
 
-def _unscored(*, with_new_unit: bool) -> Hists:
+def _unscored(*, with_new_unit: bool, composed: bool = False) -> Hists:
     recorder = Recorder(UNITS)
+    retriever: Any = RankRetriever(rows=unscored_ranking(with_new_unit=with_new_unit))
+    if composed:  # a query step, then the retriever, configured
+        retriever = RunnableLambda(str.strip) | retriever.with_config(run_name="mine")
     chain = DPRAGChain(
-        retriever=RankRetriever(rows=unscored_ranking(with_new_unit=with_new_unit)),
+        retriever=retriever,
         retriever_honours_k=True,
         mechanism=recorder,
         unit_key="who",
@@ -128,6 +133,14 @@ def _unscored(*, with_new_unit: bool) -> Hists:
 
 def test_retriever_without_scores_within_claim() -> None:
     d, d_prime = _unscored(with_new_unit=False), _unscored(with_new_unit=True)
+    assert 1.0 < audit_pair(d, d_prime, seed=13).epsilon_lower_bound <= EPSILON
+
+
+def test_composed_sources_within_claim() -> None:
+    d, d_prime = tied_corpus("x")
+    tied = audit_pair(_tied(d, composed=True), _tied(d_prime, composed=True), seed=11)
+    assert tied.epsilon_lower_bound <= EPSILON
+    d, d_prime = (_unscored(with_new_unit=new, composed=True) for new in (False, True))
     assert 1.0 < audit_pair(d, d_prime, seed=13).epsilon_lower_bound <= EPSILON
 
 

@@ -26,12 +26,13 @@ from langchain_core.outputs import ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tracers.context import _configure_hooks, register_configure_hook
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget
+from lc_support import QUESTION, SECRET, CountingRetriever, EchoChatModel, RecordingHandler, budget
 from private_frames import reachable_text
 
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.errors import PrivateDataError, reveal_private_errors
 from langchain_dprag import DPRAGChain, LangChainTextModel
+from langchain_dprag._compat import message_text
 from langchain_dprag._sealed import SideDoorError
 
 PLAIN = ChatPromptTemplate.from_messages([("human", "{context}\n\n{question}")])
@@ -46,7 +47,7 @@ def dp_chain(model: Any, store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
     mechanism = DPKSA(LangChainTextModel(model), epsilon=5.0, delta=1e-4, n_docs=8)
     source: dict[str, Any] = {"vectorstore": store}
     if kw.pop("retriever", False):
-        source = {"retriever": store.as_retriever(), "retriever_honours_k": True}
+        source = {"retriever": CountingRetriever(store=store), "retriever_honours_k": True}
     kw.setdefault("accountant", budget())
     return DPRAGChain(
         mechanism=mechanism,
@@ -62,8 +63,10 @@ class LoggingEchoModel(EchoChatModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
-        logging.getLogger("openai._base_client").debug("Request options: %s", messages[-1].text)
-        logging.getLogger("httpx").debug("HTTP Request body %s", messages[-1].text)
+        logging.getLogger("openai._base_client").debug(
+            "Request options: %s", message_text(messages[-1])
+        )
+        logging.getLogger("httpx").debug("HTTP Request body %s", message_text(messages[-1]))
         return super()._generate(messages, stop, run_manager, **kw)
 
 
