@@ -3,7 +3,8 @@
 :class:`TokenizerCodec` is what a :class:`~dprag_core.models.base.TokenModel`
 does with its tokenizer: ``encode`` / ``decode`` (no special tokens) and
 ``prompt_ids`` (a user-message prompt wrapped with the tokenizer's chat template
-when it has one, else encoded verbatim with the tokenizer's usual special tokens).
+when it has one, else encoded verbatim with the tokenizer's usual special tokens)
+and ``prompt_rows`` (a batch of them, checked).
 
 >>> class Chars:  # a toy tokenizer: one id per character
 ...     chat_template = None
@@ -19,7 +20,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["TokenizerCodec"]
+__all__ = ["TokenizerCodec", "check_prompts"]
+
+
+def check_prompts(prompts: Sequence[str]) -> list[str]:
+    """``prompts`` as a non-empty list of strings (TypeError / ValueError otherwise).
+
+    >>> check_prompts("one prompt")
+    Traceback (most recent call last):
+    TypeError: prompts must be a sequence of strings, not a single string
+    """
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a sequence of strings, not a single string")
+    out = list(prompts)
+    if not out:
+        raise ValueError("prompts must hold at least one prompt")
+    if not all(isinstance(p, str) for p in out):
+        raise TypeError("prompts must be a sequence of strings")
+    return out
 
 
 class TokenizerCodec:
@@ -44,3 +62,10 @@ class TokenizerCodec:
             )
             return list(self.tokenizer.encode(text, add_special_tokens=False))
         return list(self.tokenizer.encode(prompt))
+
+    def prompt_rows(self, prompts: Sequence[str]) -> list[list[int]]:
+        """:meth:`prompt_ids` of each of B prompts (each must encode to a token at least)."""
+        rows = [self.prompt_ids(p) for p in check_prompts(prompts)]
+        if any(not r for r in rows):
+            raise ValueError("every prompt must encode to at least one token")
+        return rows

@@ -39,6 +39,7 @@ import numpy.typing as npt
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from dprag_core.models.codec import TokenizerCodec
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,
@@ -64,17 +65,6 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
     return _DTYPES[dtype]
-
-
-def _check_prompts(prompts: Sequence[str]) -> list[str]:
-    if isinstance(prompts, str):
-        raise TypeError("prompts must be a sequence of strings, not a single string")
-    out = list(prompts)
-    if not out:
-        raise ValueError("prompts must hold at least one prompt")
-    if not all(isinstance(p, str) for p in out):
-        raise TypeError("prompts must be a sequence of strings")
-    return out
 
 
 def _left_pad(
@@ -206,7 +196,7 @@ class HFStaticSession(HFTokenSession):
         self._free_slots = new.length - old.length
 
 
-class HFTokenModel:
+class HFTokenModel(TokenizerCodec):
     """A transformers causal LM as a :class:`~dprag_core.models.base.LogprobModel`.
 
     Build it from a name or local path (:meth:`from_pretrained`) or from an
@@ -224,8 +214,8 @@ class HFTokenModel:
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
         if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
             raise TypeError("tokenizer must be a transformers tokenizer")
+        super().__init__(tokenizer)  # encode, decode, prompt_ids, prompt_rows
         self.model = model.eval()
-        self.tokenizer = tokenizer
         out = model.get_output_embeddings()
         logit_rows = int(out.weight.shape[0] if out is not None else model.config.vocab_size)
         self._vocab = min(len(tokenizer), logit_rows)  # padded logit rows are not tokens
@@ -294,28 +284,9 @@ class HFTokenModel:
         """EOS ids from the tokenizer, the model config and its generation config."""
         return self._eos
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids``, special tokens skipped."""
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
-
-    def prompt_ids(self, prompt: str) -> list[int]:
-        """The token ids fed to the model for one user-message ``prompt``."""
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        return list(self.tokenizer.encode(prompt))
-
     def prefill(self, prompts: Sequence[str]) -> HFTokenSession:
         """Encode B prompts and run one batched, left-padded forward that fills the cache."""
-        rows = [self.prompt_ids(p) for p in _check_prompts(prompts)]
-        if any(not r for r in rows):
-            raise ValueError("every prompt must encode to at least one token")
+        rows = self.prompt_rows(prompts)
         if self._pool is not None:
             return HFStaticSession(self, rows)
         return HFTokenSession(self, rows)

@@ -53,15 +53,6 @@ TOKENIZER_PROBE = "The tokenizer probe: Question? Answer: yes, it is 42."
 """Public text whose token ids the server's and the local tokenizer must agree on."""
 
 
-def _check_prompts(prompts: Sequence[str]) -> list[str]:
-    if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts must be a sequence of strings, not a single string")
-    out = list(prompts)
-    if not out:
-        raise ValueError("prompts must hold at least one prompt")
-    return out
-
-
 class OpenAICompatSession:
     """One batch's decoding state: the B token-id rows sent with every step's request.
 
@@ -186,12 +177,6 @@ class OpenAICompatModel(TokenizerCodec):
         """Token ids that end generation."""
         return self._eos
 
-    def _rows(self, prompts: Sequence[str]) -> list[list[int]]:
-        rows = [self.prompt_ids(p) for p in _check_prompts(prompts)]
-        if any(not r for r in rows):
-            raise ValueError("every prompt must encode to at least one token")
-        return rows
-
     def first_token(self, token_ids: Sequence[int], finish_reason: str) -> int:
         """The greedy token of a one-token completion (a bare EOS stop counts as EOS)."""
         if not token_ids and finish_reason == "stop" and self._eos:
@@ -202,12 +187,12 @@ class OpenAICompatModel(TokenizerCodec):
 
     def prefill(self, prompts: Sequence[str]) -> OpenAICompatSession:
         """Tokenize B prompts locally; the first :meth:`~OpenAICompatSession.greedy` sends them."""
-        return OpenAICompatSession(self, self._rows(prompts))
+        return OpenAICompatSession(self, self.prompt_rows(prompts))
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One greedy completion per prompt, in one batched request (new text only)."""
         limit = positive_int("max_new_tokens", max_new_tokens)
-        done = self.endpoint.complete(self._rows(prompts), max_tokens=limit)
+        done = self.endpoint.complete(self.prompt_rows(prompts), max_tokens=limit)
         out = []
         for c in done:
             ids = list(c.token_ids)
