@@ -301,7 +301,7 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     for i, phase in enumerate(phases):
         for e in phase:
             engines[e] = TimedPrefill(HFTokenModel(model, wide, engine=e), sync)
-            texts[e] = HFTextModel(model, wide, engine=e)
+            texts[e] = HFTextModel.on(engines[e].inner)
             mechs[e] = mechanisms(engines[e], m, n)
         once(phase, comparators=i == 0)  # warm-up: allocator, kernels, capture, compilation
         warm.update({e: results.pop(f"[{e}] greedy loop")[0][1] for e in phase})

@@ -53,7 +53,7 @@ def load_models(name_or_path: str | Path | None = None) -> tuple[HFTokenModel, H
     from dprag_core.models.hf import HFTextModel, HFTokenModel
 
     token_model = HFTokenModel.from_pretrained(str(name_or_path or reader_path()))
-    return token_model, HFTextModel(token_model.model, token_model.tokenizer)
+    return token_model, HFTextModel.on(token_model)
 
 
 class CorpusIndex:

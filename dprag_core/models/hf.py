@@ -332,6 +332,21 @@ class HFTextModel:
         self.token_model = HFTokenModel(model, tokenizer, engine=engine)
 
     @classmethod
+    def on(cls, token_model: HFTokenModel) -> HFTextModel:
+        """A text model on ``token_model``: its engine and its pooled caches, not new ones.
+
+        >>> HFTextModel.on(HFTokenModel(model, tokenizer)).generate(["hi"])  # doctest: +SKIP
+        ['...']
+        """
+        if not isinstance(token_model, HFTokenModel):
+            raise TypeError(
+                f"token_model must be an HFTokenModel, got {type(token_model).__name__}"
+            )
+        text_model = cls.__new__(cls)
+        text_model.token_model = token_model
+        return text_model
+
+    @classmethod
     def from_pretrained(
         cls,
         name_or_path: str,
@@ -341,8 +356,9 @@ class HFTextModel:
         engine: Engine = "eager",
     ) -> HFTextModel:
         """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
-        tm = HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device, engine=engine)
-        return cls(tm.model, tm.tokenizer, engine=engine)
+        return cls.on(
+            HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device, engine=engine)
+        )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One greedy completion per prompt, in order (new text only).

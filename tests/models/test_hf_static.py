@@ -146,3 +146,16 @@ def test_graph_engines_match_eager_on_gpu(
     assert HFTextModel(model, tiny_tokenizer, engine=engine).generate(
         PROMPTS, max_new_tokens=40
     ) == text.generate(PROMPTS, max_new_tokens=40)
+
+
+def test_text_model_on_a_token_model_shares_its_pool(
+    tiny_hf_models: dict[str, Any], tiny_tokenizer: Any
+) -> None:
+    tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer, engine="static")
+    text = HFTextModel.on(tm)
+    assert text.token_model is tm and tm._pool is not None
+    assert text.generate(PROMPTS, max_new_tokens=4) == HFTextModel(
+        tiny_hf_models["llama"], tiny_tokenizer
+    ).generate(PROMPTS, max_new_tokens=4)
+    with pytest.raises(TypeError, match="token_model must be an HFTokenModel"):
+        HFTextModel.on(object())  # type: ignore[arg-type]
