@@ -104,6 +104,10 @@ def _binding(binding: RunnableBindingBase[Any, Any]) -> None:
         )
 
 
+def _reads_documents(node: object) -> bool:
+    return isinstance(node, (BaseRetriever, VectorStore))
+
+
 def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resolved:
     """Take a configured or composed retriever apart (module docstring); ValueError if not.
 
@@ -123,7 +127,19 @@ def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resol
         _binding(retriever)
         return resolve(retriever.bound, {**retriever.kwargs, **bound})
     if isinstance(retriever, RunnableSequence):
+        if bound:
+            raise ValueError(
+                "retriever: a bound sequence (steps | retriever).bind(...) cannot be taken "
+                "apart (LangChain gives the keywords to its first step): bind the retriever"
+            )
         *steps, last = retriever.steps
+        for step in steps:
+            if any(_reads_documents(node.data) for node in step.get_graph().nodes.values()):
+                raise ValueError(
+                    "retriever: a query step before the retriever reads documents (a "
+                    "retriever or vector store): the question sent to the store would "
+                    "depend on the corpus, which breaks the DP guarantee"
+                )
         inner = resolve(last, bound)
         return Resolved((*steps, *inner.steps), inner.retriever, inner.vectorstore, inner.kwargs)
     name = type(retriever).__name__

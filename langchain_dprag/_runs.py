@@ -62,9 +62,11 @@ class AnswerRun:
             return
         answer = "".join(self._text) if text is None else text
         message = AIMessage(content=answer, response_metadata={"dprag": dict(public)})
-        self._run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
+        run, self._run = self._run, None  # closed once
+        run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=message)]]))
 
     def error(self, err: BaseException) -> None:
         """Close the run with ``err`` (a data-free error: see :mod:`dprag_core.errors`)."""
         if self._run is not None:
-            self._run.on_llm_error(err)
+            run, self._run = self._run, None  # closed once
+            run.on_llm_error(err)

@@ -81,7 +81,6 @@ from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
-from langchain_dprag.errors import PrivateDataError
 from langchain_dprag.prompts import context_template
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
@@ -261,7 +260,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     score_function: ScoreFunction = COSINE
     score_key: str = "score"
     unit_key: str | None = None
-    retriever_honours_k: bool = False
+    retriever_honours_k: StrictBool = False
     """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
     accountant: CorpusAccountant | None = None
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
@@ -285,6 +284,12 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         for name in ("input_key", "output_key"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        reserved = set(DPRAGOutput.model_fields) - {"answer"}
+        if self.output_key in reserved:
+            raise ValueError(
+                f"output_key must not be one of the privacy fields {sorted(reserved)}, "
+                f"got {self.output_key!r}"
+            )
         if self.prompt is not None:
             template = context_template(self.prompt, question=self.input_key)
             object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))
@@ -416,27 +421,35 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         items = guarded(
             "generation", name, lambda: self._private_stream(question, run_manager, sealed)
         )
-        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
         step = lambda: sealed.call(next, items, _END)  # noqa: E731
+        answer: AnswerRun | None = None
         try:
+            answer = AnswerRun.start(run_manager.get_child(), question, name=name)
             while (item := guarded("generation", name, step)) is not _END:
                 if isinstance(item, DPAnswer):
                     yield self._release(item, answer, run_manager)
                 elif item:
                     answer.token(str(item))
                     yield DPRAGOutput(answer=str(item))
-        except PrivateDataError as err:
-            answer.error(err)
+        except BaseException as err:  # a callback's error, a consumer stopping early, ...
+            if answer is not None:
+                answer.error(err)  # the answer run never stays open
             raise
+        finally:  # closed, a paused generator drops its frame (question, documents)
+            close = getattr(items, "close", None)
+            if close is not None:
+                guarded("generation", name, lambda: sealed.call(close))
 
     def _chunks(
         self, value: object, run_manager: CallbackManagerForChainRun
     ) -> Iterator[ChainOutput]:
         inputs = self._inputs(value)
         question = question_of(value, self.input_key)
-        if inputs:
-            yield AddableDict(inputs)
+        echoed = not inputs
         for chunk in self._outputs(question, run_manager):
+            if not echoed:  # after the charge: a refused query yields nothing
+                echoed = True
+                yield AddableDict(inputs)
             yield self._shape_chunk(chunk)
 
     def _transform(

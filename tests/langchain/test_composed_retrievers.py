@@ -54,6 +54,17 @@ def test_query_steps_before_the_retriever_see_the_question(store: InMemoryVector
     assert seen == [QUESTION]
 
 
+def test_query_steps_that_read_documents_are_refused(store: InMemoryVectorStore) -> None:
+    """A step before the retriever that searches the corpus would make the query depend on it."""
+    first_text = RunnableLambda(lambda docs: docs[0].page_content)
+    reading = store.as_retriever() | first_text | store.as_retriever()
+    with pytest.raises(ValueError, match="query step before the retriever reads documents"):
+        _chain(reading)
+    bound = (RunnableLambda(lambda q: q) | store.as_retriever()).bind(extra=1)
+    with pytest.raises(ValueError, match="bound sequence"):
+        _chain(bound, retriever_honours_k=True)
+
+
 @pytest.mark.parametrize(
     "build",
     [

@@ -70,6 +70,9 @@ def test_output_key_and_types(store: InMemoryVectorStore) -> None:
     assert chain.invoke({"query": QUESTION})["result"] == "3 candidates"
     assert _chain(store, output="text").OutputType is str
     assert _chain(store).OutputType is DPRAGOutput
+    for reserved in ("details", "epsilon"):  # the answer would overwrite a privacy field
+        with pytest.raises(ValueError, match="output_key must not be one of the privacy fields"):
+            _chain(store, output="dict", output_key=reserved)
 
 
 @pytest.mark.parametrize("key", ["input", "query"])

@@ -182,3 +182,18 @@ def test_errors_hold_no_private_frame(store: InMemoryVectorStore, mode: str) -> 
     with reveal_private_errors(), pytest.raises(ValueError) as raw:  # positive control
         chain.invoke(QUESTION)
     assert SECRET in reachable_text(raw.value)
+
+
+def test_a_raising_callback_leaves_no_paused_private_frame(store: InMemoryVectorStore) -> None:
+    """A handler raising mid-stream: the error holds no frame that still sees the documents."""
+
+    class Raising(RecordingHandler):
+        raise_error = True
+
+        def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("handler failed")
+
+    chain = dp_chain(EchoChatModel(), store)
+    with pytest.raises(RuntimeError, match="handler failed") as info:
+        list(chain.stream(QUESTION, {"callbacks": [Raising()]}))
+    assert SECRET not in reachable_text(info.value)
