@@ -17,7 +17,11 @@ payloads and nothing else. Every field is public, for one of two reasons:
 Left out on purpose, because they depend on the documents beyond what was
 DP-released: timings (prefill and generation time grow with document length),
 per-voter counts or votes, document counts and lengths, token usage of the voter
-prompts, and the ids of retrieved documents.
+prompts, and the ids of retrieved documents. The payloads carry no time, but the
+frameworks stamp each event and time each span: the difference between a
+query's start and end is its latency, which grows with the documents' lengths
+(as the caller's own clock shows). Timing is outside the guarantee, as it is for
+the answer itself: the guarantee covers what is released, not when.
 
 >>> from dprag_core.budget import Budget, DPAnswer
 >>> answer = DPAnswer("aspirin", Budget(1.0, 1e-6), "DPSparseVote",
@@ -82,7 +86,10 @@ def end_payload(answer: DPAnswer) -> dict[str, Any]:
 
     Only the fields in :data:`END_FIELDS`, read from ``answer`` (its guarantee
     and its publishable details); any other detail is dropped, so a detail a
-    future mechanism adds never reaches an observer unreviewed, and a
+    future mechanism adds is not in these events unreviewed (observers that
+    receive the framework's response object, e.g. LlamaIndex's
+    ``QueryEndEvent``, see its metadata: an output, with the same fields the
+    caller gets), and a
     ``stop_reason`` outside :data:`~dprag_core.stop_reasons.STOP_REASONS`
     becomes ``None``.
 

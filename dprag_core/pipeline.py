@@ -190,7 +190,10 @@ def check_source(
     >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
     >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
     """
-    lacking = requirement(mechanism.candidates_needed(), retriever)
+    needed = mechanism.candidates_needed()
+    if needed is None and mechanism.min_score() is None:
+        raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    lacking = requirement(needed, retriever)
     if lacking is not None:
         raise ValueError(
             f"{mechanism.name} needs {lacking}; {name or type(retriever).__name__} does not "
@@ -263,8 +266,7 @@ def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> l
     if n is not None:
         return top_units(cleaned, question, n) if n > 0 else []
     tau = mechanism.min_score()
-    if tau is None:
-        raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    assert tau is not None  # refused when the app was built (check_source)
     if has_range_search(retriever):
         found = clean_documents(retriever.above(question, tau))  # type: ignore[attr-defined]
         return [d for d in found if not d.is_padding and d.score > tau]

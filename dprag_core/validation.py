@@ -22,6 +22,7 @@ __all__ = [
     "positive_finite",
     "positive_int",
     "probability",
+    "strict_bool",
 ]
 
 
@@ -53,6 +54,18 @@ def nonnegative_finite(name: str, value: object) -> float:
     if not math.isfinite(x) or x < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return x
+
+
+def strict_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool`` (a truthy string or number is refused).
+
+    >>> strict_bool("source_ids", "no")
+    Traceback (most recent call last):
+    TypeError: source_ids must be True or False, got 'no'
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def probability(name: str, value: object, *, allow_zero: bool = True) -> float:

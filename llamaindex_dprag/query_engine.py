@@ -82,7 +82,7 @@ from dprag_core.pipeline import (
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.validation import positive_int
+from dprag_core.validation import positive_int, strict_bool
 from llamaindex_dprag._quiet import private_section
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.prompts import context_template
@@ -216,10 +216,8 @@ class DPQueryEngine(CustomQueryEngine):
                 f"callback_manager must be a LlamaIndex CallbackManager, "
                 f"got {type(callback_manager).__name__}"
             )
-        needed = mechanism.candidates_needed()
-        if needed is None and mechanism.min_score() is None:
-            raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
         check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)
+        needed = mechanism.candidates_needed()
         if similarity_top_k is not None:
             similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
             if needed is not None and similarity_top_k != needed:
@@ -232,8 +230,8 @@ class DPQueryEngine(CustomQueryEngine):
         fields: dict[str, Any] = {
             "mechanism": mechanism,
             "accountant": require_accountant(mechanism, budget, parameter="budget"),
-            "streaming": bool(streaming),
-            "source_ids": bool(source_ids),
+            "streaming": strict_bool("streaming", streaming),
+            "source_ids": strict_bool("source_ids", source_ids),
             "similarity_top_k": similarity_top_k,
             "max_question_tokens": positive_int("max_question_tokens", max_question_tokens),
             "callback_manager": callback_manager or Settings.callback_manager,

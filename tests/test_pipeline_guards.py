@@ -141,3 +141,16 @@ def test_the_detector_sees_the_original_error() -> None:
     assert SECRET in str(info.value) and SECRET in reachable_text(info.value)
     with pytest.raises(PrivateDataError):  # off again outside the block
         app.answer("Who?")
+
+
+def test_a_mechanism_asking_for_nothing_is_refused_when_built() -> None:
+    """Neither a count nor a min_score: refused before any charge, not at query time."""
+
+    class Nothing(ToyMechanism):
+        def candidates_needed(self) -> int | None:
+            return None
+
+    accountant = acc()
+    with pytest.raises(ValueError, match="neither a candidate count nor a min_score"):
+        PrivateRAG(Nothing(), retriever, accountant=accountant)
+    assert accountant.spent_epsilon == 0

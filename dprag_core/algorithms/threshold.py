@@ -31,6 +31,7 @@ fetch every unit above s_lo. Padding documents are ignored.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -71,6 +72,10 @@ class DPThreshold:
         self.epsilon = positive_finite("epsilon", epsilon)
         self.scale = as_scale(bounds, parameter="bounds")
         self.bounds = self.scale.bounds
+        if not math.isfinite(self.bounds[1] - self.bounds[0]):
+            raise ValueError(
+                f"bounds must be finite (the threshold's grid spans them), got {self.bounds!r}"
+            )
         if utility not in ("top_k", "top_p"):
             raise ValueError(f"utility must be 'top_k' or 'top_p', got {utility!r}")
         self.utility: Utility = utility

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any
 
+from dprag_core.accounting.ledger.base import check_id
+
 __all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "stable_id"]
 
 PADDING_PREFIX = "__dprag_padding__"
@@ -84,6 +86,14 @@ class ScoredDocument:
         return self.id.startswith(PADDING_PREFIX)
 
 
+def _ledger_id(unit: object) -> bool:
+    try:
+        check_id("unit", unit)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> ScoredDocument:
     """``ScoredDocument(id, text, score, unit)``, or a placeholder when it cannot be one.
 
@@ -91,13 +101,17 @@ def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> S
     store returned, so an exception there would depend on the private data.
     Instead a document whose id is missing or uses the reserved padding prefix,
     whose score is missing or not a finite number, or whose privacy unit is
-    missing (``unit=None``) becomes ``ScoredDocument.padding(slot)``: it keeps
+    missing (``unit=None``) or not a valid ledger id (blank, a NUL, too long:
+    :func:`~dprag_core.accounting.ledger.base.check_id`, which a ledger would
+    otherwise raise mid-query) becomes ``ScoredDocument.padding(slot)``: it keeps
     its place in the store's ranking (so "fewer than k came back" still means
     "exhausted") but is never a candidate. Dropping such a document is a
     function of that document alone, so the neighbouring relation is kept.
 
     >>> admit("a", "t", 0.5, None, slot=0).is_padding, admit("a", "t", 0.5, "u", slot=0).unit
     (True, 'u')
+    >>> [admit("a", "t", 0.5, u, slot=0).is_padding for u in (" ", "u" + chr(0), "u" * 2000)]
+    [True, True, True]
     """
     usable = (
         isinstance(id, str)
@@ -106,8 +120,7 @@ def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> S
         and isinstance(score, Real)
         and not isinstance(score, bool)
         and math.isfinite(float(score))
-        and isinstance(unit, str)
-        and bool(unit)
+        and _ledger_id(unit)
     )
     if not usable:
         return ScoredDocument.padding(slot)

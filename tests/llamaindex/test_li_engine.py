@@ -74,6 +74,17 @@ def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
     assert engine.accountant is not None and engine.accountant.queries == 1
 
 
+def test_source_ids_and_streaming_are_strict_bools(index: Any) -> None:
+    for name in ("source_ids", "streaming"):
+        with pytest.raises(TypeError, match=f"{name} must be True or False"):
+            DPQueryEngine.from_index(
+                index,
+                mechanism=ToyMechanism(k=3),
+                budget=InMemoryCorpusAccountant(Budget(3.0, 1e-5)),
+                **{name: "no"},
+            )
+
+
 def test_source_ids_opt_in_gives_ids_without_text(index: Any) -> None:
     engine = DPQueryEngine.from_index(
         index,

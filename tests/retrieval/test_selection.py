@@ -54,3 +54,28 @@ def test_dpthreshold_is_the_core_step(seed: int) -> None:
     assert selector.select(DOCS, rng=seed) == core.documents
     assert selector.threshold(DOCS, rng=seed) == core.tau
     assert all(d.score > core.tau for d in core.documents if d.unit != "a")
+
+
+def test_dpthreshold_refuses_unbounded_scales() -> None:
+    from dprag_core.retrieval.scores import ScoreScale
+
+    with pytest.raises(ValueError, match="bounds must be finite"):
+        DPThreshold(epsilon=1.0, bounds=ScoreScale.unclipped())
+
+
+def test_charge_active_refuses_a_ledger_that_names_no_lacking_unit() -> None:
+    class Refusing(InMemoryLedger):
+        def charge(self, query_id, units, cost):  # type: ignore[no-untyped-def]
+            return type(super().charge(query_id, [], cost))(granted=False, lacking=())
+
+    with pytest.raises(RuntimeError, match="without naming a lacking unit"):
+        charge_active(Refusing(budget_per_unit=1.0), "q", ["a"], 0.5)
+
+
+def test_ledger_filter_never_raises_on_unit_ids_a_ledger_refuses() -> None:
+    from dprag_core.retrieval.documents import admit
+
+    ledger = InMemoryLedger(budget_per_unit=1.0)
+    docs = [admit(f"d{i}", "t", 0.9, unit, slot=i) for i, unit in enumerate([" ", "a", "x" * 2000])]
+    kept = ledger_filter(docs, ledger=ledger, tau=0.5, cost=0.5, k=3, query_id="q")
+    assert [d.unit for d in kept] == ["a"]

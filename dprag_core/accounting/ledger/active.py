@@ -34,5 +34,7 @@ def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: flo
         if result.granted:
             return todo
         lacking = set(result.lacking)
+        if not lacking & set(todo):
+            raise RuntimeError("the ledger refused a charge without naming a lacking unit")
         todo = [u for u in todo if u not in lacking]
     return []
