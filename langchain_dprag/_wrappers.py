@@ -99,7 +99,17 @@ def unwrap(runnable: object, kwargs: Mapping[str, Any] | None = None) -> Plan:
     if isinstance(runnable, RunnableBindingBase):  # bind, with_config, with_retry, listeners
         _config(runnable)
         inner = unwrap(runnable.bound, {**runnable.kwargs, **bound})
-        return Retry(inner, runnable) if isinstance(runnable, RunnableRetry) else inner
+        if not isinstance(runnable, RunnableRetry):
+            return inner
+        types = runnable.retry_exception_types
+        if not isinstance(types, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in types
+        ):  # anything else would be user code handed the raw (private) provider error
+            raise TypeError(
+                "model.with_retry(retry_if_exception_type=...) must be a tuple of exception "
+                "types to be sealed: " + HOW
+            )
+        return Retry(inner, runnable)
     if isinstance(runnable, RunnableWithFallbacks):
         if runnable.exception_key is not None:
             raise TypeError("model.with_fallbacks(exception_key=...) cannot be sealed: " + HOW)

@@ -46,7 +46,7 @@ from dprag_core.mechanisms.limited_domain import (
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
-from dprag_core.validation import positive_finite, positive_int, probability
+from dprag_core.validation import finite, positive_finite, positive_int, probability
 
 __all__ = ["MAX_CHANGED", "SELECTIONS", "Selection", "SparseVoteRule", "vote_select"]
 
@@ -135,7 +135,11 @@ class SparseVoteRule:
         # Koga's test  count + Lap(4/e) <= tau + Lap(2/e)  is AboveThreshold on -count vs -tau
         # (Laplace noise is symmetric), sensitivity 1.
         self._svt = AboveThresholdBatch(
-            threshold=-threshold, epsilon=self._half, sensitivity=1.0, runs=runs, rng=self._rng
+            threshold=-finite("threshold", threshold),
+            epsilon=self._half,
+            sensitivity=1.0,
+            runs=runs,
+            rng=self._rng,
         )
         self._runs = runs
         self._domain = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))

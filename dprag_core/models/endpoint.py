@@ -46,7 +46,7 @@ from typing import Any, Literal
 import httpx
 
 from dprag_core.quiet_logs import muted_logs
-from dprag_core.validation import nonnegative_finite, positive_finite
+from dprag_core.validation import nonnegative_finite, positive_finite, positive_int
 
 __all__ = ["SERVER_OPTIONS", "Completion", "CompletionsEndpoint", "EndpointError", "Server"]
 
@@ -191,6 +191,11 @@ class CompletionsEndpoint:
             raise ValueError(f"retries must be an int >= 0, got {retries!r}")
         self.retries = retries
         self.backoff = nonnegative_finite("backoff", backoff)
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise TypeError("api_key must be a non-empty str or None")
+        if not isinstance(verify, (bool, str)):
+            raise TypeError(f"verify must be True, False or a CA bundle path, got {verify!r}")
+        connections = positive_int("max_connections", max_connections)
         sent = dict(headers or {})
         if api_key is not None:
             sent["Authorization"] = f"Bearer {api_key}"
@@ -198,7 +203,7 @@ class CompletionsEndpoint:
             headers=sent,
             verify=verify,
             timeout=positive_finite("timeout", timeout),
-            limits=httpx.Limits(max_connections=max_connections),
+            limits=httpx.Limits(max_connections=connections),
             transport=transport,
         )
 

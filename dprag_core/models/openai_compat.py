@@ -129,7 +129,15 @@ class OpenAICompatModel(TokenizerCodec):
         self._vocab = len(tokenizer)
         eos = tokenizer.eos_token_id if eos_token_ids is None else eos_token_ids
         found = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        self._eos = frozenset(int(e) for e in found if 0 <= int(e) < self._vocab)
+        if not found or not all(
+            isinstance(e, int) and not isinstance(e, bool) and 0 <= e < self._vocab for e in found
+        ):
+            # a bare "stop" with no EOS id would otherwise fail mid-answer, after spends
+            raise ValueError(
+                f"eos_token_ids must be token ids in [0, {self._vocab}) (at least one; the "
+                f"tokenizer's eos_token_id when None), got {eos!r}"
+            )
+        self._eos = frozenset(found)
         if check_tokenizer:
             self._check_tokenizer()
 

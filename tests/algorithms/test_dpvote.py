@@ -356,3 +356,15 @@ def test_end_to_end_padded_vocab_llama(tiny_hf_models: Any, tiny_tokenizer: Any)
     )
     answer = mech.answer("Which drug?", _docs(4), rng=0)
     assert answer.details["tokens_generated"] + (answer.details["stop_reason"] == "eos") >= 1
+
+
+@pytest.mark.parametrize("threshold", [None, float("inf"), float("nan")])
+def test_sparse_vote_rule_names_a_bad_threshold(threshold: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="threshold"):
+        SparseVoteRule(
+            epsilon_token=1.0,
+            delta_token=0.0,
+            threshold=threshold,  # type: ignore[arg-type]
+            m=4,
+            selection="exponential",
+        )

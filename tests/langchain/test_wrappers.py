@@ -102,6 +102,7 @@ def test_config_observers_are_dropped() -> None:
         ),
         Recording().with_config(configurable={"temperature": 0.5}),
         Recording().with_fallbacks([Recording()], exception_key="error"),
+        Recording().with_retry(retry_if_exception_type=lambda err: True),  # type: ignore[arg-type]
         "a model name",
     ],
     ids=[
@@ -111,6 +112,7 @@ def test_config_observers_are_dropped() -> None:
         "alternatives",
         "configurable",
         "exc_key",
+        "retry_callable",
         "str",
     ],
 )

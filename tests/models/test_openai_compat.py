@@ -196,6 +196,9 @@ def test_tokenizer_check(tokenizer: Any) -> None:
         ({"retries": -1}, ValueError, "retries must be an int >= 0"),
         ({"timeout": 0}, ValueError, "timeout must be a finite number > 0"),
         ({"backoff": -1.0}, ValueError, "backoff must be a finite number >= 0"),
+        ({"max_connections": 0}, ValueError, "max_connections must be"),
+        ({"api_key": ""}, TypeError, "api_key must be a non-empty str"),
+        ({"verify": 1}, TypeError, "verify must be True, False or a CA bundle path"),
     ],
 )
 def test_bad_endpoint_settings(kwargs: dict[str, Any], error: type, match: str) -> None:
@@ -223,3 +226,11 @@ def test_a_stopped_server_is_a_clean_error(tokenizer: Any) -> None:
     with pytest.raises(EndpointError, match="ConnectError") as info:
         dead.prefill([f"Context: {CANARY}"]).greedy()
     assert CANARY not in reachable_text(info.value)
+
+
+@pytest.mark.parametrize("eos", [["a"], [-1], [10**9], []])
+def test_bad_eos_token_ids_are_refused_when_built(tokenizer: Any, eos: Any) -> None:
+    with pytest.raises(ValueError, match="eos_token_ids must be token ids"):
+        OpenAICompatModel(
+            _endpoint(_llama_cpp_reply), tokenizer, eos_token_ids=eos, check_tokenizer=False
+        )
