@@ -31,13 +31,24 @@ with the tokenizer's chat template when it has one, else uses them verbatim.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LogprobModel", "LogprobSession", "TextModel", "TokenModel", "TokenSession"]
+__all__ = [
+    "LogprobModel",
+    "LogprobSession",
+    "LookaheadSession",
+    "StopRule",
+    "TextModel",
+    "TokenModel",
+    "TokenSession",
+]
+
+#: ``stop(tokens)``: whether a lookahead may stop, given every row's tokens so far [B, j].
+StopRule = Callable[[npt.NDArray[np.intp]], bool]
 
 
 @runtime_checkable
@@ -50,6 +61,28 @@ class TokenSession(Protocol):
 
     def step(self, token: int) -> None:
         """Append ``token`` to every row."""
+        ...
+
+
+@runtime_checkable
+class LookaheadSession(TokenSession, Protocol):
+    """A :class:`TokenSession` that can show each row's own greedy continuation.
+
+    Word-level voting (``unit="word"`` of the voting mechanisms) asks every row
+    for its next word: several greedy tokens per row, each row its own, after
+    which the session must be exactly as before (the chosen word is then appended
+    to every row with :meth:`step`).
+    """
+
+    def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
+        """Each row's greedy continuation of up to ``n`` tokens, shape [B, j], 1 <= j <= n.
+
+        Column 0 is :meth:`greedy`; column t is row r's greedy token after its own
+        columns 0..t-1 were appended to row r alone. Decoding stops after ``n``
+        tokens, or as soon as ``stop(tokens so far)`` is true. Afterwards the
+        session is as it was: ``greedy()`` and ``step()`` behave as if
+        ``lookahead`` had not been called.
+        """
         ...
 
 

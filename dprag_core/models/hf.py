@@ -38,7 +38,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers.cache_utils import DynamicLayer
 
+from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec
 from dprag_core.models.hf_static import (
     StaticPool,
@@ -155,6 +157,45 @@ class HFTokenSession:
         self._greedy = None
         self._logprobs = None
 
+    def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
+        """Each row's own greedy continuation of up to ``n`` tokens, [B, j]; state kept.
+
+        See :class:`~dprag_core.models.base.LookaheadSession`: j - 1 forwards of
+        [B, 1] (each row fed its own last token), then the cache, mask and
+        positions go back to where they were.
+        """
+        limit = positive_int("n", n)
+        saved = self._save()
+        greedy, logprobs = self._greedy, self._logprobs
+        columns = [self.greedy()]
+        try:
+            while len(columns) < limit and not (stop and stop(np.stack(columns, axis=1))):
+                last = torch.as_tensor(columns[-1], dtype=torch.long, device=self._device)
+                self.step_rows(last.view(-1, 1))
+                columns.append(self.greedy())
+        finally:
+            self._restore(saved)
+            self._greedy, self._logprobs = greedy, logprobs
+        return np.stack(columns, axis=1)
+
+    def _save(self) -> Any:
+        """What :meth:`lookahead` restores: the eager cache grows by concatenation, so the
+        old mask, positions and logits tensors are never written to and are kept as is."""
+        layers = self._cache.layers
+        if not all(type(layer) is DynamicLayer for layer in layers):
+            raise ValueError(
+                "lookahead needs a model whose cache layers are all full attention "
+                "(transformers DynamicLayer); use unit='token' with this model"
+            )
+        return self._mask, self._next_position, self._logits
+
+    def _restore(self, saved: Any) -> None:
+        self._mask, self._next_position, self._logits = saved
+        length = int(self._mask.shape[1])
+        for layer in self._cache.layers:
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
+
 
 class HFStaticSession(HFTokenSession):
     """A session on a pooled static cache (engines ``"static"`` and ``"cuda_graphs"``).
@@ -182,6 +223,12 @@ class HFStaticSession(HFTokenSession):
             self._grow()
         self._free_slots -= 1
         return self._batch.decode(ids)[:, : self._owner.vocab_size]
+
+    def _save(self) -> Any:
+        raise NotImplementedError("lookahead on a static cache")
+
+    def _restore(self, saved: Any) -> None:
+        raise NotImplementedError("lookahead on a static cache")
 
     def _grow(self) -> None:
         pool = self._owner._pool
