@@ -38,6 +38,12 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
         default=1 / 6,
         help="DPVote/DPSparseVote epsilon_token = share * epsilon (1/share private tokens)",
     )
+    ap.add_argument(
+        "--word-share",
+        type=float,
+        default=1 / 2,
+        help="the same for the word-level variants (unit='word': epsilon per private word)",
+    )
     ap.add_argument("--delta", type=float, default=1e-4)
     return ap
 
@@ -49,6 +55,7 @@ def dp_mechanisms(
     voters: int,
     delta: float,
     token_share: float,
+    word_share: float,
     max_new_tokens: int,
 ) -> dict[str, Callable[[float], Mechanism]]:
     """Name -> factory(epsilon) for every DP single-query mechanism.
@@ -56,19 +63,22 @@ def dp_mechanisms(
     DPVote and DPSparseVote (Koga et al.; LimitedDomain and the pure exponential
     variant), DP-KSA (Tang et al.) and Grislain's DP-RAG (DP threshold retrieval
     aiming at ``voters`` units + DP in-context generation). Each spends
-    ``token_share`` of epsilon per private token where it has that knob.
+    ``token_share`` of epsilon per private token where it has that knob; the
+    word-level variants of DPVote and DPSparseVote (``unit="word"``: one decision
+    per word) spend ``word_share`` of it per private word.
     """
 
-    def sparse(epsilon: float, *, pure: bool) -> Mechanism:
+    def sparse(epsilon: float, *, pure: bool, words: bool = False) -> Mechanism:
         return DPSparseVote(
             token_model,
             m=voters,
             k=1,
             epsilon=epsilon,
             delta=0.0 if pure else delta,
-            epsilon_token=epsilon * token_share,
+            epsilon_token=epsilon * (word_share if words else token_share),
             selection="exponential" if pure else "limited_domain",
             max_new_tokens=max_new_tokens,
+            unit="word" if words else "token",
         )
 
     return {
@@ -81,7 +91,18 @@ def dp_mechanisms(
             epsilon_token=e * token_share,
             max_new_tokens=max_new_tokens,
         ),
+        "DPVote (LD, words)": lambda e: DPVote(
+            token_model,
+            m=voters,
+            k=1,
+            epsilon=e,
+            delta=delta,
+            epsilon_token=e * word_share,
+            max_new_tokens=max_new_tokens,
+            unit="word",
+        ),
         "DPSparseVote (LD)": lambda e: sparse(e, pure=False),
+        "DPSparseVote (LD, words)": lambda e: sparse(e, pure=False, words=True),
         "DPSparseVote (EM, pure)": lambda e: sparse(e, pure=True),
         "DP-KSA": lambda e: DPKSA(
             text_model,
@@ -108,6 +129,7 @@ def dp_mechanisms_for(
         voters=args.voters,
         delta=args.delta,
         token_share=args.token_share,
+        word_share=args.word_share,
         max_new_tokens=args.max_new_tokens,
     )
 

@@ -9,23 +9,30 @@ counts: O(m), whatever the vocabulary size), the mechanism's choice, and ONE
 batched ``session.step(token)`` appending the chosen token to every row
 (DESIGN §6). Released text is streamed as it is decoded
 (:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
+
+With ``unit="word"`` a decision is a word instead of a token
+(:mod:`~dprag_core.algorithms._words`): each row's next word comes from one
+``session.lookahead`` (each row's own greedy continuation, the session left as it
+was), the voters' words are counted, the mechanism's rule chooses one, and its
+tokens are appended to every row with ``session.step``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
 from dprag_core.algorithms._decoding import IncrementalDecoder
+from dprag_core.algorithms._words import UNITS, Word, WordSplitter, word_ballot
 from dprag_core.algorithms.base import StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.models.base import TokenModel
-from dprag_core.models.checks import check_token_model
+from dprag_core.models.base import LookaheadSession, TokenModel, TokenSession
+from dprag_core.models.checks import check_lookahead_model, check_token_model
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -34,6 +41,7 @@ from dprag_core.validation import positive_int
 
 __all__ = [
     "Choice",
+    "Unit",
     "VotingMechanism",
     "check_template",
     "check_token_model",
@@ -58,9 +66,13 @@ def check_template(name: str, template: object, fields: Sequence[str]) -> str:
     return template
 
 
+Unit = Literal["token", "word"]
+
+
 @dataclass(frozen=True)
 class Choice:
-    """One token decision: ``token`` (None = ⊥, stop) and whether it spent budget.
+    """One decision: ``token`` (the chosen entry of the histogram; None = ⊥, stop) and
+    whether it spent budget.
 
     >>> Choice(None, True).token is None
     True
@@ -75,7 +87,10 @@ class VotingMechanism(StreamingMechanism):
 
     Subclasses implement :meth:`_start` (fresh per-answer state) and
     :meth:`_choose` (the token rule), and set ``uses_public`` when they need the
-    public (no-context) prompt as the last row. The constructor is VoteRAG's.
+    public (no-context) prompt as the last row. The constructor is VoteRAG's;
+    ``unit="word"`` votes per word (its tokens at most ``max_word_tokens``; the
+    model's sessions must implement
+    :class:`~dprag_core.models.base.LookaheadSession`, checked here).
 
     >>> from dprag_core.algorithms import VoteRAG
     >>> issubclass(VoteRAG, VotingMechanism), VotingMechanism.uses_public
@@ -95,6 +110,8 @@ class VotingMechanism(StreamingMechanism):
         max_new_tokens: int = 64,
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
+        unit: Unit = "token",
+        max_word_tokens: int = 8,
     ) -> None:
         self.model = check_token_model(model)
         self.m = positive_int("m", m)
@@ -102,6 +119,14 @@ class VotingMechanism(StreamingMechanism):
         self.max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         self.template = check_template("template", template, ("context", "question"))
         self.public_template = check_template("public_template", public_template, ("question",))
+        if unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+        self.unit: Unit = unit
+        self.max_word_tokens = positive_int("max_word_tokens", max_word_tokens)
+        self._words: WordSplitter | None = None
+        if unit == "word":
+            check_lookahead_model(self.model)
+            self._words = WordSplitter(self.model, max_tokens=self.max_word_tokens)
 
     def candidates_needed(self) -> int:
         """Exactly m*k candidates (padded by the partition when fewer come back)."""
@@ -139,6 +164,31 @@ class VotingMechanism(StreamingMechanism):
             rows.append(self.public_template.format(question=question))
         return rows
 
+    def _ballot(
+        self, session: TokenSession, room: int
+    ) -> tuple[SparseCounts, int | None, Callable[[int], Word | None]]:
+        """One decision's histogram, the public entry, and the tokens of a chosen entry.
+
+        Tokens: the rows' greedy tokens over the vocabulary (``room`` unused). Words:
+        each row's next word, at most ``room`` tokens (what max_new_tokens leaves).
+        """
+        if self._words is None:
+            greedy = session.greedy()
+            counts = SparseCounts.from_votes(greedy[: self.m], size=self.model.vocab_size)
+            public = int(greedy[self.m]) if self.uses_public else None
+            return counts, public, lambda token: (token,)
+        n = min(self._words.max_tokens, room)
+        rows = (
+            cast(LookaheadSession, session).lookahead(n, stop=self._words.complete)
+            if n > 1
+            else session.greedy()[:, None]
+        )
+        words = [self._words.word(row) for row in rows]
+        ballot = word_ballot(
+            words[: self.m], public=words[self.m] if self.uses_public else None, m=self.m
+        )
+        return ballot.counts, ballot.public, ballot.chosen
+
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
@@ -148,43 +198,47 @@ class VotingMechanism(StreamingMechanism):
         voters = partition_voters(docs, m=self.m, k=self.k, rng=gen)
         session = self.model.prefill(self.prompts(question, voters))
         eos = self.model.eos_token_ids
-        vocab = self.model.vocab_size
         limit = self._token_limit()
         state = self._start(gen)
         decoder = IncrementalDecoder(self.model)
-        generated = private = 0
+        generated = private = private_tokens = 0
         stop = MAX_TOKENS
         while True:
-            greedy = session.greedy()
-            counts = SparseCounts.from_votes(greedy[: self.m], size=vocab)
-            public = int(greedy[self.m]) if self.uses_public else None
+            counts, public, unit_of = self._ballot(session, self.max_new_tokens - generated)
             choice = self._choose(counts, public, state, gen)
             private += choice.private
-            if choice.token is None:
+            unit = None if choice.token is None else unit_of(choice.token)
+            # a private end decision counts as one private token, like a private token
+            private_tokens += choice.private * (1 if unit is None or unit[0] in eos else len(unit))
+            if unit is None:
                 stop = NULL_TOKEN
                 break
-            if choice.token in eos:
+            if unit[0] in eos:
                 stop = EOS
                 break
-            generated += 1
-            chunk = decoder.push(choice.token)
-            if chunk:
-                yield chunk
+            generated += len(unit)
+            for token in unit:
+                chunk = decoder.push(token)
+                if chunk:
+                    yield chunk
             if limit is not None and private >= limit:
                 stop = BUDGET
                 break
             if generated >= self.max_new_tokens:
                 break
-            session.step(choice.token)
+            for token in unit:
+                session.step(token)
         tail = decoder.flush()
         if tail:
             yield tail
         details = {
             "tokens_generated": generated,
-            "private_tokens": private,
+            "private_tokens": private_tokens,
+            **({"private_words": private} if self.unit == "word" else {}),
             "stop_reason": stop,
             "m": self.m,
             "k": self.k,
+            "unit": self.unit,
             **self._details(),
         }
         yield DPAnswer(

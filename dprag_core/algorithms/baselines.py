@@ -189,7 +189,8 @@ class RAG(_SinglePrompt):
 
 
 class VoteRAG(VotingMechanism):
-    """Non-private majority vote of m voters per token (ties to the lower token id).
+    """Non-private majority vote of m voters per token, or per word with ``unit="word"``
+    (ties to the lower token id; words: to the lower in token-id tuple order).
 
     >>> VoteRAG(model, m=10, k=1).candidates_needed()  # doctest: +SKIP
     10

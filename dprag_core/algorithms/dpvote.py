@@ -31,6 +31,16 @@ exact O(m) samplers of the same full-vocabulary mechanisms
 of DPSparseVote, with its claim, is
 :class:`~dprag_core.mechanisms.sparse_vote.SparseVoteRule`.
 
+**Word units** (``unit="word"``, both mechanisms, LimitedDomain selection only):
+each decision is a word instead of a token (:mod:`~dprag_core.algorithms._words`):
+every row proposes its next word (its own greedy continuation, cut at the next
+whitespace-led token or end token, at most ``max_word_tokens`` tokens), the vote
+histogram counts each voter's word once, and the rule above runs on it
+unchanged; ε_token, δ_token and c_max are then per private *word*. The relation
+and the sensitivity are the same (one substituted voter moves one vote), so is
+the claim. An entity the tokenizer splits into several pieces costs one private
+decision instead of one per piece.
+
 c_max comes from :func:`~dprag_core.accounting.dpvote.token_limit`: the
 tightest valid composition bound (sequential, advanced, optimal/KOV, pure-DP RDP,
 and for the exponential variant the mixed SVT + bounded-range RDP curve);
@@ -52,7 +62,7 @@ import numpy as np
 
 from dprag_core.accounting.composition import CompositionCount
 from dprag_core.accounting.dpvote import default_delta_token, token_limit
-from dprag_core.algorithms._voting import Choice, VotingMechanism
+from dprag_core.algorithms._voting import Choice, Unit, VotingMechanism
 from dprag_core.budget import FIT_SLACK, Budget
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.limited_domain import BOTTOM
@@ -151,7 +161,8 @@ class DPVote(_DPVotingBase):
     c_max from the tightest valid composition bound. ``delta_token`` defaults to
     the largest per-token δ that maximises c_max
     (:func:`~dprag_core.accounting.dpvote.default_delta_token`).
-    LimitedDomain uses k̄ = m; its ⊥ stops generation.
+    LimitedDomain uses k̄ = m; its ⊥ stops generation. With ``unit="word"`` each
+    decision is a word (module docstring) and the same claim holds per word.
 
     >>> DPVote(model, m=30, k=1, epsilon=10.0, delta=1e-4, epsilon_token=1.0,
     ...        max_new_tokens=32).query_cost()  # doctest: +SKIP
@@ -173,6 +184,8 @@ class DPVote(_DPVotingBase):
         delta_token: float | None = None,
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
+        unit: Unit = "token",
+        max_word_tokens: int = 8,
     ) -> None:
         super().__init__(
             model,
@@ -181,6 +194,8 @@ class DPVote(_DPVotingBase):
             max_new_tokens=max_new_tokens,
             template=template,
             public_template=public_template,
+            unit=unit,
+            max_word_tokens=max_word_tokens,
         )
         self._set_budget(
             epsilon=epsilon,
@@ -226,7 +241,8 @@ class DPSparseVote(_DPVotingBase):
     token vs ``threshold`` (default m/2); free when the voters agree, else a private
     selection with ε_token/2 (LimitedDomain with δ_token and k̄ = m, or the
     exponential mechanism over counts with Δ = 1). At most c_max private tokens
-    (module docstring).
+    (module docstring). ``unit="word"`` decides per word (LimitedDomain only: the
+    exponential mechanism needs the finite vocabulary as its domain).
 
     >>> DPSparseVote(model, m=40, k=1, epsilon=10.0, delta=0.0, epsilon_token=2.0,
     ...              selection="exponential", max_new_tokens=48).query_cost()  # doctest: +SKIP
@@ -251,7 +267,14 @@ class DPSparseVote(_DPVotingBase):
         delta_token: float | None = None,
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
+        unit: Unit = "token",
+        max_word_tokens: int = 8,
     ) -> None:
+        if unit == "word" and selection == "exponential":
+            raise ValueError(
+                "selection='exponential' needs a finite domain (the vocabulary): use "
+                "unit='token' with it, or selection='limited_domain' with unit='word'"
+            )
         super().__init__(
             model,
             m=m,
@@ -259,6 +282,8 @@ class DPSparseVote(_DPVotingBase):
             max_new_tokens=max_new_tokens,
             template=template,
             public_template=public_template,
+            unit=unit,
+            max_word_tokens=max_word_tokens,
         )
         if selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")

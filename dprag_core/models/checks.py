@@ -17,9 +17,11 @@ TypeError: model must be a TextModel (with generate(prompts, max_new_tokens=)), 
 
 from __future__ import annotations
 
-from dprag_core.models.base import TextModel, TokenModel
+import typing
 
-__all__ = ["check_text_model", "check_token_model", "framework_of"]
+from dprag_core.models.base import LookaheadSession, TextModel, TokenModel
+
+__all__ = ["check_lookahead_model", "check_text_model", "check_token_model", "framework_of"]
 
 _WRAPPERS = {
     "LangChain": "LangChainTextModel(model) (from langchain_dprag import LangChainTextModel)",
@@ -86,4 +88,32 @@ def check_token_model(model: object, *, parameter: str = "model") -> TokenModel:
         f"{_got(model)}: load the weights with HFTokenModel.from_pretrained(path) "
         f"(dprag_core.models.hf), or use a mechanism that needs only text, such as "
         f"DPKSA({text}, ...)"
+    )
+
+
+def check_lookahead_model(model: TokenModel, *, parameter: str = "model") -> TokenModel:
+    """``model`` if its sessions can look ahead (word-level voting); a TypeError otherwise.
+
+    Checked when the mechanism is built, before any query is charged: the return
+    annotation of ``type(model).prefill`` must be a class implementing
+    :class:`~dprag_core.models.base.LookaheadSession` (HFTokenModel,
+    OpenAICompatModel).
+
+    >>> class NoLookahead:
+    ...     def prefill(self, prompts) -> object: ...
+    >>> check_lookahead_model(NoLookahead())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: model must return LookaheadSession sessions for unit='word' ...
+    """
+    try:
+        session = typing.get_type_hints(type(model).prefill).get("return")
+    except (NameError, TypeError, AttributeError):
+        session = None
+    if isinstance(session, type) and issubclass(session, LookaheadSession):
+        return model
+    raise TypeError(
+        f"{parameter} must return LookaheadSession sessions for unit='word' (its prefill() "
+        f"annotated with a session class that has lookahead(n, stop=)), got "
+        f"{type(model).__name__}: use unit='token', or HFTokenModel / OpenAICompatModel"
     )

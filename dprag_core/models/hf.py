@@ -193,8 +193,10 @@ class HFTokenSession:
         self._mask, self._next_position, self._logits = saved
         length = int(self._mask.shape[1])
         for layer in self._cache.layers:
-            layer.keys = layer.keys[..., :length, :]
-            layer.values = layer.values[..., :length, :]
+            assert isinstance(layer, DynamicLayer)  # checked by _save
+            keys, values = layer.keys, layer.values
+            assert keys is not None and values is not None
+            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
 
 
 class HFStaticSession(HFTokenSession):

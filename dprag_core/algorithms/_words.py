@@ -1,0 +1,123 @@
+"""Voting units: one vote (and one decision) per token, or per word.
+
+Token-level voting (Koga et al.) spends one private decision per token; an entity
+the model splits into five BPE pieces ("Kir", "zy", "af", "il", ...) costs five,
+although the voters agree on it as a whole. With ``unit="word"`` every voter
+proposes its next *word* and the mechanism decides once per word.
+
+**Word rule** (public: a function of token ids and the tokenizer only). A row's
+word is read from its own greedy continuation (:meth:`~dprag_core.models.base.
+LookaheadSession.lookahead`): its first token, then every following token up to,
+not including, the first one that starts a new word — a token whose text, after
+another token, begins with whitespace — or an end token; at most ``max_tokens``
+tokens. A continuation that starts with an end token proposes the end alone.
+
+**Ballot.** The voters' words (and the public prompt's word, when the mechanism
+uses it) are sorted (tuple order of token ids: a fixed, data-independent total
+order) and numbered; the vote histogram counts each voter's word once. Privacy:
+a voter's word depends only on its own documents and the public prefix, so one
+added or removed privacy unit still changes one voter's vote (one count −1 and
+another +1) — the relation every token rule is calibrated for. The word domain
+is unbounded, so only LimitedDomain applies (it looks at the top k̄ counts and a
+threshold, never at the whole domain): the histogram is numbered over the
+proposed words followed by ``m`` zero-count slots, which stand for the
+zero-count words LimitedDomain may place in its top k̄ (in the domain's fixed
+order); a selected zero-count entry is released as ⊥. That is post-processing
+of LimitedDomain over the full word domain, so its claim is unchanged. The
+exponential mechanism would need the whole (infinite) domain and is refused.
+
+>>> class Chars:  # one token per character, EOS = 0
+...     eos_token_ids = frozenset({0})
+...     def encode(self, text): return [ord(c) for c in text]
+...     def decode(self, ids): return "".join(chr(i) for i in ids if i)
+>>> split = WordSplitter(Chars(), max_tokens=8)
+>>> split.word([ord(c) for c in "Kir is"]), split.word([0, 65])
+((75, 105, 114), (0,))
+>>> ballot = word_ballot([(75,), (75,), (66,)], public=(66,), m=3)
+>>> ballot.words, ballot.counts.counts.tolist(), ballot.public
+([(66,), (75,)], [1, 2], 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core.mechanisms.histogram import SparseCounts
+from dprag_core.models.base import TokenModel
+from dprag_core.validation import positive_int
+
+__all__ = ["UNITS", "WordBallot", "WordSplitter", "word_ballot"]
+
+#: The voting units: ``"token"`` (Koga et al.) or ``"word"`` (this module).
+UNITS = ("token", "word")
+
+Word = tuple[int, ...]
+
+
+class WordSplitter:
+    """The public word rule of a model (module docstring); caches one bool per token seen."""
+
+    def __init__(self, model: TokenModel, *, max_tokens: int) -> None:
+        self.max_tokens = positive_int("max_word_tokens", max_tokens)
+        self._model = model
+        self._eos = model.eos_token_ids
+        self._anchor = list(model.encode("a"))
+        self._anchor_text = str(model.decode(self._anchor))
+        self._starts: dict[int, bool] = {}
+
+    def starts_word(self, token: int) -> bool:
+        """Whether ``token`` ends the word before it (whitespace-led text, or an end token)."""
+        known = self._starts.get(token)
+        if known is None:
+            text = str(self._model.decode([*self._anchor, token]))
+            added = text[len(self._anchor_text) :] if text.startswith(self._anchor_text) else text
+            known = token in self._eos or added[:1].isspace()
+            self._starts[token] = known
+        return known
+
+    def word(self, row: Sequence[int]) -> Word:
+        """The word a continuation proposes (its first ``max_tokens`` tokens at most)."""
+        tokens = [int(t) for t in row[: self.max_tokens]]
+        if tokens[0] in self._eos:
+            return (tokens[0],)
+        end = next((i for i in range(1, len(tokens)) if self.starts_word(tokens[i])), len(tokens))
+        return tuple(tokens[:end])
+
+    def complete(self, rows: npt.NDArray[np.intp]) -> bool:
+        """Whether every row's word is known from ``rows`` [B, j] (a lookahead's stop rule)."""
+        return all(
+            int(row[0]) in self._eos or any(self.starts_word(int(t)) for t in row[1:])
+            for row in rows
+        )
+
+
+@dataclass(frozen=True)
+class WordBallot:
+    """The voters' words numbered in tuple order, their histogram, the public word's number.
+
+    Private (it holds the voters' words): pass ``counts`` only to a DP selection.
+    """
+
+    words: list[Word]
+    counts: SparseCounts
+    public: int | None
+
+    def chosen(self, index: int) -> Word | None:
+        """The word of a selected entry; None (⊥) for a zero-count one."""
+        if index < 0 or index >= len(self.words) or self.counts.count(index) == 0:
+            return None
+        return self.words[index]
+
+
+def word_ballot(voter_words: Sequence[Word], *, public: Word | None, m: int) -> WordBallot:
+    """Number the proposed words (module docstring) and count the voters' votes."""
+    words = sorted(set(voter_words) | ({public} if public is not None else set()))
+    number = {w: i for i, w in enumerate(words)}
+    counts = SparseCounts.from_votes(
+        [number[w] for w in voter_words], size=len(words) + positive_int("m", m)
+    )
+    return WordBallot(words, counts, None if public is None else number[public])
