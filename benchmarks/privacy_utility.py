@@ -383,8 +383,7 @@ def token_table(
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = mechanism_arguments(__doc__ or "", out=ROOT / "results" / "privacy_utility")
-    # token_share 1/5: chosen on a development world (seed 1), see docs/evaluation.md
-    ap.set_defaults(epsilons=[1.0, 2.0, 5.0, 10.0, 20.0], token_share=1 / 5)
+    ap.set_defaults(epsilons=[1.0, 2.0, 5.0, 10.0, 20.0])
     ap.add_argument("--diseases", type=int, default=40)
     ap.add_argument("--max-support", type=int, default=100)
     ap.add_argument("--max-new-tokens", type=int, default=12)
@@ -417,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "NonRAG": NonRAG(token_model, max_new_tokens=mnt),
         "RAG (k=3)": RAG(token_model, k=3, max_new_tokens=mnt),
         f"VoteRAG (m={m})": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt),
+        f"VoteRAG (m={m}, words)": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt, unit="word"),
         f"KSA (N={m})": KSA(text_model, n_docs=m, k_max=5, response_tokens=mnt, answer_tokens=mnt),
     }
     dp = dp_mechanisms_for(args, token_model, text_model)

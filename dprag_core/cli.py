@@ -3,7 +3,8 @@
 ``dprag demo`` runs offline: it generates a synthetic private corpus of
 fictional patients (invented diseases and treatments no model knows), indexes
 it with MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions
-with non-RAG, non-private RAG, DPSparseVote, DP-KSA and MuRAG through
+with non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
+MuRAG through
 :class:`~dprag_core.pipeline.PrivateRAG`, printing each answer with its
 (epsilon, delta) and its time. The DP mechanisms share one durable corpus-level
 accountant; MuRAG charges its per-patient ledger. ``--model`` takes any
@@ -69,8 +70,9 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
 
     token_model, text_model = load_models(args.model)
     eps, m = args.epsilon, args.voters
-    # One durable corpus-level budget for DPSparseVote and DP-KSA: every question, no more.
-    total = Budget(2 * eps * n_questions, 2 * _DELTA * n_questions)
+    # One durable corpus-level budget for the three per-query DP mechanisms: every question,
+    # no more.
+    total = Budget(3 * eps * n_questions, 3 * _DELTA * n_questions)
     accountant = SQLiteCorpusAccountant(state, total=total)
 
     def sparse_vote() -> DPSparseVote:
@@ -87,6 +89,18 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
             max_new_tokens=_TOKENS,
         )
 
+    # Word-level DPSparseVote: one private decision per word (an invented drug name is
+    # 3-6 tokens but one word); LimitedDomain, so (eps, delta).
+    words = DPSparseVote(
+        token_model,
+        m=m,
+        k=1,
+        epsilon=eps,
+        delta=_DELTA,
+        epsilon_token=eps * args.word_share,
+        max_new_tokens=_TOKENS,
+        unit="word",
+    )
     ksa = DPKSA(
         text_model,
         epsilon=eps,
@@ -103,6 +117,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
         _Entry("NonRAG", NonRAG(token_model, max_new_tokens=_TOKENS), None),
         _Entry("RAG (k=3)", RAG(token_model, k=3, max_new_tokens=_TOKENS), None),
         _Entry("DPSparseVote", sparse_vote(), accountant),
+        _Entry("DPSV (words)", words, accountant),
         _Entry("DP-KSA", ksa, accountant),
         _Entry("MuRAG", murag, None),
     ]
@@ -145,7 +160,10 @@ def _demo(args: argparse.Namespace) -> int:
     state = args.state or os.path.join(tempfile.mkdtemp(prefix="dprag-demo-"), "budget.db")
     entries = _mechanisms(args, len(questions), state)
     print(f"corpus budget and MuRAG's per-patient ledger: {state}")
-    print(f"per-query epsilon {args.epsilon:g} for DPSparseVote, DP-KSA and MuRAG\n")
+    print(
+        f"per-query epsilon {args.epsilon:g} for DPSparseVote, DPSV (words) (DPSparseVote "
+        "deciding per word instead of per token), DP-KSA and MuRAG\n"
+    )
     rng = args.noise_seed  # None: OS entropy, as in production
     for qi, item in enumerate(questions, 1):
         print(f"Q{qi}: {item.question}")
@@ -167,7 +185,7 @@ def _demo(args: argparse.Namespace) -> int:
         print()
     budget = entries[2].accountant
     if budget is not None:
-        print(f"corpus budget (DPSparseVote + DP-KSA): {budget!r}")
+        print(f"corpus budget (DPSparseVote + DPSV (words) + DP-KSA): {budget!r}")
     print("MuRAG's epsilon is each patient's total over all questions (its ledger budget).")
     return 0
 
@@ -204,6 +222,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=1 / 6,
         help="DPSparseVote's epsilon per private token, as a share of --epsilon "
         "(1/share private tokens per answer)",
+    )
+    demo.add_argument(
+        "--word-share",
+        type=_share,
+        default=1 / 2,
+        help="the same for the word-level DPSparseVote (epsilon per private word)",
     )
     demo.add_argument(
         "--tau",

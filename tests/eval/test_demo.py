@@ -11,7 +11,7 @@ def test_demo_runs_one_question(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--questions", "1", "--voters", "8"]) == 0
     out = capsys.readouterr().out
     assert "sha256 verified" in out
-    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DP-KSA"):
+    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA"):
         assert label in out
     assert "eps=inf" in out and "eps=0" in out
     assert "corpus budget" in out
@@ -29,6 +29,7 @@ def test_demo_rejects_bad_options() -> None:
     [
         ("--token-share", "2", "(0, 1]"),
         ("--token-share", "0", "(0, 1]"),
+        ("--word-share", "1.5", "(0, 1]"),
         ("--tau", "nan", "[-1, 1]"),
         ("--tau", "1.5", "[-1, 1]"),
     ],
