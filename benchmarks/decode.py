@@ -14,8 +14,10 @@ the same number of tokens, side by side in one process:
   ``compiled``; ``compiled`` compiles the shared model's blocks in place, so give it last):
   ``greedy loop`` (the engine's own session: prefill, then ``greedy()``/``step()``
   per token, no mechanism), ``DPVote (LD)``, ``DPSparseVote (LD)``,
-  ``DPSparseVote (EM)``, and ``HFTextModel.generate`` (DP-KSA's response
-  generation) vs ``model.generate``.
+  ``DPSparseVote (EM)``, the word-level ``DPVote (LD, words)`` and
+  ``DPSparseVote (LD, words)`` (one lookahead per word: its cost per released
+  token shows in the same columns), and ``HFTextModel.generate`` (DP-KSA's
+  response generation) vs ``model.generate``.
 
 Prefill is timed separately, so the decode-only time per token is printed too;
 ratios are decode-only against the HF bare loop, against the same engine's
@@ -52,7 +54,7 @@ from tiny_models import build_tokenizer  # noqa: E402
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from dprag_core.algorithms import DPSparseVote, DPVote  # noqa: E402
-from dprag_core.models.hf import HFTextModel, HFTokenModel  # noqa: E402
+from dprag_core.models.hf import HFTextModel, HFTokenModel, HFTokenSession  # noqa: E402
 from dprag_core.retrieval import ScoredDocument  # noqa: E402
 
 #: hidden, intermediate, layers, heads, kv heads, vocab (None: the tokenizer's), tied
@@ -119,7 +121,7 @@ class TimedPrefill:
     def decode(self, ids: Any) -> str:
         return self.inner.decode(ids)
 
-    def prefill(self, prompts: list[str]) -> Any:
+    def prefill(self, prompts: list[str]) -> HFTokenSession:
         start = time.perf_counter()
         session = self.inner.prefill(prompts)
         if hasattr(session, "greedy"):  # the first tokens are part of the prefill
@@ -227,6 +229,8 @@ def mechanisms(bench: TimedPrefill, m: int, n: int) -> dict[str, Any]:
         "DPVote (LD)": DPVote(bench, delta=1e-4, **common),
         "DPSparseVote (LD)": DPSparseVote(bench, delta=1e-4, **common),
         "DPSparseVote (EM)": DPSparseVote(bench, delta=0.0, selection="exponential", **common),
+        "DPVote (LD, words)": DPVote(bench, delta=1e-4, unit="word", **common),
+        "DPSparseVote (LD, words)": DPSparseVote(bench, delta=1e-4, unit="word", **common),
     }
 
 

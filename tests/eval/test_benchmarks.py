@@ -40,6 +40,9 @@ def test_privacy_utility_quick(tmp_path: Path) -> None:
         "| NonRAG |",
         "| RAG (k=3) |",
         "DPVote (LD) eps=10",
+        "DPVote (LD, words) eps=10",
+        "DPSparseVote (LD, words) eps=2",
+        "| VoteRAG (m=10, words) |",
         "DPSparseVote (EM, pure) eps=2",
     ):
         assert row in table
