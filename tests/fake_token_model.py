@@ -8,13 +8,17 @@ spread evenly. The model records every prefill and step, so tests can check
 that a mechanism runs ONE session of m+1 rows and ONE step per released token.
 It implements both protocols: ``greedy()`` for the voting mechanisms and
 ``logprobs`` (via ``prefill_logprobs``) for DP-ICL; ``logprob_reads`` counts
-how often the full rows were read.
+how often the full rows were read. ``lookahead(n)`` shows each row's next n
+answer bytes without stepping (``steps`` counts only real steps,
+``lookahead_calls`` the lookaheads).
 
 >>> fake = FakeTokenModel([("Context", "ab"), ("", "xy")])
 >>> s = fake.prefill(["Context: doc\\nQ", "Q"])
 >>> s.greedy().tolist() == [ord("a"), ord("x")]
 True
 >>> [int(r.argmax()) for r in s.logprobs] == [ord("a"), ord("x")]
+True
+>>> s.lookahead(3).tolist() == [[ord("a"), ord("b"), EOS], [ord("x"), ord("y"), EOS]]
 True
 """
 
@@ -24,6 +28,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
+from dprag_core.models.base import StopRule, stop_width
+from dprag_core.validation import positive_int
 
 __all__ = ["EOS", "FakeSession", "FakeTokenModel"]
 
@@ -55,6 +62,17 @@ class FakeSession:
         self._owner.logprob_reads += 1
         return self._rows()
 
+    def lookahead(self, n: int, *, stop: StopRule | None = None) -> np.ndarray:
+        """Each row's next answer bytes (EOS past the end), up to ``n`` columns; no step."""
+        limit = positive_int("n", n)
+        self._owner.lookahead_calls += 1
+        t = len(self.appended)
+        table = np.array(
+            [[a[i] if i < len(a) else EOS for i in range(t, t + limit)] for a in self._answers],
+            dtype=np.intp,
+        )
+        return table[:, : stop_width(table, stop)]
+
     def step(self, token: int) -> None:
         assert 0 <= token < VOCAB
         self.appended.append(int(token))
@@ -70,6 +88,7 @@ class FakeTokenModel:
         self.prompts: list[list[str]] = []
         self.steps = 0
         self.logprob_reads = 0
+        self.lookahead_calls = 0
 
     @property
     def vocab_size(self) -> int:

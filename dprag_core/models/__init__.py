@@ -11,9 +11,17 @@
 from dprag_core.models.base import (
     LogprobModel,
     LogprobSession,
+    LookaheadSession,
     TextModel,
     TokenModel,
     TokenSession,
 )
 
-__all__ = ["LogprobModel", "LogprobSession", "TextModel", "TokenModel", "TokenSession"]
+__all__ = [
+    "LogprobModel",
+    "LogprobSession",
+    "LookaheadSession",
+    "TextModel",
+    "TokenModel",
+    "TokenSession",
+]

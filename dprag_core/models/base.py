@@ -45,6 +45,7 @@ __all__ = [
     "TextModel",
     "TokenModel",
     "TokenSession",
+    "stop_width",
 ]
 
 #: ``stop(tokens)``: whether a lookahead may stop, given every row's tokens so far [B, j].
@@ -84,6 +85,23 @@ class LookaheadSession(TokenSession, Protocol):
         ``lookahead`` had not been called.
         """
         ...
+
+
+def stop_width(columns: npt.NDArray[np.intp], stop: StopRule | None) -> int:
+    """How many of ``columns`` [B, n] a lookahead checking ``stop`` after each one returns.
+
+    For a backend that decodes all n columns at once (a server request) and
+    applies ``stop`` afterwards: the j of a lookahead that stopped early.
+
+    >>> stop_width(np.array([[5, 0, 7]]), lambda t: bool((t[:, -1] == 0).all()))
+    2
+    >>> stop_width(np.array([[5, 0, 7]]), None)
+    3
+    """
+    width = 1
+    while width < columns.shape[1] and not (stop and stop(columns[:, :width])):
+        width += 1
+    return width
 
 
 @runtime_checkable

@@ -161,8 +161,21 @@ class HFTokenSession:
         """Each row's own greedy continuation of up to ``n`` tokens, [B, j]; state kept.
 
         See :class:`~dprag_core.models.base.LookaheadSession`: j - 1 forwards of
-        [B, 1] (each row fed its own last token), then the cache, mask and
-        positions go back to where they were.
+        [B, 1] (each row fed its own last token), then the cache, mask, positions
+        and logits go back to where they were, so the session is exactly as
+        before: ``greedy()``, ``logprobs`` and every later step equal those of a
+        session that never looked ahead, bit for bit (the eager cache is cut back
+        to its length; the static engines rewind their slot counters, close the
+        lookahead's slots in the mask and restore positions, without copying the
+        cache). One exception: a lookahead that made a static batch grow leaves
+        the session on the longer cache, and attention over more (closed) slots
+        rounds differently in the last bits (about 1e-7 in float32) until the
+        other session grows too, as between any two cache lengths. Each row's
+        tokens are those of greedy decoding of that row alone.
+
+        >>> s = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
+        >>> s.lookahead(3).shape, s.greedy()  # doctest: +SKIP
+        ((1, 3), array([64]))
         """
         limit = positive_int("n", n)
         saved = self._save()
@@ -207,7 +220,7 @@ class HFStaticSession(HFTokenSession):
     CUDA graph with ``"cuda_graphs"``. The batch goes back to the model's pool
     when the session is garbage-collected. With ``"cuda_graphs"`` the logits are
     the graph's output buffer: read them (``greedy``, ``logprobs``) before the
-    next step, as every mechanism does.
+    next step, as every mechanism does (:meth:`lookahead` keeps a copy).
     """
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -227,10 +240,24 @@ class HFStaticSession(HFTokenSession):
         return self._batch.decode(ids)[:, : self._owner.vocab_size]
 
     def _save(self) -> Any:
-        raise NotImplementedError("lookahead on a static cache")
+        """What :meth:`lookahead` restores, without copying the cache.
+
+        The filled count is known on the host (``length - _free_slots``: no
+        sync); the positions are copied ([B, 1]), and the logits too when they
+        are a CUDA graph's output buffer (the lookahead's steps overwrite it).
+        """
+        batch = self._batch
+        with torch.inference_mode():
+            positions = batch.positions.clone()
+            logits = self._logits if batch.graph is None else self._logits.clone()
+        return batch.length - self._free_slots, positions, logits
 
     def _restore(self, saved: Any) -> None:
-        raise NotImplementedError("lookahead on a static cache")
+        """Put the saved state back on the current batch (the lookahead may have grown it)."""
+        filled, positions, logits = saved
+        self._batch.rewind(filled, positions)
+        self._free_slots = self._batch.length - filled
+        self._logits = logits
 
     def _grow(self) -> None:
         pool = self._owner._pool

@@ -227,6 +227,21 @@ class StaticBatch:
         assert self.logits is not None
         return self.logits
 
+    def rewind(self, filled: int, positions: torch.Tensor) -> None:
+        """Go back to ``filled`` slots and the [B, 1] ``positions`` they had (no host sync).
+
+        Every layer's slot counter is set to ``filled`` and the slots from there on
+        are closed again in the mask, as they were then (a decode step opens only
+        the slot it fills), so keys and values written there since are never
+        attended to, and the next steps overwrite them. In place: the buffers a
+        CUDA graph replays keep their addresses.
+        """
+        with torch.inference_mode():
+            for layer in self.layers:
+                layer.cumulative_length.fill_(filled)
+            self.mask[..., filled:].fill_(self.closed)
+            self.positions.copy_(positions)
+
     def copy_into(self, other: StaticBatch) -> None:
         """Move this batch's contents into a longer ``other`` (same rows)."""
         n = self.length

@@ -13,7 +13,8 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
 - each decoding step is ONE batched request of the B = m + 1 token-id prompts
   with ``max_tokens: 1, temperature: 0``; the server's prefix cache (llama.cpp's
   ``cache_prompt``, vLLM's and SGLang's automatic prefix caching) makes it
-  compute only the appended token of each row;
+  compute only the appended token of each row (``lookahead(n)``, for
+  word-level voting: one request with ``max_tokens: n``);
 - it is *not* a :class:`~dprag_core.models.base.LogprobModel`: a server returns
   at most the top few log-probabilities, so mechanisms that need full
   next-token distributions (DP-ICL, kNN-Prompting keys) refuse it when built.
@@ -43,8 +44,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dprag_core.models.base import StopRule, stop_width
 from dprag_core.models.codec import TokenizerCodec
-from dprag_core.models.endpoint import CompletionsEndpoint, EndpointError, Server
+from dprag_core.models.endpoint import Completion, CompletionsEndpoint, EndpointError, Server
 from dprag_core.validation import positive_int
 
 __all__ = ["TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
@@ -83,6 +85,26 @@ class OpenAICompatSession:
                 dtype=np.intp,
             )
         return self._greedy
+
+    def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
+        """Each row's greedy continuation of up to ``n`` tokens, [B, j]; the rows are kept.
+
+        See :class:`~dprag_core.models.base.LookaheadSession`. ONE batched request
+        with ``max_tokens: n``: the server decodes each row greedily from its own
+        tokens. A row that ended early (EOS, or a bare stop as in :meth:`greedy`)
+        reads EOS from there on. ``stop`` cannot stop the server mid-request, so it
+        is only a hint here: the server always decodes up to ``n`` tokens, and
+        ``stop`` is applied afterwards, to return the same j columns as a session
+        that stops early. Nothing is appended: :meth:`greedy` and :meth:`step` go
+        on as if this had not been called.
+
+        >>> session.lookahead(4)  # doctest: +SKIP
+        array([[ 330,  2360,    13, 151645], ...])
+        """
+        limit = positive_int("n", n)
+        done = self._owner.endpoint.complete(self._rows, max_tokens=limit)
+        table = np.array([self._owner.tokens(c, limit) for c in done], dtype=np.intp)
+        return np.ascontiguousarray(table[:, : stop_width(table, stop)])
 
     def step(self, token: int) -> None:
         """Append ``token`` to every row (sent with the next step's request)."""
@@ -187,11 +209,33 @@ class OpenAICompatModel(TokenizerCodec):
 
     def first_token(self, token_ids: Sequence[int], finish_reason: str) -> int:
         """The greedy token of a one-token completion (a bare EOS stop counts as EOS)."""
-        if not token_ids and finish_reason == "stop" and self._eos:
-            return min(self._eos)
-        if len(token_ids) != 1 or not 0 <= token_ids[0] < self._vocab:
-            raise EndpointError(f"the server returned no token id in [0, {self._vocab})")
-        return int(token_ids[0])
+        return self.tokens(Completion(tuple(token_ids), finish_reason), 1)[0]
+
+    def tokens(self, completion: Completion, n: int) -> list[int]:
+        """The ``n`` greedy tokens of a completion asked for ``n`` tokens.
+
+        A completion that stopped early (``finish_reason`` "stop": an EOS, returned
+        or not) reads EOS from there on: its EOS where the server returned one, the
+        smallest EOS id where it returned none (a bare stop), then the smallest EOS
+        id. Anything else (an id out of range, more than ``n`` ids, fewer without a
+        stop) is an :class:`EndpointError` naming no token.
+
+        >>> model.tokens(Completion((17,), "stop"), 3)  # doctest: +SKIP
+        [17, 0, 0]
+        """
+        ids = list(completion.token_ids)
+        stopped = completion.finish_reason == "stop"
+        if (
+            len(ids) > n
+            or (len(ids) < n and not stopped)
+            or not all(0 <= t < self._vocab for t in ids)
+        ):
+            raise EndpointError(
+                f"the server returned no token id in [0, {self._vocab}) "
+                f"(expected {n} token ids or a stop)"
+            )
+        end = next((i + 1 for i, t in enumerate(ids) if t in self._eos), len(ids))
+        return ids[:end] + [min(self._eos)] * (n - end)
 
     def prefill(self, prompts: Sequence[str]) -> OpenAICompatSession:
         """Tokenize B prompts locally; the first :meth:`~OpenAICompatSession.greedy` sends them."""

@@ -149,6 +149,34 @@ def test_text_generation_equals_the_in_process_engine(models: Any) -> None:
     )
 
 
+def test_lookahead_equals_the_in_process_engine(models: Any) -> None:
+    """Each row's n-token continuation, one request, equals the engine's up to its EOS.
+
+    The server stops a row at EOS and the session reads EOS from there on; the
+    engine goes on decoding past it, so only the columns up to the first EOS are
+    compared. Afterwards both sessions go on unchanged.
+    """
+    local, _, served = models
+    prompts = [f"Context: {d[0].text}\nQuestion: {q}\nAnswer:" for q, d in _cases()]
+    here, there = local.prefill(prompts), served.prefill(prompts)
+    compared = 0
+    for _ in range(3):
+        mine, theirs = here.lookahead(12), there.lookahead(12)
+        assert theirs.shape == mine.shape == (len(prompts), 12)
+        for row, other in zip(mine.tolist(), theirs.tolist(), strict=True):
+            end = next((i + 1 for i, t in enumerate(row) if t in local.eos_token_ids), 12)
+            assert other[:end] == row[:end]
+            assert all(t in served.eos_token_ids for t in other[end:])
+            compared += end
+        np.testing.assert_array_equal(there.greedy(), here.greedy())
+        token = int(here.greedy()[0])
+        here.step(token)
+        there.step(token)
+    assert compared > 3 * len(prompts)  # more than the first column was compared
+    short = there.lookahead(12, stop=lambda tokens: tokens.shape[1] == 3)
+    np.testing.assert_array_equal(short, here.lookahead(12)[:, :3])
+
+
 def test_private_text_reaches_no_log(models: Any, caplog: pytest.LogCaptureFixture) -> None:
     _, _, served = models
     question, docs = _cases()[0]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from private_frames import reachable_text
 
@@ -234,3 +235,84 @@ def test_bad_eos_token_ids_are_refused_when_built(tokenizer: Any, eos: Any) -> N
         OpenAICompatModel(
             _endpoint(_llama_cpp_reply), tokenizer, eos_token_ids=eos, check_tokenizer=False
         )
+
+
+def test_lookahead_is_one_request_of_n_tokens_and_keeps_the_rows(tokenizer: Any) -> None:
+    """Rows that ended early read EOS from there on; nothing is appended to the rows."""
+    sent: list[dict[str, Any]] = []
+    replies = [
+        ([11, 12, 13, 14], "length"),
+        ([11, 12], "stop"),  # a bare stop after two tokens
+        ([], "stop"),  # a bare stop at once: greedy() reads EOS there too
+        ([11, 0, 13], "stop"),  # EOS (id 0) returned, then (oddly) more: cut at the EOS
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        sent.append(body)
+        n = body["max_tokens"]
+        choices = [
+            {
+                "index": i,
+                "finish_reason": "length" if len(ids) > n else reason,
+                "logprobs": {"content": [{"id": t} for t in ids[:n]]},
+            }
+            for i, (ids, reason) in enumerate(replies)
+        ]
+        return httpx.Response(200, json={"choices": choices})
+
+    model = _model(tokenizer, handler)
+    assert min(model.eos_token_ids) == 0
+    session = model.prefill(["a", "b", "c", "d"])
+    table = session.lookahead(4)
+    assert table.tolist() == [[11, 12, 13, 14], [11, 12, 0, 0], [0, 0, 0, 0], [11, 0, 0, 0]]
+    assert table.dtype == np.intp
+    assert len(sent) == 1 and sent[0]["max_tokens"] == 4
+    seen: list[int] = []
+
+    def stop(tokens: Any) -> bool:
+        seen.append(tokens.shape[1])
+        return bool(tokens.shape[1] == 2)
+
+    assert session.lookahead(4, stop=stop).tolist() == [row[:2] for row in table.tolist()]
+    assert seen == [1, 2]  # applied to the columns afterwards, as a stepping session would
+    assert session.greedy().tolist() == table[:, 0].tolist()
+    assert sent[-1]["prompt"] == sent[0]["prompt"]  # the rows are unchanged
+    assert sent[-1]["max_tokens"] == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "reason"),
+    [([5], "length"), ([5, 6, 7, 8], "length"), ([5, 10**9], "length"), ([-1, 5], "stop")],
+)
+def test_lookahead_refuses_malformed_completions(
+    tokenizer: Any, ids: list[int], reason: str
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        lp = {"content": [{"id": t} for t in ids]}
+        return httpx.Response(
+            200, json={"choices": [{"index": 0, "finish_reason": reason, "logprobs": lp}]}
+        )
+
+    with pytest.raises(EndpointError, match=r"no token id in \[0, \d+\) \(expected 3 token ids"):
+        _model(tokenizer, handler).prefill(["q"]).lookahead(3)
+
+
+def test_lookahead_errors_carry_no_private_text(tokenizer: Any) -> None:
+    sent: list[int] = []
+
+    def refusing(request: httpx.Request) -> httpx.Response:
+        sent.append(1)
+        return httpx.Response(400, text=f"error echoing {CANARY}")
+
+    session = _model(tokenizer, refusing).prefill([f"Context: {CANARY}"])
+    bad: list[Any] = [0, -1, True, 2.5]
+    for n in bad:
+        with pytest.raises((TypeError, ValueError), match="n must be an integer >= 1"):
+            session.lookahead(n)
+    assert sent == []  # refused before any request
+    with pytest.raises(EndpointError) as info:
+        session.lookahead(3)
+    assert str(info.value) == "completions request failed with HTTP 400"
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    assert CANARY not in reachable_text(info.value)
