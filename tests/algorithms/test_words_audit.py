@@ -116,14 +116,6 @@ def _mech(cls: type[DPVote | DPSparseVote], m: int, delta_token: float) -> Any:
     )
 
 
-def _dpvote(m: int, delta_token: float) -> DPVote:
-    return _mech(DPVote, m, delta_token)  # type: ignore[no-any-return]
-
-
-def _sparse(m: int, delta_token: float) -> DPSparseVote:
-    return _mech(DPSparseVote, m, delta_token)  # type: ignore[no-any-return]
-
-
 # DPVote, near tie: 27 voters, A 14 / C 13 against A 13 / C 14 (b = 2/ε = 1; h⊥ = 9.6 sits
 # below both counts, so ⊥ is not what decides).
 VOTE_TIE = ([A] * 14 + [C] * 13, [A] * 13 + [C] * 14)
@@ -144,31 +136,36 @@ SPARSE_EDGE = ([P] * 14 + [A] * 13, [P] * 13 + [A] * 14)
 def test_dpvote_word_decision_within_claim(
     pair: tuple[list[Word], list[Word]], m: int, delta_token: float
 ) -> None:
-    result = _audit(_dpvote(m, delta_token), word_ballot, *pair)
+    result = _audit(_mech(DPVote, m, delta_token), word_ballot, *pair)
     assert 0.3 < result.epsilon_lower_bound <= EPS_TOKEN, result
 
 
 def test_dpvote_mutation_counting_tokens_exceeds_claim() -> None:
-    result = _audit(_dpvote(27, 1e-3), per_token_ballot, *VOTE_TIE)
+    result = _audit(_mech(DPVote, 27, 1e-3), per_token_ballot, *VOTE_TIE)
     assert result.epsilon_lower_bound > EPS_TOKEN, result
 
 
 @pytest.mark.parametrize("pair", [SPARSE_TIE, SPARSE_EDGE], ids=["near-tie", "svt-edge"])
 def test_sparse_vote_word_decision_within_claim(pair: tuple[list[Word], list[Word]]) -> None:
-    result = _audit(_sparse(27, 0.05), word_ballot, *pair)
+    result = _audit(_mech(DPSparseVote, 27, 0.05), word_ballot, *pair)
     assert 0.2 < result.epsilon_lower_bound <= EPS_TOKEN, result
 
 
 def test_sparse_vote_mutation_counting_tokens_exceeds_claim() -> None:
-    result = _audit(_sparse(27, 0.05), per_token_ballot, *SPARSE_TIE)
+    result = _audit(_mech(DPSparseVote, 27, 0.05), per_token_ballot, *SPARSE_TIE)
     assert result.epsilon_lower_bound > EPS_TOKEN, result
 
 
-@pytest.mark.parametrize("mech", [_dpvote(27, 1e-3), _sparse(27, 0.05)], ids=repr)
-def test_choose_is_the_audited_rule(mech: Any) -> None:
+@pytest.mark.parametrize(
+    ("mech", "voters"),
+    [(_mech(DPVote, 27, 1e-3), VOTE_TIE[0]), (_mech(DPSparseVote, 27, 0.05), SPARSE_EDGE[0])],
+    ids=["DPVote", "DPSparseVote"],
+)
+def test_choose_is_the_audited_rule(mech: Any, voters: list[Word]) -> None:
     """The mechanism's ``_choose`` makes the decision the audit samples, draw for draw."""
-    ballot = word_ballot(SPARSE_TIE[0], public=P if mech.uses_public else None, m=mech.m)
-    for seed in range(40):
+    ballot = word_ballot(voters, public=P if mech.uses_public else None, m=mech.m)
+    seen = set()
+    for seed in range(60):
         gen = np.random.default_rng(seed)
         choice = mech._choose(ballot.counts, ballot.public, mech._start(gen), gen)
         entries, private = _decide(
@@ -176,3 +173,5 @@ def test_choose_is_the_audited_rule(mech: Any) -> None:
         )
         assert choice.token == (None if entries[0] == -1 else entries[0])
         assert choice.private == private[0]
+        seen.add((choice.token, choice.private))
+    assert len(seen) >= 2  # more than one outcome was compared
