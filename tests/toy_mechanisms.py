@@ -82,3 +82,23 @@ class Case:
 def build(case: Case, models: Any) -> Mechanism:
     """The case's mechanism, built from its module."""
     return case.build(importlib.import_module(case.module), models)
+
+
+#: Word-level voting settings with a budget large enough that agreeing voters' words
+#: come out whole (one voter per document).
+WORD_VOTE_ARGS: dict[str, Any] = {
+    "k": 1,
+    "epsilon": 40.0,
+    "delta": 1e-4,
+    "epsilon_token": 8.0,
+    "max_new_tokens": 48,
+    "unit": "word",
+    "max_word_tokens": 24,
+}
+
+
+def word_dpvote(model: Any, **kw: Any) -> Mechanism:
+    """A word-level DPVote with :data:`WORD_VOTE_ARGS`; ``kw`` overrides them."""
+    from dprag_core.algorithms import DPVote
+
+    return DPVote(model, **{**WORD_VOTE_ARGS, **kw})
