@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
@@ -70,6 +71,16 @@ class Mechanism(ABC):
         ``None`` for non-private baselines and for mechanisms that charge a
         per-unit ledger themselves (MuRAG), which then refuse inside ``answer``
         before releasing anything.
+        """
+        return None
+
+    def corpus_accountant(self) -> CorpusAccountant | None:
+        """The corpus budget this mechanism was built with, or None (the default).
+
+        A mechanism bound to its own :class:`CorpusAccountant` (NaiveMulti)
+        returns it: the pipeline and the adapters charge :meth:`query_cost` to it
+        before retrieval, as they charge the app's ``accountant`` for the others
+        (:func:`~dprag_core.pipeline.require_accountant`).
         """
         return None
 
