@@ -135,25 +135,13 @@ def require_accountant(
     return check_accountant(accountant, parameter=parameter)
 
 
-def _token_model(mechanism: Mechanism) -> TokenModel | None:
-    # wrappers (MuRAG, MuRAGAda, NaiveMulti) hold the generating mechanism as ``inner``
-    current: object = mechanism
-    for _ in range(4):
-        model = getattr(current, "model", None)
-        if isinstance(model, TokenModel):
-            return model
-        current = getattr(current, "inner", None)
-        if current is None:
-            return None
-    return None
-
-
 def question_tokens(mechanism: Mechanism, question: str) -> int:
     """The length of ``question`` in tokens of ``mechanism``'s model.
 
-    Exact for mechanisms over a :class:`TokenModel` (its ``encode``). A text
-    model (an API behind LangChain or LlamaIndex) exposes no tokenizer, so for
-    those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
+    Exact for mechanisms over a :class:`TokenModel` (the ``encode`` of
+    ``mechanism.public_model().model``). A text model (an API behind LangChain
+    or LlamaIndex) exposes no tokenizer, nor does a mechanism without a model,
+    so for those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -161,9 +149,9 @@ def question_tokens(mechanism: Mechanism, question: str) -> int:
     >>> question_tokens(NonRAG(Api()), "abcdefgh")
     2
     """
-    model = _token_model(mechanism)
-    if model is not None:
-        return len(model.encode(question))
+    public = mechanism.public_model()
+    if public is not None and isinstance(public.model, TokenModel):
+        return len(public.model.encode(question))
     return math.ceil(len(question.encode("utf-8")) / 4)
 
 

@@ -61,7 +61,7 @@ from typing import Any
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
-from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
+from dprag_core.algorithms.base import Mechanism, PublicModel, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -147,6 +147,10 @@ class _Individual(StreamingMechanism):
     def query_cost(self) -> Budget | None:
         """None: the per-unit ledger is charged inside :meth:`answer`."""
         return None
+
+    def public_model(self) -> PublicModel | None:
+        """``inner``'s."""
+        return self.inner.public_model()
 
     def _select(
         self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
@@ -375,6 +379,10 @@ class NaiveMulti(StreamingMechanism):
     def min_score(self) -> float | None:
         """What ``inner`` needs."""
         return self.inner.min_score()
+
+    def public_model(self) -> PublicModel | None:
+        """``inner``'s."""
+        return self.inner.public_model()
 
     def query_cost(self) -> Budget:
         """``inner``'s guarantee, charged to :meth:`corpus_accountant` before retrieval."""
