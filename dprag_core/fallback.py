@@ -4,7 +4,8 @@ A DP answer can be empty: ⊥ or EOS on the first token (the voters did not
 agree clearly enough), every token spent. A chat UI then shows nothing. With
 ``public_fallback=True`` the app answers such a query with the mechanism's own
 model given **the question alone** (:class:`~dprag_core.algorithms.baselines.NonRAG`
-with the mechanism's no-context prompt), and marks the answer
+with the mechanism's no-context prompt and answer length, as its
+:meth:`~dprag_core.algorithms.base.Mechanism.public_model` states), and marks the answer
 ``details["public_fallback"] = True``; ``details["stop_reason"]`` still says
 why the DP mechanism stopped.
 
@@ -30,59 +31,36 @@ DP-KSA needs no fallback for a failed PTR test: it already answers zero-shot
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TypeVar
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import DPAnswer
-from dprag_core.models.base import TextModel, TokenModel
-from dprag_core.prompts import NO_CONTEXT_TEMPLATE
 from dprag_core.stop_reasons import released_nothing
 
 __all__ = ["check_public_fallback", "fallback_answer", "fallback_stream", "public_answerer"]
 
-_T = TypeVar("_T")
-
-
-def _first(owner: object, names: tuple[str, ...], kind: type[_T]) -> _T | None:
-    for name in names:
-        value = getattr(owner, name, None)
-        if isinstance(value, kind):
-            return value
-    return None
-
 
 def public_answerer(mechanism: Mechanism) -> NonRAG:
-    """The mechanism's model with its no-context prompt, as a :class:`NonRAG`.
+    """A :class:`NonRAG` made from ``mechanism.public_model()``: model, prompt and length.
 
-    Wrappers (MuRAG, MuRAG-Ada, NaiveMulti) are looked through to the
-    generating mechanism (``inner``). The prompt is the mechanism's
-    ``public_template`` (voting, DP-ICL) or ``zero_shot_template`` (DP-KSA),
-    else :data:`~dprag_core.prompts.NO_CONTEXT_TEMPLATE`.
+    Each mechanism states these itself (voting and DP-ICL: ``public_template``
+    and ``max_new_tokens``; DP-KSA: ``zero_shot_template`` and ``answer_tokens``;
+    MuRAG, MuRAG-Ada and NaiveMulti: their ``inner``'s). One without a model is
+    refused.
 
-    >>> public_answerer(object())  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: public_fallback=True needs a mechanism with a model (.model); pass ...
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return [""] * len(prompts)
+    >>> public_answerer(NonRAG(Api(), max_new_tokens=9)).max_new_tokens
+    9
     """
-    current: object = mechanism
-    for _ in range(4):
-        model = getattr(current, "model", None)
-        if isinstance(model, (TokenModel, TextModel)):
-            template = _first(current, ("public_template", "zero_shot_template"), str)
-            limit = _first(current, ("max_new_tokens", "answer_tokens"), int)
-            return NonRAG(
-                model,
-                max_new_tokens=64 if limit is None else limit,
-                template=NO_CONTEXT_TEMPLATE if template is None else template,
-            )
-        current = getattr(current, "inner", None)
-        if current is None:
-            break
-    raise ValueError(
-        "public_fallback=True needs a mechanism with a model (.model); "
-        "pass public_fallback=NonRAG(model) instead"
-    )
+    public = mechanism.public_model()
+    if public is None:
+        raise ValueError(
+            f"public_fallback=True needs a mechanism with a model ({mechanism.name}."
+            "public_model() is None); pass public_fallback=NonRAG(model) instead"
+        )
+    return NonRAG(public.model, max_new_tokens=public.max_new_tokens, template=public.template)
 
 
 def check_public_fallback(option: object, mechanism: Mechanism) -> NonRAG | None:

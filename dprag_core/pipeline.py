@@ -12,7 +12,9 @@ disk, with a total nobody chose). So an app whose mechanism charges a
 per-query cost is refused when it is built unless it is given a
 :class:`CorpusAccountant`, and the error says how to make one. Non-private
 baselines (``query_cost()`` is None) need none; MuRAG carries its per-unit
-ledger and NaiveMulti its own accountant.
+ledger. NaiveMulti is built with its accountant
+(:meth:`~dprag_core.algorithms.base.Mechanism.corpus_accountant`): the app
+charges that one, before retrieval like any other.
 
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 """
@@ -101,7 +103,9 @@ def require_accountant(
 
     Raises a TypeError for anything but a :class:`CorpusAccountant` or None
     (:func:`check_accountant`), and a ValueError naming ``parameter`` when a
-    DP mechanism has no budget.
+    DP mechanism has no budget. A mechanism built with its own accountant
+    (``mechanism.corpus_accountant()``, NaiveMulti) gets that one: ``accountant``
+    must then be None or the same object, else a ValueError.
 
     >>> from dprag_core.budget import Budget
     >>> class Costly(Mechanism):
@@ -112,6 +116,15 @@ def require_accountant(
     ...
     ValueError: Mechanism charges a corpus budget on every query: pass accountant=...
     """
+    bound = mechanism.corpus_accountant()
+    if bound is not None:
+        given = None if accountant is None else check_accountant(accountant, parameter=parameter)
+        if given is not None and given is not bound:
+            raise ValueError(
+                f"{mechanism.name} is charged to the accountant it was built with: pass "
+                f"{parameter}=None or that same accountant"
+            )
+        return bound
     if accountant is None:
         if mechanism.query_cost() is not None:
             raise ValueError(
@@ -122,25 +135,13 @@ def require_accountant(
     return check_accountant(accountant, parameter=parameter)
 
 
-def _token_model(mechanism: Mechanism) -> TokenModel | None:
-    # wrappers (MuRAG, MuRAGAda, NaiveMulti) hold the generating mechanism as ``inner``
-    current: object = mechanism
-    for _ in range(4):
-        model = getattr(current, "model", None)
-        if isinstance(model, TokenModel):
-            return model
-        current = getattr(current, "inner", None)
-        if current is None:
-            return None
-    return None
-
-
 def question_tokens(mechanism: Mechanism, question: str) -> int:
     """The length of ``question`` in tokens of ``mechanism``'s model.
 
-    Exact for mechanisms over a :class:`TokenModel` (its ``encode``). A text
-    model (an API behind LangChain or LlamaIndex) exposes no tokenizer, so for
-    those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
+    Exact for mechanisms over a :class:`TokenModel` (the ``encode`` of
+    ``mechanism.public_model().model``). A text model (an API behind LangChain
+    or LlamaIndex) exposes no tokenizer, nor does a mechanism without a model,
+    so for those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -148,9 +149,9 @@ def question_tokens(mechanism: Mechanism, question: str) -> int:
     >>> question_tokens(NonRAG(Api()), "abcdefgh")
     2
     """
-    model = _token_model(mechanism)
-    if model is not None:
-        return len(model.encode(question))
+    public = mechanism.public_model()
+    if public is not None and isinstance(public.model, TokenModel):
+        return len(public.model.encode(question))
     return math.ceil(len(question.encode("utf-8")) / 4)
 
 
@@ -206,13 +207,15 @@ def charge_query(
 ) -> None:
     """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first.
 
-    ``query_id`` names this query's charge (a durable accountant records it
-    once, so a retry with the same id after an unknown outcome is safe);
-    ``None`` lets the accountant give the charge a fresh id.
+    ``accountant`` None means the one the mechanism was built with, if any
+    (:func:`require_accountant`). ``query_id`` names this query's charge (a
+    durable accountant records it once, so a retry with the same id after an
+    unknown outcome is safe); ``None`` lets the accountant give the charge a fresh id.
     """
     cost = mechanism.query_cost()
-    if accountant is not None and cost is not None:
-        accountant.charge(cost, query_id=query_id)
+    target = accountant if accountant is not None else mechanism.corpus_accountant()
+    if target is not None and cost is not None:
+        target.charge(cost, query_id=query_id)
 
 
 def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:

@@ -18,6 +18,7 @@ from private_frames import reachable_text
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import InMemoryCorpusAccountant, PrivateRAG
+from dprag_core.algorithms.base import PublicModel
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.errors import PrivateDataError, reveal_private_errors
@@ -46,6 +47,13 @@ class Seen(ToyMechanism):
     ) -> DPAnswer:
         self.docs = list(docs)
         return super().answer(question, docs, rng=rng)
+
+
+def _over_byte_tokens(mechanism: Seen) -> Seen:
+    """``mechanism`` stating a TokenModel whose tokens are bytes (its questions are counted so)."""
+    model = FakeTokenModel([("", "ab")])
+    mechanism.public_model = lambda: PublicModel(model, "{question}", 4)  # type: ignore[method-assign]
+    return mechanism
 
 
 class Failing(ToyMechanism):
@@ -79,8 +87,7 @@ def test_a_dp_mechanism_needs_a_budget() -> None:
 )
 def test_checks_come_before_the_charge(question: str, rng: Any, error: type) -> None:
     budget = acc()
-    mechanism = Seen()
-    mechanism.model = FakeTokenModel([("", "ab")])  # type: ignore[attr-defined]
+    mechanism = _over_byte_tokens(Seen())
     app = PrivateRAG(mechanism, retriever, accountant=budget, max_question_tokens=256)
     with pytest.raises(error):
         app.answer(question, rng=rng)
@@ -90,8 +97,7 @@ def test_checks_come_before_the_charge(question: str, rng: Any, error: type) -> 
 
 
 def test_max_question_tokens_counts_model_tokens() -> None:
-    mechanism = Seen()
-    mechanism.model = FakeTokenModel([("", "ab")])  # byte tokens  # type: ignore[attr-defined]
+    mechanism = _over_byte_tokens(Seen())
     app = PrivateRAG(mechanism, retriever, accountant=acc(), max_question_tokens=8)
     assert app.answer("12345678").text
     with pytest.raises(ValueError, match="9 tokens long, more than max_question_tokens=8"):

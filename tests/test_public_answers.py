@@ -17,8 +17,10 @@ from fake_token_model import FakeTokenModel
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import InMemoryCorpusAccountant, PrivateRAG
+from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms import DPICL, DPKSA, KSA, RAG, DPSparseVote, DPVote, NonRAG, VoteRAG
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.murag import MuRAG
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.events import END_FIELDS, START_FIELDS, end_payload, start_payload
 from dprag_core.fallback import check_public_fallback, public_answerer
@@ -203,12 +205,35 @@ def test_public_fallback_is_checked_when_the_app_is_built() -> None:
     assert check_public_fallback(False, mech) is None
 
 
-def test_the_public_answerer_uses_the_mechanisms_own_public_prompt() -> None:
-    template = "Q: {question}\nA:"
-    text = Text()
-    ksa = DPKSA(text, epsilon=5.0, zero_shot_template=template, answer_tokens=9)
-    answerer = public_answerer(ksa)
-    assert answerer.model is text and answerer.template == template
-    assert answerer.max_new_tokens == 9
-    vote = DPSparseVote(FakeTokenModel([]), **VOTING, public_template=template)
-    assert public_answerer(vote).template == template
+TEMPLATE = "Q: {question}\nA:"
+
+
+def _sparse_vote(model: Any) -> DPSparseVote:
+    pure = {**VOTING, "delta": 0.0, "selection": "exponential", "max_new_tokens": 7}
+    return DPSparseVote(model, **pure, public_template=TEMPLATE)
+
+
+def _murag(model: Any) -> Mechanism:
+    ledger = InMemoryLedger(budget_per_unit=20.0)
+    return MuRAG(_sparse_vote(model), ledger=ledger, tau=0.5, epsilon_query=10.0)
+
+
+PUBLIC_MODELS: dict[str, tuple[Callable[[Any], Mechanism], int]] = {
+    "DPICL": (lambda m: DPICL(m, epsilon=5.0, max_new_tokens=3, public_template=TEMPLATE), 3),
+    "DPKSA": (lambda m: DPKSA(m, epsilon=5.0, zero_shot_template=TEMPLATE, answer_tokens=9), 9),
+    "DPSparseVote": (_sparse_vote, 7),
+    "MuRAG(DPSparseVote)": (_murag, 7),
+}
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODELS)
+def test_each_mechanism_states_its_public_model_and_length(name: str) -> None:
+    build, length = PUBLIC_MODELS[name]
+    model = Text() if name == "DPKSA" else FakeTokenModel([])
+    mechanism = build(model)
+    answerer = public_answerer(mechanism)
+    assert answerer.model is model and answerer.template == TEMPLATE
+    assert answerer.max_new_tokens == length  # DP-ICL's own length (was 64)
+    stated = mechanism.public_model()
+    assert stated is not None and stated.model is model
+    assert ToyMechanism().public_model() is None

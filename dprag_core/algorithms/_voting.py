@@ -27,7 +27,7 @@ import numpy as np
 
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms._words import UNITS, Word, WordSplitter, word_ballot
-from dprag_core.algorithms.base import StreamingMechanism, check_question
+from dprag_core.algorithms.base import PublicModel, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -100,6 +100,10 @@ class VotingMechanism(StreamingMechanism):
     context_template_field = "template"
 
     uses_public: bool = False
+
+    def public_model(self) -> PublicModel:
+        """The voters' model with ``public_template``, ``max_new_tokens`` long."""
+        return PublicModel(self.model, self.public_template, self.max_new_tokens)
 
     def __init__(
         self,

@@ -10,13 +10,33 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
+from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument
 
-__all__ = ["Mechanism", "StreamingMechanism", "check_question"]
+__all__ = ["Mechanism", "PublicModel", "StreamingMechanism", "check_question"]
+
+
+@dataclass(frozen=True)
+class PublicModel:
+    """What a mechanism's public answer (the question alone, no document) is made with.
+
+    ``model`` is the model the mechanism generates with, ``template`` its
+    no-context prompt (``{question}`` only) and ``max_new_tokens`` its answer
+    length. :meth:`Mechanism.public_model` returns it.
+
+    >>> PublicModel(model=None, template="Q: {question}", max_new_tokens=8).max_new_tokens
+    8
+    """
+
+    model: TokenModel | TextModel
+    template: str
+    max_new_tokens: int
 
 
 def check_question(question: object) -> str:
@@ -70,6 +90,28 @@ class Mechanism(ABC):
         ``None`` for non-private baselines and for mechanisms that charge a
         per-unit ledger themselves (MuRAG), which then refuse inside ``answer``
         before releasing anything.
+        """
+        return None
+
+    def public_model(self) -> PublicModel | None:
+        """The model, no-context prompt and answer length of this mechanism's public answer.
+
+        Used by the opt-in public fallback (:mod:`dprag_core.fallback`) and, for
+        a :class:`~dprag_core.models.base.TokenModel`, to count a question's
+        tokens (:func:`~dprag_core.pipeline.question_tokens`). ``None`` (the
+        default): the mechanism has no model of its own. Mechanisms that generate
+        override it; wrappers (MuRAG, MuRAG-Ada, NaiveMulti) return their
+        ``inner``'s.
+        """
+        return None
+
+    def corpus_accountant(self) -> CorpusAccountant | None:
+        """The corpus budget this mechanism was built with, or None (the default).
+
+        A mechanism bound to its own :class:`CorpusAccountant` (NaiveMulti)
+        returns it: the pipeline and the adapters charge :meth:`query_cost` to it
+        before retrieval, as they charge the app's ``accountant`` for the others
+        (:func:`~dprag_core.pipeline.require_accountant`).
         """
         return None
 

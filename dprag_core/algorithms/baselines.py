@@ -24,7 +24,7 @@ import numpy as np
 
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms._voting import Choice, VotingMechanism, check_template
-from dprag_core.algorithms.base import StreamingMechanism, check_question
+from dprag_core.algorithms.base import PublicModel, StreamingMechanism, check_question
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
@@ -88,6 +88,11 @@ class _SinglePrompt(StreamingMechanism):
 
     def _prompt(self, question: str, docs: Sequence[ScoredDocument]) -> str:
         raise NotImplementedError
+
+    def public_model(self) -> PublicModel:
+        """The model with the no-context prompt, ``max_new_tokens`` long (NonRAG: its own)."""
+        template = NO_CONTEXT_TEMPLATE if self.uses_corpus else self.template
+        return PublicModel(self.model, template, self.max_new_tokens)
 
     def _answer(self, text: str, stop: str) -> DPAnswer:
         return DPAnswer(

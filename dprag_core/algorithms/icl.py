@@ -45,7 +45,7 @@ import numpy as np
 
 from dprag_core.accounting.icl import ICLParameters, calibrate_icl
 from dprag_core.algorithms._decoding import IncrementalDecoder
-from dprag_core.algorithms.base import StreamingMechanism
+from dprag_core.algorithms.base import PublicModel, StreamingMechanism
 from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.icl import dp_icl_token
@@ -148,6 +148,10 @@ class DPICL(StreamingMechanism):
     def query_cost(self) -> Budget:
         """The calibrated (ε, δ) of one query (selection + all ``max_new_tokens`` tokens)."""
         return self.parameters.achieved
+
+    def public_model(self) -> PublicModel:
+        """The model with ``public_template``, ``max_new_tokens`` long (as the DP answer)."""
+        return PublicModel(self.model, self.public_template, self.parameters.max_new_tokens)
 
     def _prompts(
         self, question: str, docs: Sequence[ScoredDocument], gen: np.random.Generator

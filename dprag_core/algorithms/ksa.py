@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from dprag_core.accounting.ksa import KSAParameters, calibrate_ksa
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.base import Mechanism, PublicModel
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -201,6 +201,10 @@ class _KeywordAnswerer(Mechanism):
     def candidates_needed(self) -> int:
         """N, the number of documents to retrieve (one response each)."""
         return self.n_docs
+
+    def public_model(self) -> PublicModel:
+        """The model with ``zero_shot_template``, ``answer_tokens`` long (its zero-shot answer)."""
+        return PublicModel(self.model, self.zero_shot_template, self.answer_tokens)
 
     def _histogram(self, question: str, docs: Sequence[ScoredDocument]) -> KeywordHistogram:
         contexts = _unit_contexts(docs, self.n_docs)

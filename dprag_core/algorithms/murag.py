@@ -37,10 +37,13 @@ and charges are recorded before the answer exists (a crash loses budget, never
 privacy). Units are the ``ScoredDocument.unit`` ids; a unit whose chunks fall in
 several bins belongs to the bin of its best chunk.
 
-**NaiveMulti** (Alg. 4) — the baseline: each query costs ``inner``'s guarantee,
-composed sequentially in a :class:`~dprag_core.accounting.accountant.CorpusAccountant`
-whose total is the corpus-level cap; a query that would exceed it raises
-:class:`~dprag_core.budget.PrivacyBudgetExhausted` before any work.
+**NaiveMulti** (Alg. 4) — the baseline: each query costs ``inner``'s guarantee
+(its ``query_cost()``, known before the query), composed sequentially in the
+:class:`~dprag_core.accounting.accountant.CorpusAccountant` it is built with,
+whose total is the corpus-level cap. Like every fixed-cost mechanism it is
+charged by the app (``PrivateRAG`` or an adapter) before retrieval, and a query
+that would exceed the cap raises :class:`~dprag_core.budget.PrivacyBudgetExhausted`
+before any work.
 
 >>> from dprag_core.accounting.ledger import InMemoryLedger
 >>> murag = MuRAG(inner, ledger=InMemoryLedger(budget_per_unit=10.0), tau=0.5,
@@ -58,7 +61,7 @@ from typing import Any
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
-from dprag_core.algorithms.base import Mechanism, StreamingMechanism, check_question
+from dprag_core.algorithms.base import Mechanism, PublicModel, StreamingMechanism, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -73,18 +76,26 @@ __all__ = ["MuRAG", "MuRAGAda", "NaiveMulti"]
 _REL = 1e-9  # float slack when comparing epsilons (e.g. M = budget / eps_q)
 
 
-def _check_inner(inner: object, epsilon: float, name: str) -> Mechanism:
-    """``inner`` must be a Mechanism whose query cost is exactly Budget(epsilon, 0)."""
+def _check_wrappable(inner: object) -> Mechanism:
+    """``inner`` must be a Mechanism charged to the app's budget (not NaiveMulti's own)."""
     if not isinstance(inner, Mechanism):
         raise TypeError(f"inner must be a dprag Mechanism, got {type(inner).__name__}")
-    cost = inner.query_cost()
+    if inner.corpus_accountant() is not None:
+        raise ValueError(f"inner must not carry its own accountant ({inner.name} does)")
+    return inner
+
+
+def _check_inner(inner: object, epsilon: float, name: str) -> Mechanism:
+    """``inner`` must be a Mechanism whose query cost is exactly Budget(epsilon, 0)."""
+    mechanism = _check_wrappable(inner)
+    cost = mechanism.query_cost()
     if not isinstance(cost, Budget) or cost.delta != 0:
         raise ValueError(f"inner must be pure epsilon-DP (query_cost delta 0), got {cost!r}")
     if not math.isclose(cost.epsilon, epsilon, rel_tol=_REL):
         raise ValueError(
             f"inner's query_cost epsilon {cost.epsilon!r} must equal {name}={epsilon!r}"
         )
-    return inner
+    return mechanism
 
 
 def _check_k(inner: Mechanism, k: int | None) -> int:
@@ -136,6 +147,10 @@ class _Individual(StreamingMechanism):
     def query_cost(self) -> Budget | None:
         """None: the per-unit ledger is charged inside :meth:`answer`."""
         return None
+
+    def public_model(self) -> PublicModel | None:
+        """``inner``'s."""
+        return self.inner.public_model()
 
     def _select(
         self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
@@ -327,12 +342,14 @@ class MuRAGAda(_Individual):
 class NaiveMulti(StreamingMechanism):
     """NAIVE-MULTI-RAG (multi-query DP RAG paper, Alg. 4): sequential composition.
 
-    Each query is charged ``inner.query_cost()`` to ``accountant`` (the corpus-level
-    cap) *before* any work; over all answered queries the transcript is
-    (Σε, Σδ)-DP (basic composition), reported in ``details`` as
+    ``query_cost()`` is ``inner.query_cost()``, charged to ``accountant`` (the
+    corpus-level cap, :meth:`corpus_accountant`) by ``PrivateRAG`` and the
+    adapters *before* retrieval, like every fixed-cost mechanism: give the app
+    no other accountant (or this same one). Over all answered queries the
+    transcript is (Σε, Σδ)-DP (basic composition), reported in ``details`` as
     ``cumulative_epsilon``/``cumulative_delta``. A query that would exceed the
-    cap raises :class:`~dprag_core.budget.PrivacyBudgetExhausted`. Use it
-    without another accountant in the pipeline (``query_cost()`` is None).
+    cap raises :class:`~dprag_core.budget.PrivacyBudgetExhausted` before any
+    work. Called directly, :meth:`answer` charges nothing (as for every mechanism).
 
     >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
     >>> NaiveMulti(inner, accountant=InMemoryCorpusAccountant(Budget(10.0)))  # doctest: +SKIP
@@ -342,9 +359,7 @@ class NaiveMulti(StreamingMechanism):
     name = "NaiveMulti"
 
     def __init__(self, inner: Mechanism, *, accountant: CorpusAccountant) -> None:
-        if not isinstance(inner, Mechanism):
-            raise TypeError(f"inner must be a dprag Mechanism, got {type(inner).__name__}")
-        cost = inner.query_cost()
+        cost = _check_wrappable(inner).query_cost()
         if not isinstance(cost, Budget):
             raise ValueError("inner must be DP: its query_cost() must be a Budget")
         if not isinstance(accountant, CorpusAccountant):
@@ -365,16 +380,23 @@ class NaiveMulti(StreamingMechanism):
         """What ``inner`` needs."""
         return self.inner.min_score()
 
-    def query_cost(self) -> Budget | None:
-        """None: the query is charged to this mechanism's own accountant in :meth:`answer`."""
-        return None
+    def public_model(self) -> PublicModel | None:
+        """``inner``'s."""
+        return self.inner.public_model()
+
+    def query_cost(self) -> Budget:
+        """``inner``'s guarantee, charged to :meth:`corpus_accountant` before retrieval."""
+        return self.cost
+
+    def corpus_accountant(self) -> CorpusAccountant:
+        """The accountant this wrapper was built with: the app charges every query to it."""
+        return self.accountant
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        """Charge first, then stream ``inner``'s text and the DPAnswer."""
+        """Stream ``inner``'s text and the DPAnswer (the app charged the query already)."""
         check_question(question)
-        self.accountant.charge(self.cost)
         for item in self.inner.stream(question, docs, rng=rng):
             if isinstance(item, DPAnswer):
                 details = {

@@ -22,6 +22,11 @@ do not spend cost nothing beyond their SVT run's share; a trailing run without
 a spend fits in an unused slot. The composition over a whole answer (c_max
 spends) is :mod:`dprag_core.accounting.dpvote`'s.
 
+Tests: tests/mechanisms/test_sparse_vote.py checks the exact law of two steps
+(closed-form SVT tail times the selection's law, threshold kept across free
+steps) and audits a LimitedDomain-path spend; tests/algorithms/test_dpvote_audit.py
+audits a spend on the SVT canary pair.
+
 Cost per step does not grow with the vocabulary: both selections are exact
 O(m) samplers over the non-zero counts (:func:`vote_select`).
 

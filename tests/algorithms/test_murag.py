@@ -21,8 +21,10 @@ from dprag_core.accounting.ledger import (
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.events import start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import PrivateRAG
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
 
@@ -262,16 +264,47 @@ def test_ada_assigns_a_unit_to_the_bin_of_its_best_chunk() -> None:
 # -- NaiveMulti ----------------------------------------------------------------------
 
 
-def test_naive_multi_refuses_before_any_work() -> None:
+def _naive(total: Budget) -> tuple[EchoInner, NaiveMulti]:
     inner = EchoInner(epsilon=1.0, k=1, delta=1e-6)
-    naive = NaiveMulti(inner, accountant=InMemoryCorpusAccountant(Budget(2.0, 1e-5)))
-    assert naive.answer("q", [doc(1, 0.9)]).details["cumulative_epsilon"] == 1.0
-    second = naive.answer("q", [doc(1, 0.9)])
+    return inner, NaiveMulti(inner, accountant=InMemoryCorpusAccountant(total))
+
+
+def test_naive_multi_is_charged_by_the_app_before_retrieval() -> None:
+    inner, naive = _naive(Budget(2.0, 1e-5))
+    assert naive.query_cost() == Budget(1.0, 1e-6)  # known up front, like any mechanism
+    assert start_payload(naive) == {"mechanism": "NaiveMulti", "epsilon": 1.0, "delta": 1e-6}
+    retrievals: list[str] = []
+
+    def retriever(question: str, k: int) -> list[ScoredDocument]:
+        retrievals.append(question)
+        return [doc(1, 0.9)]
+
+    rag = PrivateRAG(naive, HonoursK(retriever))
+    assert rag.accountant is naive.accountant
+    first = rag.answer("q")
+    assert first.details["cumulative_epsilon"] == 1.0
+    second = rag.answer("q")
     assert second.details["cumulative_epsilon"] == 2.0 and second.guarantee == Budget(1.0, 1e-6)
     with pytest.raises(PrivacyBudgetExhausted):
-        naive.answer("q", [doc(1, 0.9)])
-    assert len(inner.calls) == 2
-    assert naive.candidates_needed() == 1 and naive.query_cost() is None
+        rag.answer("q")
+    assert len(retrievals) == len(inner.calls) == 2  # refused before retrieval
+    assert naive.accountant.spent_epsilon == 2.0
+
+
+def test_naive_multi_refuses_another_accountant_and_wrapping() -> None:
+    inner, naive = _naive(Budget(2.0, 1e-5))
+    other = InMemoryCorpusAccountant(Budget(2.0))
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        PrivateRAG(naive, HonoursK(lambda q, k: []), accountant=other)
+    same = PrivateRAG(naive, HonoursK(lambda q, k: []), accountant=naive.accountant)
+    assert same.accountant is naive.accountant
+    with pytest.raises(ValueError, match="must not carry its own accountant"):
+        NaiveMulti(naive, accountant=other)
+    pure = NaiveMulti(EchoInner(epsilon=2.0, k=1), accountant=other)
+    with pytest.raises(ValueError, match="must not carry its own accountant"):
+        MuRAG(pure, ledger=InMemoryLedger(budget_per_unit=2.0), tau=0.5, epsilon_query=2.0)
+    naive.answer("q", [doc(1, 0.9)])  # called directly it charges nothing, as every mechanism
+    assert naive.accountant.spent_epsilon == 0.0 and len(inner.calls) == 1
 
 
 # -- end to end with the real DPSparseVote (exponential selection) -------------------

@@ -23,6 +23,7 @@ from lc_support import (
 from toy_mechanisms import AboveToy, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.murag import NaiveMulti
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from langchain_dprag import DPRAGChain, DPRAGOutput, LangChainTextModel
 from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT
@@ -151,6 +152,21 @@ def test_budget_exhaustion_refused_before_retrieval(store: InMemoryVectorStore) 
         list(chain.stream(QUESTION))
     assert retriever.calls == 1  # the retriever was never called after exhaustion
     assert acc.queries == 1
+
+
+def test_naive_multi_is_charged_to_its_accountant_before_retrieval(
+    store: InMemoryVectorStore,
+) -> None:
+    retriever = CountingRetriever(store=store)
+    acc = InMemoryCorpusAccountant(Budget(1.5, 1e-3))
+    naive = NaiveMulti(ToyMechanism(k=3), accountant=acc)
+    chain = DPRAGChain(retriever=retriever, retriever_honours_k=True, mechanism=naive)
+    assert chain.invoke(QUESTION).answer == "3 candidates"
+    with pytest.raises(PrivacyBudgetExhausted):
+        list(chain.stream(QUESTION))
+    assert retriever.calls == 1 and acc.queries == 1
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        DPRAGChain(vectorstore=store, mechanism=naive, accountant=budget())
 
 
 async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:

@@ -14,8 +14,10 @@ from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, dump
 from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.base import PublicModel
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain, LangChainTextModel
 
@@ -28,6 +30,9 @@ class Silent(ToyMechanism):
     def __init__(self, model: Any) -> None:
         super().__init__(k=11)
         self.model = model
+
+    def public_model(self) -> PublicModel:
+        return PublicModel(self.model, NO_CONTEXT_TEMPLATE, 64)
 
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

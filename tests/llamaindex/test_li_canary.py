@@ -61,8 +61,8 @@ def test_canary_never_leaks(
     mechanism = build(case, models)
     engine = DPQueryEngine.from_index(
         index,
-        mechanism=mechanism,
-        budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
+        mechanism=mechanism,  # NaiveMulti is charged to the accountant it was built with
+        budget=mechanism.corpus_accountant() or InMemoryCorpusAccountant(Budget(100.0, 0.5)),
         score_range=(-1.0, 1.0),
         streaming=mode in ("stream", "astream"),
         rng=0,

@@ -29,9 +29,11 @@ from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms import DPKSA, DPSparseVote, NonRAG
+from dprag_core.algorithms.base import PublicModel
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.events import END_FIELDS, START_FIELDS
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.prompts import NO_CONTEXT_TEMPLATE
 from dprag_core.retrieval.documents import ScoredDocument
 from llamaindex_dprag import (
     DPQueryEndEvent,
@@ -84,6 +86,9 @@ class Silent(ToyMechanism):
     def __init__(self) -> None:
         super().__init__(k=4)
         self.model = Words("a public answer")
+
+    def public_model(self) -> PublicModel:
+        return PublicModel(self.model, NO_CONTEXT_TEMPLATE, 64)
 
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
