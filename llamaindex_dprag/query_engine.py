@@ -86,7 +86,7 @@ from dprag_core.validation import positive_int, strict_bool
 from llamaindex_dprag._quiet import private_section
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.prompts import context_template
-from llamaindex_dprag.responses import DPResponse, DPStreamingResponse
+from llamaindex_dprag.responses import DPAsyncStreamingResponse, DPResponse, DPStreamingResponse
 from llamaindex_dprag.sources import (
     LLAMAINDEX_SOURCES,
     CandidateSource,
@@ -438,7 +438,7 @@ class DPQueryEngine(CustomQueryEngine):
         """
         result = await asyncio.to_thread(self._run, query_str)
         if isinstance(result, StreamingResponse):
-            return AsyncStreamingResponse(
+            return DPAsyncStreamingResponse(
                 response_gen=_async_chunks(result.response_gen),
                 source_nodes=result.source_nodes,
                 metadata=result.metadata,
