@@ -302,12 +302,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         require_accountant(self.mechanism, self.accountant)
         positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
-        low, high = self.score_function.bounds
-        if tau is not None and not low <= tau <= high:
-            raise ValueError(
-                f"the mechanism's min_score {tau!r} lies outside the score range "
-                f"[{low}, {high}] of score_function {self.score_function.name!r}"
-            )
+        if tau is not None:
+            self.score_function.check_threshold(tau, parameter="the mechanism's min_score()")
         self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))

@@ -47,7 +47,7 @@ from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
-from dprag_core.validation import finite, positive_finite, positive_int
+from dprag_core.validation import positive_finite, positive_int
 from llamaindex_dprag.units import check_score_range, node_unit, score_scale
 
 __all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]
@@ -248,7 +248,7 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
         scale = score_scale(score_direction=score_direction, score_range=score_range)
         fields: dict[str, Any] = {
             "epsilon_query": positive_finite("epsilon_query", epsilon_query),
-            "tau": finite("tau", tau),
+            "tau": scale.check_threshold(tau),
             "k": positive_int("k", k),
             "unit_key": unit_key,
             "score_direction": scale.direction,
