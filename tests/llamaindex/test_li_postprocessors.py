@@ -139,9 +139,20 @@ def test_budget_filter_charges_a_unit_once() -> None:
     assert post.postprocess_nodes(nodes({"a": 0.9}, units={"a": "u"})) == []
 
 
+class LookAlike:
+    """A ledger's methods without being one: its charges could not be trusted."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryLedger(budget_per_unit=1.0)
+        self.charge, self.active = self.inner.charge, self.inner.active
+
+
 def test_budget_filter_validation() -> None:
-    with pytest.raises(TypeError, match="ledger must be a dprag Ledger"):
-        PrivacyBudgetPostprocessor(ledger=object(), epsilon_query=1.0, tau=0.1, k=2)
+    for fake in (object(), LookAlike()):
+        with pytest.raises(
+            TypeError, match=r"ledger must be a dprag Ledger .* got (object|LookAlike)"
+        ):
+            PrivacyBudgetPostprocessor(ledger=fake, epsilon_query=1.0, tau=0.1, k=2)
     ledger: Any = InMemoryLedger(budget_per_unit=1.0)
     with pytest.raises(ValueError, match="epsilon_query must be a finite number > 0"):
         PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=0.0, tau=0.1, k=2)
