@@ -39,9 +39,10 @@ in traces.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 from functools import cached_property
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -178,6 +179,27 @@ def question_of(value: object, input_key: str = "question") -> str:
     return check_question(value)
 
 
+_T = TypeVar("_T")
+
+
+async def _relay(stream: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
+    """``stream``'s items; closed early, it closes ``stream`` at once, not when collected."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _close_after(step: asyncio.Future[Any], stream: Generator[Any, None, None]) -> None:
+    """Close ``stream`` once the step its cancelled consumer left running has returned."""
+    if not step.cancelled():
+        step.exception()  # retrieved: nobody awaits it any more, asyncio need not log it
+    stream.close()
+
+
 def _combine(chunks: Iterator[Any]) -> Any:
     final: Any = None
     for chunk in chunks:
@@ -302,12 +324,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         require_accountant(self.mechanism, self.accountant)
         positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
-        low, high = self.score_function.bounds
-        if tau is not None and not low <= tau <= high:
-            raise ValueError(
-                f"the mechanism's min_score {tau!r} lies outside the score range "
-                f"[{low}, {high}] of score_function {self.score_function.name!r}"
-            )
+        if tau is not None:
+            self.score_function.check_threshold(tau, parameter="the mechanism's min_score()")
         self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
@@ -442,7 +460,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
 
     def _chunks(
         self, value: object, run_manager: CallbackManagerForChainRun
-    ) -> Iterator[ChainOutput]:
+    ) -> Generator[ChainOutput, None, None]:
         inputs = self._inputs(value)
         question = question_of(value, self.input_key)
         echoed = not inputs
@@ -468,11 +486,19 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     ) -> AsyncIterator[ChainOutput]:
         chunks = [chunk async for chunk in inputs]
         outputs = self._chunks(_combine(iter(chunks)), run_manager.get_sync())
-        while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
-            chunk = await run_in_executor(config, next, outputs, None)
-            if chunk is None:
-                return
-            yield chunk
+        step: asyncio.Future[ChainOutput | None] | None = None
+        try:
+            while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
+                step = asyncio.ensure_future(run_in_executor(config, next, outputs, None))
+                chunk = await asyncio.shield(step)  # a cancelled wait lets the step finish
+                if chunk is None:
+                    return
+                yield chunk
+        finally:  # a consumer stopping early: close the answer run and the mechanism's stream
+            if step is None or step.done():
+                outputs.close()
+            else:  # cancelled mid-step: the generator is running in the worker thread
+                step.add_done_callback(lambda done: _close_after(done, outputs))
 
     # -- Runnable interface --------------------------------------------------------
 
@@ -508,25 +534,29 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         """Yield answer chunks as the mechanism releases them, then the privacy fields."""
         yield from self.transform(iter([input]), config, **kwargs)
 
-    async def atransform(
+    def atransform(
         self,
         input: AsyncIterator[ChainInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChainOutput]:
         """Async :meth:`transform`."""
-        async for chunk in self._atransform_stream_with_config(
-            input, self._atransform, config, **kwargs
-        ):
-            yield chunk
+        return _relay(
+            self._atransform_stream_with_config(input, self._atransform, config, **kwargs)
+        )
 
-    async def astream(
+    def astream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[ChainOutput]:
-        """Async :meth:`stream`."""
+        """Async :meth:`stream`.
+
+        Stopped early (``aclose()``, ``break``, a cancellation), it closes the
+        chain run, the answer's chat-model run and the mechanism's generator:
+        at once on ``aclose()``, when the event loop finalizes it after a
+        ``break``, and once the running step returns after a cancellation.
+        """
 
         async def single() -> AsyncIterator[ChainInput]:
             yield input
 
-        async for chunk in self.atransform(single(), config, **kwargs):
-            yield chunk
+        return self.atransform(single(), config, **kwargs)

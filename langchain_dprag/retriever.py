@@ -131,9 +131,9 @@ class DPRetriever(BaseRetriever):
             if not isinstance(self.ledger, Ledger):
                 raise TypeError("ledger must be a dprag Ledger for the ledger filter")
             positive_finite("epsilon_query", self.epsilon_query)
-            low, high = self.score_function.bounds
-            if self.tau is None or not low <= self.tau <= high:
-                raise ValueError(f"tau must be a number in [{low}, {high}], got {self.tau!r}")
+            if self.tau is None:
+                raise ValueError("tau must be given with ledger= (the MuRAG ledger filter)")
+            object.__setattr__(self, "tau", self.score_function.check_threshold(self.tau))
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
         return self

@@ -12,13 +12,18 @@ from llamaindex_dprag.llms import LlamaIndexTextModel
 from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
 from llamaindex_dprag.prompts import context_template
 from llamaindex_dprag.query_engine import DPQueryEngine, EngineOptions, answer_metadata
-from llamaindex_dprag.responses import DPResponse, DPStreamingResponse
+from llamaindex_dprag.responses import (
+    DPAsyncStreamingResponse,
+    DPResponse,
+    DPStreamingResponse,
+)
 from llamaindex_dprag.sources import IndexSource, RetrieverSource
 from llamaindex_dprag.units import node_unit, to_scored_document, to_scored_documents
 from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
 
 __all__ = [
     "COSINE_RANGE",
+    "DPAsyncStreamingResponse",
     "DPDatastoreQueryEngine",
     "DPQueryEndEvent",
     "DPQueryEngine",

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.base.response.schema import Response
 from llama_index.core.query_engine import CustomQueryEngine
 from pydantic import ConfigDict
 
 from dprag_core.datastore import DPSimHashDatastore, embedding_keys
+from llamaindex_dprag.responses import DPResponse
 
 __all__ = ["DPDatastoreQueryEngine"]
 
@@ -49,14 +49,14 @@ class DPDatastoreQueryEngine(CustomQueryEngine):
         )
         return [self.labels[int(i)] for i in self.store.predict(keys)]
 
-    def custom_query(self, query_str: str) -> Response:
+    def custom_query(self, query_str: str) -> DPResponse:
         """Answer with the predicted label; metadata holds scores and the guarantee."""
         keys = embedding_keys(
             lambda t: np.asarray([self.embed_model.get_query_embedding(t[0])]), [query_str]
         )
         scores = self.store.class_scores(keys)[0]
         guarantee = self.store.guarantee
-        return Response(
+        return DPResponse(
             response=self.labels[int(scores.argmax())],
             source_nodes=[],
             metadata={

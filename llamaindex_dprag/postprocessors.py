@@ -39,6 +39,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
 from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -47,7 +48,7 @@ from dprag_core.pipeline import check_accountant
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
-from dprag_core.validation import finite, positive_finite, positive_int
+from dprag_core.validation import positive_finite, positive_int
 from llamaindex_dprag.units import check_score_range, node_unit, score_scale
 
 __all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]
@@ -227,14 +228,14 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
     unit_key: str | None = None
     score_direction: str = "similarity"
     score_range: tuple[float, float] | None = None
-    ledger: Any = Field(exclude=True)
+    ledger: Ledger = Field(exclude=True)
 
     _scale: Any = PrivateAttr()
 
     def __init__(
         self,
         *,
-        ledger: Any,
+        ledger: Ledger,
         epsilon_query: float,
         tau: float,
         k: int,
@@ -242,13 +243,15 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
         score_direction: str = "similarity",
         score_range: tuple[float, float] | None = None,
     ) -> None:
-        for method in ("charge", "active"):
-            if not callable(getattr(ledger, method, None)):
-                raise TypeError(f"ledger must be a dprag Ledger, got {type(ledger).__name__}")
+        if not isinstance(ledger, Ledger):  # a look-alike's charge could not be trusted
+            raise TypeError(
+                "ledger must be a dprag Ledger (dprag_core.accounting.ledger: InMemoryLedger, "
+                f"SQLiteLedger, PostgresLedger), got {type(ledger).__name__}"
+            )
         scale = score_scale(score_direction=score_direction, score_range=score_range)
         fields: dict[str, Any] = {
             "epsilon_query": positive_finite("epsilon_query", epsilon_query),
-            "tau": finite("tau", tau),
+            "tau": scale.check_threshold(tau),
             "k": positive_int("k", k),
             "unit_key": unit_key,
             "score_direction": scale.direction,

@@ -86,7 +86,7 @@ from dprag_core.validation import positive_int, strict_bool
 from llamaindex_dprag._quiet import private_section
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.prompts import context_template
-from llamaindex_dprag.responses import DPResponse, DPStreamingResponse
+from llamaindex_dprag.responses import DPAsyncStreamingResponse, DPResponse, DPStreamingResponse
 from llamaindex_dprag.sources import (
     LLAMAINDEX_SOURCES,
     CandidateSource,
@@ -217,6 +217,9 @@ class DPQueryEngine(CustomQueryEngine):
                 f"got {type(callback_manager).__name__}"
             )
         check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)
+        tau = mechanism.min_score()
+        if tau is not None and isinstance(source, IndexSource | RetrieverSource):
+            source.scale.check_threshold(tau, parameter="the mechanism's min_score()")
         needed = mechanism.candidates_needed()
         if similarity_top_k is not None:
             similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
@@ -438,7 +441,7 @@ class DPQueryEngine(CustomQueryEngine):
         """
         result = await asyncio.to_thread(self._run, query_str)
         if isinstance(result, StreamingResponse):
-            return AsyncStreamingResponse(
+            return DPAsyncStreamingResponse(
                 response_gen=_async_chunks(result.response_gen),
                 source_nodes=result.source_nodes,
                 metadata=result.metadata,

@@ -54,11 +54,13 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.ties import tie_complete
 from llamaindex_dprag.units import (
     ScoreDirection,
     check_direction,
     check_score_range,
+    score_scale,
     to_scored_documents,
 )
 
@@ -134,6 +136,11 @@ class _Conversion:
         self.score_direction: ScoreDirection = check_direction(score_direction)
         self.score_range = check_score_range(score_range)
         self.metadata_mode = MetadataMode(metadata_mode)
+
+    @property
+    def scale(self) -> ScoreScale:
+        """The public score scale of the converted scores (unclipped without a range)."""
+        return score_scale(score_direction=self.score_direction, score_range=self.score_range)
 
     def convert(self, nodes: Sequence[NodeWithScore]) -> list[ScoredDocument]:
         return to_scored_documents(

@@ -99,6 +99,38 @@ class ScoreScale:
         """The public range ``(low, high)``."""
         return (self.low, self.high)
 
+    def check_threshold(self, tau: object, *, parameter: str = "tau") -> float:
+        """``tau`` as a float if it is a usable public threshold here: ``low <= tau < high``.
+
+        The one rule for every entry point that takes a τ (MuRAG's ``tau``, a
+        mechanism's ``min_score()`` against an adapter's range, the LangChain
+        retriever's and the LlamaIndex postprocessor's ``tau``). Why this range:
+        a document counts as relevant only when its score is *strictly above* τ
+        (:func:`~dprag_core.retrieval.selection.ledger_filter`,
+        :func:`~dprag_core.retrieval.selection.units_above`,
+        :func:`~dprag_core.retrieval.above.retrieve_above`) and scores are
+        clipped into ``[low, high]``, so τ = ``high`` selects nothing, ever:
+        every query would be charged for an empty selection. τ = ``low``
+        selects every unit scoring above the floor (DP-ICL's cut). τ below
+        ``low`` would count scores clipped up to ``low`` (any score at all) as
+        relevant, and make the growing search fetch the whole store. A τ that
+        is not a finite real is refused (TypeError / ValueError naming
+        ``parameter``); nothing is charged, this runs before any query.
+
+        >>> COSINE_SCALE.check_threshold(0.5), COSINE_SCALE.check_threshold(-1)
+        (0.5, -1.0)
+        >>> COSINE_SCALE.check_threshold(1.0, parameter="tau")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: tau must be in [-1.0, 1.0) ... got 1.0
+        """
+        value = finite(parameter, tau)
+        if not self.low <= value < self.high:
+            raise ValueError(
+                f"{parameter} must be in [{self.low}, {self.high}) (score range {self.name!r}: "
+                f"only a score above it is selected, and none is above the top), got {value!r}"
+            )
+        return value
+
     def clip(self, score: float) -> float:
         """``score`` clipped into [low, high].
 

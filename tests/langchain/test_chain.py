@@ -221,16 +221,19 @@ def test_retriever_without_scores(store: InMemoryVectorStore) -> None:
     assert 1 <= chain.invoke(QUESTION).details["n"] < len(corpus())
 
 
-def test_min_score_outside_range(store: InMemoryVectorStore) -> None:
+@pytest.mark.parametrize("tau", [-0.5, 1.0])  # below the floor; the top, never exceeded
+def test_min_score_outside_range(store: InMemoryVectorStore, tau: float) -> None:
     from langchain_dprag import ScoreFunction
 
-    class Low(AboveToy):
+    class Outside(AboveToy):
         def min_score(self) -> float:
-            return -0.5
+            return tau
 
     unit = ScoreFunction("unit", low=0.0, high=1.0)
-    with pytest.raises(ValueError, match="outside the score range"):
-        DPRAGChain(vectorstore=store, mechanism=Low(), score_function=unit, accountant=budget())
+    with pytest.raises(
+        ValueError, match=r"the mechanism's min_score\(\) must be in \[0\.0, 1\.0\)"
+    ):
+        DPRAGChain(vectorstore=store, mechanism=Outside(), score_function=unit, accountant=budget())
 
 
 def test_distances_are_not_read_as_similarities(store: InMemoryVectorStore) -> None:

@@ -145,13 +145,22 @@ def test_bad_construction() -> None:
         DPRetriever(
             vectorstore=store, epsilon=-1.0, accountant=InMemoryCorpusAccountant(Budget(1.0))
         )
-    with pytest.raises(ValueError, match="tau"):
+    for tau in (3.0, 1.0):  # 1.0, the top of the cosine range: no score ever exceeds it
+        with pytest.raises(ValueError, match=r"tau must be in \[-1\.0, 1\.0\)"):
+            DPRetriever(
+                vectorstore=store,
+                ledger=InMemoryLedger(budget_per_unit=1.0),
+                tau=tau,
+                epsilon_query=1.0,
+            )
+    with pytest.raises(ValueError, match="tau must be given"):
         DPRetriever(
-            vectorstore=store,
-            ledger=InMemoryLedger(budget_per_unit=1.0),
-            tau=3.0,
-            epsilon_query=1.0,
+            vectorstore=store, ledger=InMemoryLedger(budget_per_unit=1.0), epsilon_query=1.0
         )
+    floor = DPRetriever(
+        vectorstore=store, ledger=InMemoryLedger(budget_per_unit=1.0), tau=-1, epsilon_query=1.0
+    )
+    assert floor.tau == -1.0 and isinstance(floor.tau, float)
     with pytest.raises(ValueError, match="k must"):
         DPRetriever(
             vectorstore=store, epsilon=1.0, accountant=InMemoryCorpusAccountant(Budget(1.0)), k=0

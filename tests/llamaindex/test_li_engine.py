@@ -236,6 +236,35 @@ def test_threshold_mechanism_fetches_every_candidate_above_tau(index: Any) -> No
     assert source.calls[0] == 40  # similarity_top_k: the least k of each store query
 
 
+@pytest.mark.parametrize(
+    ("score_range", "tau", "allowed"),
+    [((-1.0, 1.0), -1.0, True), ((-1.0, 1.0), 1.0, False), ((0.0, 1.0), -0.5, False)],
+)
+def test_a_min_score_outside_the_declared_range_is_refused(
+    index: Any, score_range: tuple[float, float], tau: float, allowed: bool
+) -> None:
+    class AboveTau(ToyMechanism):
+        def candidates_needed(self) -> None:
+            return None
+
+        def min_score(self) -> float:
+            return tau
+
+    def build() -> DPQueryEngine:
+        return DPQueryEngine.from_index(
+            index,
+            mechanism=AboveTau(),
+            score_range=score_range,
+            budget=InMemoryCorpusAccountant(Budget(100.0, 0.5)),
+        )
+
+    if allowed:
+        assert build().query(QUESTION).response.endswith("candidates")
+    else:
+        with pytest.raises(ValueError, match=r"the mechanism's min_score\(\) must be in \["):
+            build()
+
+
 def test_distance_store_scores_are_negated(index: Any) -> None:
     storage = StorageContext.from_defaults(vector_store=FaissVectorStore(faiss.IndexFlatL2(DIM)))
     l2_index = VectorStoreIndex(

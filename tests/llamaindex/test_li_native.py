@@ -18,6 +18,7 @@ import pytest
 from li_helpers import CANARY, QUESTION, CallbackSink, QuestionLLM, leaks
 from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
+from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.callbacks import CallbackManager, CBEventType, TokenCountingHandler
 from llama_index.core.instrumentation.events.query import QueryEndEvent, QueryStartEvent
@@ -245,17 +246,51 @@ def test_query_and_dp_events_reach_instrumentation(index: Any, channels: Any, mo
 # -- empty answers and the public fallback ------------------------------------------------
 
 
+def _empty_texts(response: Any) -> list[str]:
+    """Every way a user reads a (possibly streaming, possibly async) response's text."""
+    if isinstance(response, AsyncStreamingResponse):
+        whole = asyncio.run(response.get_response())
+        return [str(response), str(whole), whole.response or ""]
+    if isinstance(response, StreamingResponse):
+        whole = response.get_response()
+        return [str(response), str(whole), whole.response or ""]
+    return [str(response), response.response]
+
+
 @pytest.mark.parametrize("streaming", [False, True])
-def test_an_empty_dp_answer_is_the_empty_string(index: Any, streaming: bool) -> None:
+@pytest.mark.parametrize("call", ["query", "aquery"])
+def test_an_empty_dp_answer_is_the_empty_string(index: Any, streaming: bool, call: str) -> None:
     engine = DPQueryEngine.from_index(
         index, mechanism=Silent(), budget=budget(), streaming=streaming
     )
-    response = engine.query(QUESTION)
-    assert str(response) == ""
+    query = engine.query if call == "query" else lambda q: asyncio.run(engine.aquery(q))
+    response = query(QUESTION)
+    texts = _empty_texts(response)
+    assert texts == [""] * len(texts)
     if not streaming:
         assert isinstance(response, DPResponse) and response.response == ""
+    assert response.metadata is not None
     assert response.metadata["stop_reason"] == "null_token"
     assert response.metadata["details"]["stop_reason"] == "null_token"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_an_empty_dp_answer_reaches_a_chat_as_the_empty_string(index: Any, streaming: bool) -> None:
+    engine = DPQueryEngine.from_index(
+        index, mechanism=Silent(), budget=budget(), streaming=streaming
+    )
+    chat = engine.as_chat_engine(llm=MockLLM(max_tokens=4))
+
+    async def astream() -> str:
+        reply = await chat.astream_chat(QUESTION)
+        return "".join([t async for t in reply.async_response_gen()])
+
+    if streaming:
+        texts = ["".join(chat.stream_chat(QUESTION).response_gen), asyncio.run(astream())]
+    else:
+        texts = [str(chat.chat(QUESTION)), str(asyncio.run(chat.achat(QUESTION)))]
+    assert texts == ["", ""]
+    assert "None" not in [m.content for m in chat.chat_history]
 
 
 @pytest.mark.parametrize("streaming", [False, True])

@@ -139,11 +139,62 @@ def test_budget_filter_charges_a_unit_once() -> None:
     assert post.postprocess_nodes(nodes({"a": 0.9}, units={"a": "u"})) == []
 
 
+class LookAlike:
+    """A ledger's methods without being one: its charges could not be trusted."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryLedger(budget_per_unit=1.0)
+        self.charge, self.active = self.inner.charge, self.inner.active
+
+
 def test_budget_filter_validation() -> None:
-    with pytest.raises(TypeError, match="ledger must be a dprag Ledger"):
-        PrivacyBudgetPostprocessor(ledger=object(), epsilon_query=1.0, tau=0.1, k=2)
+    for fake in (object(), LookAlike()):
+        with pytest.raises(
+            TypeError, match=r"ledger must be a dprag Ledger .* got (object|LookAlike)"
+        ):
+            PrivacyBudgetPostprocessor(ledger=fake, epsilon_query=1.0, tau=0.1, k=2)
     ledger: Any = InMemoryLedger(budget_per_unit=1.0)
     with pytest.raises(ValueError, match="epsilon_query must be a finite number > 0"):
         PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=0.0, tau=0.1, k=2)
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         PrivacyBudgetPostprocessor(ledger=ledger, epsilon_query=1.0, tau=0.1, k=0)
+
+
+@pytest.mark.parametrize(
+    ("score_direction", "score_range", "tau", "allowed"),
+    [
+        ("similarity", (-1.0, 1.0), -1.0, True),  # the floor: every unit above it
+        ("similarity", (-1.0, 1.0), 1.0, False),  # the top: no clipped score exceeds it
+        ("similarity", (-1.0, 1.0), 2.0, False),
+        ("similarity", (-1.0, 1.0), -1.5, False),
+        ("distance", (0.0, 2.0), 0.5, False),  # similarities are negated distances: [-2, 0)
+        ("distance", (0.0, 2.0), -0.5, True),
+        ("similarity", None, 7.0, True),  # no declared range: any finite tau
+    ],
+)
+def test_budget_filter_tau_follows_the_one_threshold_rule(
+    score_direction: str, score_range: tuple[float, float] | None, tau: float, allowed: bool
+) -> None:
+    def build() -> PrivacyBudgetPostprocessor:
+        return PrivacyBudgetPostprocessor(
+            ledger=InMemoryLedger(budget_per_unit=1.0),
+            epsilon_query=1.0,
+            tau=tau,
+            k=2,
+            score_direction=score_direction,
+            score_range=score_range,
+        )
+
+    if allowed:
+        assert build().tau == tau
+    else:
+        with pytest.raises(ValueError, match=r"tau must be in \[-?\d\.0, -?\d\.0\)"):
+            build()
+
+
+@pytest.mark.parametrize(("tau", "error"), [(float("nan"), ValueError), ("0.5", TypeError)])
+def test_budget_filter_tau_must_be_a_finite_real(tau: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="tau must be"):
+        PrivacyBudgetPostprocessor(
+            ledger=InMemoryLedger(budget_per_unit=1.0), epsilon_query=1.0, tau=tau, k=2
+        )
