@@ -18,13 +18,24 @@ order) and numbered; the vote histogram counts each voter's word once. Privacy:
 a voter's word depends only on its own documents and the public prefix, so one
 added or removed privacy unit still changes one voter's vote (one count −1 and
 another +1) — the relation every token rule is calibrated for. The word domain
-is unbounded, so only LimitedDomain applies (it looks at the top k̄ counts and a
-threshold, never at the whole domain): the histogram is numbered over the
-proposed words followed by ``m`` zero-count slots, which stand for the
-zero-count words LimitedDomain may place in its top k̄ (in the domain's fixed
-order); a selected zero-count entry is released as ⊥. That is post-processing
-of LimitedDomain over the full word domain, so its claim is unchanged. The
-exponential mechanism would need the whole (infinite) domain and is refused.
+W (every token tuple of at most ``max_tokens`` tokens) is too large to list, so
+only LimitedDomain applies (it reads the top k̄ counts and one threshold, never
+the whole domain); the exponential mechanism would need W and is refused.
+
+Proof sketch of the claim (LimitedDomain with k̄ = m, so k̄ ≥ the number of
+proposed words). Add to W m dummy items z_1..z_m that never get a vote and come
+first in the tie-break order, and map each z_i to ⊥ afterwards: a map that
+reads only the output, so LimitedDomain's claim over W ∪ {z_i} carries over
+(the dummies' counts never change, so the relation is unchanged). Its top k̄
+holds every voted word and k̄ − (voted words) zero-count items, and h[k̄+1] = 0.
+The ballot reproduces exactly that: the proposed words (the public word among
+them, with count 0 when no voter proposed it) then ``m`` zero-count slots; the
+sampler's top k̄ holds every voted word and zero-count entries only, and
+:meth:`WordBallot.chosen` releases any zero-count entry as ⊥. A Gumbel-max's
+output law depends only on the multiset of (count, released output) pairs of
+its candidates, which is the same in both, so the two mechanisms have the same
+output distribution. (Releasing a zero-count entry as that word instead would
+not be the same mechanism: which words have count 0 depends on the data.)
 
 >>> class Chars:  # one token per character, EOS = 0
 ...     eos_token_ids = frozenset({0})
