@@ -132,6 +132,12 @@ class VotingMechanism(StreamingMechanism):
             check_lookahead_model(self.model)
             self._words = WordSplitter(self.model, max_tokens=self.max_word_tokens)
 
+    def _unit_repr(self) -> str:
+        """``, unit='word', max_word_tokens=N`` for word units ('' for tokens), for reprs."""
+        if self.unit == "token":
+            return ""
+        return f", unit='word', max_word_tokens={self.max_word_tokens}"
+
     def candidates_needed(self) -> int:
         """Exactly m*k candidates (padded by the partition when fewer come back)."""
         return self.m * self.k
@@ -170,7 +176,7 @@ class VotingMechanism(StreamingMechanism):
 
     def _ballot(
         self, session: TokenSession, room: int
-    ) -> tuple[SparseCounts, int | None, Callable[[int], Word | None]]:
+    ) -> tuple[SparseCounts, int | None, Callable[[int, bool], Word | None]]:
         """One decision's histogram, the public entry, and the tokens of a chosen entry.
 
         Tokens: the rows' greedy tokens over the vocabulary (``room`` unused). Words:
@@ -180,7 +186,7 @@ class VotingMechanism(StreamingMechanism):
             greedy = session.greedy()
             counts = SparseCounts.from_votes(greedy[: self.m], size=self.model.vocab_size)
             public = int(greedy[self.m]) if self.uses_public else None
-            return counts, public, lambda token: (token,)
+            return counts, public, lambda token, private: (token,)
         n = min(self._words.max_tokens, room)
         rows = (
             cast(LookaheadSession, session).lookahead(n, stop=self._words.complete)
@@ -191,7 +197,11 @@ class VotingMechanism(StreamingMechanism):
         ballot = word_ballot(
             words[: self.m], public=words[self.m] if self.uses_public else None, m=self.m
         )
-        return ballot.counts, ballot.public, ballot.chosen
+        return (
+            ballot.counts,
+            ballot.public,
+            lambda index, private: ballot.chosen(index, private=private),
+        )
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -211,7 +221,7 @@ class VotingMechanism(StreamingMechanism):
             counts, public, unit_of = self._ballot(session, self.max_new_tokens - generated)
             choice = self._choose(counts, public, state, gen)
             private += choice.private
-            unit = None if choice.token is None else unit_of(choice.token)
+            unit = None if choice.token is None else unit_of(choice.token, choice.private)
             # a private end decision counts as one private token, like a private token
             private_tokens += choice.private * (1 if unit is None or unit[0] in eos else len(unit))
             if unit is None:

@@ -31,22 +31,27 @@ holds every voted word and k̄ − (voted words) zero-count items, and h[k̄+1] 
 The ballot reproduces exactly that: the proposed words (the public word among
 them, with count 0 when no voter proposed it) then ``m`` zero-count slots; the
 sampler's top k̄ holds every voted word and zero-count entries only, and
-:meth:`WordBallot.chosen` releases any zero-count entry as ⊥. A Gumbel-max's
+:meth:`WordBallot.chosen` releases any zero-count entry *of the selection* as ⊥.
+DPSparseVote's free path is not a selection: when the sparse vector lets the
+public word through it is released as that word, voted for or not (its
+decision reads the public word's count only through the sparse vector). A Gumbel-max's
 output law depends only on the multiset of (count, released output) pairs of
 its candidates, which is the same in both, so the two mechanisms have the same
 output distribution. (Releasing a zero-count entry as that word instead would
 not be the same mechanism: which words have count 0 depends on the data.)
 
 >>> class Chars:  # one token per character, EOS = 0
-...     eos_token_ids = frozenset({0})
+...     eos_token_ids, vocab_size = frozenset({0}), 128
 ...     def encode(self, text): return [ord(c) for c in text]
 ...     def decode(self, ids): return "".join(chr(i) for i in ids if i)
 >>> split = WordSplitter(Chars(), max_tokens=8)
 >>> split.word([ord(c) for c in "Kir is"]), split.word([0, 65])
 ((75, 105, 114), (0,))
->>> ballot = word_ballot([(75,), (75,), (66,)], public=(66,), m=3)
+>>> ballot = word_ballot([(75,), (75,)], public=(66,), m=3)
 >>> ballot.words, ballot.counts.counts.tolist(), ballot.public
-([(66,), (75,)], [1, 2], 0)
+([(66,), (75,)], [2], 0)
+>>> ballot.chosen(0, private=True), ballot.chosen(0, private=False)
+(None, (66,))
 """
 
 from __future__ import annotations
@@ -70,25 +75,26 @@ Word = tuple[int, ...]
 
 
 class WordSplitter:
-    """The public word rule of a model (module docstring); caches one bool per token seen."""
+    """The public word rule of a model (module docstring): one bool per vocabulary entry."""
 
     def __init__(self, model: TokenModel, *, max_tokens: int) -> None:
         self.max_tokens = positive_int("max_word_tokens", max_tokens)
-        self._model = model
         self._eos = model.eos_token_ids
-        self._anchor = list(model.encode("a"))
-        self._anchor_text = str(model.decode(self._anchor))
-        self._starts: dict[int, bool] = {}
+        anchor = list(model.encode("a"))
+        anchor_text = str(model.decode(anchor))
+
+        def starts(token: int) -> bool:
+            text = str(model.decode([*anchor, token]))
+            added = text[len(anchor_text) :] if text.startswith(anchor_text) else text
+            return token in self._eos or added[:1].isspace()
+
+        # One public bit per vocabulary entry, computed once here (a cache filled while
+        # answering would record which tokens the voters' continuations held).
+        self._starts = np.array([starts(t) for t in range(model.vocab_size)], dtype=bool)
 
     def starts_word(self, token: int) -> bool:
         """Whether ``token`` ends the word before it (whitespace-led text, or an end token)."""
-        known = self._starts.get(token)
-        if known is None:
-            text = str(self._model.decode([*self._anchor, token]))
-            added = text[len(self._anchor_text) :] if text.startswith(self._anchor_text) else text
-            known = token in self._eos or added[:1].isspace()
-            self._starts[token] = known
-        return known
+        return bool(self._starts[token])
 
     def word(self, row: Sequence[int]) -> Word:
         """The word a continuation proposes (its first ``max_tokens`` tokens at most)."""
@@ -117,11 +123,24 @@ class WordBallot:
     counts: SparseCounts
     public: int | None
 
-    def chosen(self, index: int) -> Word | None:
-        """The word of a selected entry; None (⊥) for a zero-count one."""
-        if index < 0 or index >= len(self.words) or self.counts.count(index) == 0:
+    def chosen(self, index: int, *, private: bool) -> Word | None:
+        """The word a decision releases; None for ⊥.
+
+        ``private``: the entry came from the private selection, where a zero-count
+        entry stands for a never-voted dummy and is released as ⊥ (module
+        docstring). A free decision (DPSparseVote's public word when the sparse
+        vector lets it through, whatever its count — 0 included — or a non-private
+        vote) releases its word as it is: mapping a free public word to ⊥ when no
+        voter proposed it would make the free path's output depend on the votes.
+        """
+        if index < 0 or index >= len(self.words):
+            return None
+        if private and self.counts.count(index) == 0:
             return None
         return self.words[index]
+
+    def __repr__(self) -> str:  # the words are the voters' private proposals
+        return f"WordBallot(<{len(self.words)} words hidden>)"
 
 
 def word_ballot(voter_words: Sequence[Word], *, public: Word | None, m: int) -> WordBallot:

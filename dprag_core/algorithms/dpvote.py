@@ -36,7 +36,9 @@ each decision is a word instead of a token (:mod:`~dprag_core.algorithms._words`
 every row proposes its next word (its own greedy continuation, cut at the next
 whitespace-led token or end token, at most ``max_word_tokens`` tokens), the vote
 histogram counts each voter's word once, and the rule above runs on it
-unchanged; ε_token, δ_token and c_max are then per private *word*. The relation
+unchanged (a free decision releases the public word as it is, voted for or not;
+only the private selection's zero-count entries mean ⊥); ε_token, δ_token and
+c_max are then per private *word*. The relation
 and the sensitivity are the same (one substituted voter moves one vote), so is
 the claim. An entity the tokenizer splits into several pieces costs one private
 decision instead of one per piece.
@@ -228,7 +230,8 @@ class DPVote(_DPVotingBase):
     def __repr__(self) -> str:
         return (
             f"DPVote(m={self.m}, k={self.k}, epsilon={self.epsilon}, delta={self.delta}, "
-            f"epsilon_token={self.epsilon_token}, max_new_tokens={self.max_new_tokens})"
+            f"epsilon_token={self.epsilon_token}, max_new_tokens={self.max_new_tokens}"
+            f"{self._unit_repr()})"
         )
 
 
@@ -332,5 +335,5 @@ class DPSparseVote(_DPVotingBase):
         return (
             f"DPSparseVote(m={self.m}, k={self.k}, epsilon={self.epsilon}, delta={self.delta}, "
             f"epsilon_token={self.epsilon_token}, selection={self.selection!r}, "
-            f"max_new_tokens={self.max_new_tokens})"
+            f"max_new_tokens={self.max_new_tokens}{self._unit_repr()})"
         )

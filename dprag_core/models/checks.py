@@ -97,7 +97,8 @@ def check_lookahead_model(model: TokenModel, *, parameter: str = "model") -> Tok
     Checked when the mechanism is built, before any query is charged: the return
     annotation of ``type(model).prefill`` must be a class implementing
     :class:`~dprag_core.models.base.LookaheadSession` (HFTokenModel,
-    OpenAICompatModel).
+    OpenAICompatModel), and the model's own ``check_lookahead()``, when it has one,
+    must pass (HFTokenModel refuses caches it cannot rewind).
 
     >>> class NoLookahead:
     ...     def prefill(self, prompts) -> object: ...
@@ -111,6 +112,9 @@ def check_lookahead_model(model: TokenModel, *, parameter: str = "model") -> Tok
     except (NameError, TypeError, AttributeError):
         session = None
     if isinstance(session, type) and issubclass(session, LookaheadSession):
+        check = getattr(model, "check_lookahead", None)
+        if callable(check):  # a backend's own refusals (HFTokenModel: sliding-window caches)
+            check()
         return model
     raise TypeError(
         f"{parameter} must return LookaheadSession sessions for unit='word' (its prefill() "

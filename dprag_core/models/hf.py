@@ -167,17 +167,21 @@ class HFTokenSession:
         session that never looked ahead, bit for bit (the eager cache is cut back
         to its length; the static engines rewind their slot counters, close the
         lookahead's slots in the mask and restore positions, without copying the
-        cache). One exception: a lookahead that made a static batch grow leaves
-        the session on the longer cache, and attention over more (closed) slots
-        rounds differently in the last bits (about 1e-7 in float32) until the
-        other session grows too, as between any two cache lengths. Each row's
-        tokens are those of greedy decoding of that row alone.
+        cache). One exception: a static batch with fewer than n - 1 free slots
+        grows before the lookahead (decided by n alone, not by where the rows
+        stop), and attention over more (closed) slots rounds differently in the
+        last bits (about 1e-7 in float32) until the other session grows too, as
+        between any two cache lengths. Each row's tokens are those of greedy
+        decoding of that row alone. Its time grows with j, which depends on every
+        row: like the prefill's time (the documents' lengths), timing is outside
+        the threat model (the adversary sees answers, DESIGN §1).
 
         >>> s = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
         >>> s.lookahead(3).shape, s.greedy()  # doctest: +SKIP
         ((1, 3), array([64]))
         """
         limit = positive_int("n", n)
+        self._reserve(limit - 1)
         saved = self._save()
         greedy, logprobs = self._greedy, self._logprobs
         columns = [self.greedy()]
@@ -190,6 +194,9 @@ class HFTokenSession:
             self._restore(saved)
             self._greedy, self._logprobs = greedy, logprobs
         return np.stack(columns, axis=1)
+
+    def _reserve(self, steps: int) -> None:
+        """Make room for ``steps`` decode steps before a lookahead (the eager cache needs none)."""
 
     def _save(self) -> Any:
         """What :meth:`lookahead` restores: the eager cache grows by concatenation, so the
@@ -259,6 +266,17 @@ class HFStaticSession(HFTokenSession):
         self._free_slots = self._batch.length - filled
         self._logits = logits
 
+    def _reserve(self, steps: int) -> None:
+        """Grow before a lookahead that could, so that whether the batch grows depends on
+        the public ``n`` only, never on where the rows' words end (which depends on every
+        row's documents): a grown batch rounds differently in the last bits."""
+        if self._free_slots >= steps:
+            return
+        with torch.inference_mode():  # a graph's output buffer goes back to the pool with it
+            self._logits = self._logits.clone()
+        while self._free_slots < steps:
+            self._grow()
+
     def _grow(self) -> None:
         pool = self._owner._pool
         assert pool is not None
@@ -269,7 +287,7 @@ class HFStaticSession(HFTokenSession):
         pool.release(old)
         self._batch = new
         self._release = weakref.finalize(self, pool.release, new)
-        self._free_slots = new.length - old.length
+        self._free_slots += new.length - old.length
 
 
 class HFTokenModel(TokenizerCodec):
@@ -331,6 +349,23 @@ class HFTokenModel(TokenizerCodec):
             name_or_path, dtype=tdtype, attn_implementation="sdpa"
         )
         return cls(model.to(device), tokenizer, engine=engine)
+
+    def check_lookahead(self) -> None:
+        """Refuse, before any query, a model whose sessions cannot look ahead exactly.
+
+        :meth:`HFTokenSession.lookahead` rewinds full-attention caches only; the
+        static engines accept nothing else, the eager one is checked here
+        (sliding-window or recurrent layers would fail at the first word).
+        """
+        if self.engine != "eager":
+            return  # check_static_model refused every other kind when the model was built
+        cache = DynamicCache(config=self.model.config)
+        kinds = {type(layer).__name__ for layer in cache.layers}
+        if kinds != {"DynamicLayer"}:
+            raise ValueError(
+                "unit='word' needs a model whose cache layers are all full attention "
+                f"(transformers DynamicLayer), this one has {sorted(kinds)}: use unit='token'"
+            )
 
     def _find_eos(self) -> frozenset[int]:
         found: set[int] = set()

@@ -99,19 +99,24 @@ def test_ballot_numbers_words_in_sorted_tuple_order() -> None:
     assert again.counts.dense().tolist() == ballot.counts.dense().tolist()
 
 
-def test_public_word_without_a_voter_has_count_zero_and_is_bottom() -> None:
+def test_public_word_without_a_voter_is_bottom_only_when_selected() -> None:
     ballot = word_ballot([(5,), (5,)], public=(2, 7), m=2)
     assert ballot.words == [(2, 7), (5,)] and ballot.public == 0
     assert ballot.counts.dense().tolist() == [0, 2, 0, 0]
-    assert ballot.chosen(1) == (5,)
-    assert ballot.chosen(0) is None  # a zero-count word is never released
-    assert ballot.chosen(2) is None and ballot.chosen(3) is None  # the slots
-    assert ballot.chosen(4) is None and ballot.chosen(-1) is None  # out of range
+    assert ballot.chosen(1, private=True) == (5,)
+    assert ballot.chosen(0, private=True) is None  # the selection never releases a 0-count word
+    assert ballot.chosen(0, private=False) == (2, 7)  # the free path releases the public word
+    for slot in (2, 3):
+        assert ballot.chosen(slot, private=True) is None  # the slots
+    for outside in (4, -1):
+        assert ballot.chosen(outside, private=True) is None  # out of range
+        assert ballot.chosen(outside, private=False) is None
 
 
 def test_public_word_a_voter_proposes_counts_its_votes() -> None:
     ballot = word_ballot([(5,), (2, 7)], public=(2, 7), m=2)
-    assert ballot.public == 0 and ballot.counts.count(0) == 1 and ballot.chosen(0) == (2, 7)
+    assert ballot.public == 0 and ballot.counts.count(0) == 1
+    assert ballot.chosen(0, private=True) == ballot.chosen(0, private=False) == (2, 7)
 
 
 # ---------------------------------------------------------------- the exact word decision
@@ -157,7 +162,7 @@ def test_dpvote_word_decision_matches_the_closed_form() -> None:
     for _ in range(draws):
         choice = mech._choose(ballot.counts, ballot.public, None, gen)
         assert choice.private
-        seen[None if choice.token is None else ballot.chosen(choice.token)] += 1
+        seen[None if choice.token is None else ballot.chosen(choice.token, private=True)] += 1
     outcomes = list(exact)
     observed = [seen[o] for o in outcomes]
     assert chisquare(observed, [exact[o] * draws for o in outcomes]).pvalue > 1e-3
@@ -217,6 +222,20 @@ def test_sparse_vote_releases_agreed_words_free_and_pays_per_private_word() -> N
     assert d["private_words"] == 1  # " Kirzyafil": one decision for its ten tokens
     assert d["private_tokens"] == len(" Kirzyafil")
     assert d["stop_reason"] == "eos"  # voters and public agree on the end: free
+
+
+def test_sparse_vote_free_public_word_is_released_even_without_a_vote() -> None:
+    # No voter proposes the public word "Bob"; with threshold 0 the sparse vector lets it
+    # through for free about half the time, and then it is released as "Bob": a free
+    # decision never ends the answer with ⊥ (that would depend on the votes).
+    fake = FakeTokenModel([("Context", "Kirzyafil"), ("", "Bob")])
+    mech = _word_sparse(fake, threshold=0.0, max_new_tokens=3)  # the first word only
+    outcomes = [mech.answer("Which drug?", _docs(40), rng=seed) for seed in range(30)]
+    free = [a for a in outcomes if a.text.startswith("Bob")]
+    assert free and all(a.details["private_words"] == 0 for a in free)
+    for a in outcomes:  # every ⊥ comes from the private selection, which paid for it
+        if a.details["stop_reason"] == "null_token":
+            assert a.details["private_words"] == 1
 
 
 def test_sparse_vote_agreeing_voters_spend_nothing() -> None:

@@ -55,6 +55,22 @@ def per_token_ballot(voter_words: Sequence[Word], *, public: Word | None, m: int
     )
 
 
+class _FreeWordAsSelected(WordBallot):
+    """MUTATION: a free public word no voter proposed is released as ⊥, like a selected
+    zero-count entry (the free path's output then depends on the votes)."""
+
+    def chosen(self, index: int, *, private: bool) -> Word | None:
+        return super().chosen(index, private=True)
+
+
+def free_as_selected_ballot(
+    voter_words: Sequence[Word], *, public: Word | None, m: int
+) -> WordBallot:
+    """:func:`word_ballot` with :class:`_FreeWordAsSelected`'s release rule."""
+    fair = word_ballot(voter_words, public=public, m=m)
+    return _FreeWordAsSelected(fair.words, fair.counts, fair.public)
+
+
 def _labels(words: Sequence[Word | None]) -> dict[Word | None, int]:
     return {w: (-1 if w is None else i) for i, w in enumerate(words)}
 
@@ -97,8 +113,10 @@ def _sample(
     public = P if mech.uses_public else None
     ballot = ballot_of(voters, public=public, m=mech.m)
     entries, private = _decide(mech, ballot.counts, ballot.public, TRIALS, gen)
-    released = {int(e): labels[ballot.chosen(int(e))] for e in np.unique(entries)}
-    return 2 * np.array([released[int(e)] for e in entries]) + private
+    pairs = np.unique(np.stack([entries, private.astype(np.intp)]), axis=1).T
+    released = {(int(e), int(p)): labels[ballot.chosen(int(e), private=bool(p))] for e, p in pairs}
+    outputs = [released[(int(e), int(p))] for e, p in zip(entries, private, strict=True)]
+    return 2 * np.array(outputs) + private
 
 
 def _audit(mech: Any, ballot_of: Ballot, d: list[Word], d_prime: list[Word]) -> AuditResult:
@@ -109,8 +127,13 @@ def _audit(mech: Any, ballot_of: Ballot, d: list[Word], d_prime: list[Word]) -> 
     return audit_epsilon(on_d, on_d_prime, delta=mech.delta_token)
 
 
-def _mech(cls: type[DPVote | DPSparseVote], m: int, delta_token: float) -> Any:
-    settings = {"epsilon": EPS_TOKEN, "epsilon_token": EPS_TOKEN, "delta_token": delta_token}
+def _mech(cls: type[DPVote | DPSparseVote], m: int, delta_token: float, **extra: float) -> Any:
+    settings = {
+        "epsilon": EPS_TOKEN,
+        "epsilon_token": EPS_TOKEN,
+        "delta_token": delta_token,
+        **extra,
+    }
     return cls(
         FakeTokenModel([("", "a")]), **{**WORD_VOTE_ARGS, "m": m, "delta": delta_token, **settings}
     )
@@ -153,6 +176,22 @@ def test_sparse_vote_word_decision_within_claim(pair: tuple[list[Word], list[Wor
 
 def test_sparse_vote_mutation_counting_tokens_exceeds_claim() -> None:
     result = _audit(_mech(DPSparseVote, 27, 0.05), per_token_ballot, *SPARSE_TIE)
+    assert result.epsilon_lower_bound > EPS_TOKEN, result
+
+
+# DPSparseVote, the free path: the public word P has one vote or none (that voter moves to
+# B) and a low threshold lets it through for free: it must be released as P either way.
+SPARSE_FREE = ([P] + [A] * 26, [B] + [A] * 26)
+
+
+def test_sparse_vote_free_word_without_a_vote_is_still_released() -> None:
+    result = _audit(_mech(DPSparseVote, 27, 1e-4, threshold=1.0), word_ballot, *SPARSE_FREE)
+    assert result.epsilon_lower_bound <= EPS_TOKEN, result
+
+
+def test_sparse_vote_mutation_free_word_as_bottom_exceeds_claim() -> None:
+    mech = _mech(DPSparseVote, 27, 1e-4, threshold=1.0)
+    result = _audit(mech, free_as_selected_ballot, *SPARSE_FREE)
     assert result.epsilon_lower_bound > EPS_TOKEN, result
 
 

@@ -242,6 +242,29 @@ def test_the_eager_session_needs_full_attention_layers(
         session.lookahead(2)
 
 
+def test_a_sliding_window_model_is_refused_when_the_mechanism_is_built(
+    tiny_tokenizer: Any,
+) -> None:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from dprag_core.algorithms import DPVote
+
+    config = MistralConfig(
+        vocab_size=len(tiny_tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        sliding_window=8,
+    )
+    tm = HFTokenModel(MistralForCausalLM(config).eval(), tiny_tokenizer)
+    settings = {"m": 2, "k": 1, "epsilon": 4.0, "delta": 1e-4, "epsilon_token": 1.0}
+    with pytest.raises(ValueError, match="unit='word' needs a model whose cache layers"):
+        DPVote(tm, max_new_tokens=4, unit="word", **settings)
+    DPVote(tm, max_new_tokens=4, **settings)  # tokens need no lookahead
+
+
 def test_the_fake_session_looks_ahead_without_stepping() -> None:
     fake = FakeTokenModel([("Context", "abc"), ("", "x")])
     session = fake.prefill(["Context: d", "q"])
