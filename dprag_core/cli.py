@@ -71,8 +71,8 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
     token_model, text_model = load_models(args.model)
     eps, m = args.epsilon, args.voters
     # One durable corpus-level budget for the three per-query DP mechanisms: every question,
-    # no more.
-    total = Budget(3 * eps * n_questions, 3 * _DELTA * n_questions)
+    # no more (the token-level DPSparseVote is pure: two of them spend delta).
+    total = Budget(3 * eps * n_questions, 2 * _DELTA * n_questions)
     accountant = SQLiteCorpusAccountant(state, total=total)
 
     def sparse_vote() -> DPSparseVote:
