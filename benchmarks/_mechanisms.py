@@ -70,6 +70,18 @@ def dp_mechanisms(
     per word) spend ``word_share`` of it per private word.
     """
 
+    def vote(epsilon: float, *, words: bool = False) -> Mechanism:
+        return DPVote(
+            token_model,
+            m=voters,
+            k=1,
+            epsilon=epsilon,
+            delta=delta,
+            epsilon_token=epsilon * (word_share if words else token_share),
+            max_new_tokens=max_new_tokens,
+            unit="word" if words else "token",
+        )
+
     def sparse(epsilon: float, *, pure: bool, words: bool = False) -> Mechanism:
         return DPSparseVote(
             token_model,
@@ -84,25 +96,8 @@ def dp_mechanisms(
         )
 
     return {
-        "DPVote (LD)": lambda e: DPVote(
-            token_model,
-            m=voters,
-            k=1,
-            epsilon=e,
-            delta=delta,
-            epsilon_token=e * token_share,
-            max_new_tokens=max_new_tokens,
-        ),
-        "DPVote (LD, words)": lambda e: DPVote(
-            token_model,
-            m=voters,
-            k=1,
-            epsilon=e,
-            delta=delta,
-            epsilon_token=e * word_share,
-            max_new_tokens=max_new_tokens,
-            unit="word",
-        ),
+        "DPVote (LD)": lambda e: vote(e),
+        "DPVote (LD, words)": lambda e: vote(e, words=True),
         "DPSparseVote (LD)": lambda e: sparse(e, pure=False),
         "DPSparseVote (LD, words)": lambda e: sparse(e, pure=False, words=True),
         "DPSparseVote (EM, pure)": lambda e: sparse(e, pure=True),

@@ -14,7 +14,7 @@ FAISS. Results go to ``--out`` (default ``results/privacy_utility``): ``table.md
 ``accuracy_vs_support_eps<e>.png`` (one per epsilon), ``tokens.png``,
 ``multi_query.png``.
 
-    .venv/bin/python benchmarks/privacy_utility.py            # ~5 min on 2 cores
+    .venv/bin/python benchmarks/privacy_utility.py            # ~8 min on 2 cores
     .venv/bin/python benchmarks/privacy_utility.py --quick    # ~30 s (a smoke run)
 """
 
@@ -66,10 +66,12 @@ def selected(name: str, only: Sequence[str]) -> bool:
 
 
 def token_counts(details: Mapping[str, Any]) -> dict[str, float]:
-    """Released decisions and private ones of a voting answer (empty for other mechanisms).
+    """Released tokens and private ones of a voting answer (empty for other mechanisms).
 
-    Every decision (each text token, and the end token when it ended the answer) is
-    either private or free, so free = decisions - private_tokens exactly.
+    Every released token (each text token, and the end token when it ended the
+    answer) came from a private or a free decision; ``private_tokens`` counts those of
+    private decisions (every token of a private word, for ``unit="word"``), so free =
+    tokens - private_tokens exactly.
     """
     if "tokens_generated" not in details:  # DP-ICL reports private_tokens too
         return {}

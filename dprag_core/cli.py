@@ -183,7 +183,7 @@ def _demo(args: argparse.Namespace) -> int:
             if rng is not None:
                 rng += 1
         print()
-    budget = entries[2].accountant
+    budget = next(e.accountant for e in entries if e.label == "DPSparseVote")
     if budget is not None:
         print(f"corpus budget (DPSparseVote + DPSV (words) + DP-KSA): {budget!r}")
     print("MuRAG's epsilon is each patient's total over all questions (its ledger budget).")
@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "--token-share",
         type=_share,
-        default=1 / 6,
+        default=1 / 5,
         help="DPSparseVote's epsilon per private token, as a share of --epsilon "
         "(1/share private tokens per answer)",
     )

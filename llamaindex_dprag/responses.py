@@ -55,7 +55,6 @@ class DPStreamingResponse(StreamingResponse):
 class DPAsyncStreamingResponse(AsyncStreamingResponse):
     """An ``AsyncStreamingResponse`` whose ``str`` is ``""`` when empty.
 
-    >>> import asyncio
     >>> async def nothing():
     ...     return
     ...     yield

@@ -83,18 +83,19 @@ class Choice:
 
 
 class VotingMechanism(StreamingMechanism):
-    """Base of the token-voting mechanisms: partition, prefill, one step per token.
+    """Base of the voting mechanisms: partition, prefill, one decision per token or word.
 
     Subclasses implement :meth:`_start` (fresh per-answer state) and
-    :meth:`_choose` (the token rule), and set ``uses_public`` when they need the
-    public (no-context) prompt as the last row. The constructor is VoteRAG's;
-    ``unit="word"`` votes per word (its tokens at most ``max_word_tokens``; the
-    model's sessions must implement
+    :meth:`_choose` (the decision rule over a vote histogram), and set
+    ``uses_public`` when they need the public (no-context) prompt as the last row.
+    The constructor is VoteRAG's; ``unit="word"`` votes per word (its tokens at
+    most ``max_word_tokens``; the model's sessions must implement
     :class:`~dprag_core.models.base.LookaheadSession`, checked here).
 
     >>> from dprag_core.algorithms import VoteRAG
     >>> issubclass(VoteRAG, VotingMechanism), VotingMechanism.uses_public
     (True, False)
+    >>> VoteRAG(model, m=10, k=1, unit="word").answer(question, docs)  # doctest: +SKIP
     """
 
     context_template_field = "template"

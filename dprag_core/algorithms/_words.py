@@ -23,7 +23,7 @@ only LimitedDomain applies (it reads the top k̄ counts and one threshold, never
 the whole domain); the exponential mechanism would need W and is refused.
 
 Proof sketch of the claim (LimitedDomain with k̄ = m, so k̄ ≥ the number of
-proposed words). Add to W m dummy items z_1..z_m that never get a vote and come
+voted words). Add to W m dummy items z_1..z_m that never get a vote and come
 first in the tie-break order, and map each z_i to ⊥ afterwards: a map that
 reads only the output, so LimitedDomain's claim over W ∪ {z_i} carries over
 (the dummies' counts never change, so the relation is unchanged). Its top k̄
@@ -56,8 +56,11 @@ not be the same mechanism: which words have count 0 depends on the data.)
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -72,6 +75,11 @@ __all__ = ["UNITS", "WordBallot", "WordSplitter", "word_ballot"]
 UNITS = ("token", "word")
 
 Word = tuple[int, ...]
+
+#: The word-start table of each model (public: a function of the tokenizer only).
+_TABLES: weakref.WeakKeyDictionary[Any, np.ndarray[Any, np.dtype[np.bool_]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class WordSplitter:
@@ -88,9 +96,18 @@ class WordSplitter:
             added = text[len(anchor_text) :] if text.startswith(anchor_text) else text
             return token in self._eos or added[:1].isspace()
 
-        # One public bit per vocabulary entry, computed once here (a cache filled while
-        # answering would record which tokens the voters' continuations held).
-        self._starts = np.array([starts(t) for t in range(model.vocab_size)], dtype=bool)
+        # One public bit per vocabulary entry, computed up front (a cache filled while
+        # answering would record which tokens the voters' continuations held) and kept
+        # per model: a mechanism per epsilon does not decode the vocabulary again.
+        try:
+            table = _TABLES.get(model)
+        except TypeError:  # a model that cannot be weakly referenced
+            table = None
+        if table is None:
+            table = np.array([starts(t) for t in range(model.vocab_size)], dtype=bool)
+            with contextlib.suppress(TypeError):
+                _TABLES[model] = table
+        self._starts = table
 
     def starts_word(self, token: int) -> bool:
         """Whether ``token`` ends the word before it (whitespace-led text, or an end token)."""

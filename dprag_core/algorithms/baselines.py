@@ -214,4 +214,7 @@ class VoteRAG(VotingMechanism):
         return Choice(int(counts.indices[np.argmax(counts.counts)]), False)
 
     def __repr__(self) -> str:
-        return f"VoteRAG(m={self.m}, k={self.k}, max_new_tokens={self.max_new_tokens})"
+        return (
+            f"VoteRAG(m={self.m}, k={self.k}, max_new_tokens={self.max_new_tokens}"
+            f"{self._unit_repr()})"
+        )

@@ -305,8 +305,9 @@ class DPSparseVote(_DPVotingBase):
             raise ValueError(f"threshold must be in [0, m={self.m}], got {threshold!r}")
 
     def _start(self, rng: np.random.Generator) -> SparseVoteRule:
-        # The selection's domain is the model's vocabulary: ids 0..vocab_size-1, the
-        # tokens it can emit (the HF engine excludes padded logit rows from it).
+        # The selection's domain is the model's vocabulary, ids 0..vocab_size-1 (the HF
+        # engine excludes padded logit rows from it); with unit="word" it is the ballot's
+        # words and its zero-count entries (dprag_core.algorithms._words).
         return SparseVoteRule(
             epsilon_token=self.epsilon_token,
             delta_token=self.delta_token,

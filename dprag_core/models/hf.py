@@ -82,6 +82,19 @@ def _left_pad(
     return ids, mask
 
 
+def check_rewindable(cache: DynamicCache) -> None:
+    """Refuse (ValueError) an eager cache a lookahead cannot cut back: every layer must be
+    full attention (``DynamicLayer``; a sliding window or a recurrent state cannot be
+    rewound by cutting its tensors)."""
+    kinds = {type(layer) for layer in cache.layers}
+    if kinds != {DynamicLayer}:
+        names = sorted(kind.__name__ for kind in kinds)
+        raise ValueError(
+            "unit='word' (lookahead) needs a model whose cache layers are all full attention "
+            f"(transformers DynamicLayer), this one has {names}: use unit='token'"
+        )
+
+
 class HFTokenSession:
     """The decoding state of one batch of prompts: KV cache, mask, positions, last logits.
 
@@ -201,12 +214,7 @@ class HFTokenSession:
     def _save(self) -> Any:
         """What :meth:`lookahead` restores: the eager cache grows by concatenation, so the
         old mask, positions and logits tensors are never written to and are kept as is."""
-        layers = self._cache.layers
-        if not all(type(layer) is DynamicLayer for layer in layers):
-            raise ValueError(
-                "lookahead needs a model whose cache layers are all full attention "
-                "(transformers DynamicLayer); use unit='token' with this model"
-            )
+        check_rewindable(self._cache)
         return self._mask, self._next_position, self._logits
 
     def _restore(self, saved: Any) -> None:
@@ -359,13 +367,7 @@ class HFTokenModel(TokenizerCodec):
         """
         if self.engine != "eager":
             return  # check_static_model refused every other kind when the model was built
-        cache = DynamicCache(config=self.model.config)
-        kinds = {type(layer).__name__ for layer in cache.layers}
-        if kinds != {"DynamicLayer"}:
-            raise ValueError(
-                "unit='word' needs a model whose cache layers are all full attention "
-                f"(transformers DynamicLayer), this one has {sorted(kinds)}: use unit='token'"
-            )
+        check_rewindable(DynamicCache(config=self.model.config))
 
     def _find_eos(self) -> frozenset[int]:
         found: set[int] = set()

@@ -81,7 +81,7 @@ class OpenAICompatSession:
         if self._greedy is None:
             done = self._owner.endpoint.complete(self._rows, max_tokens=1)
             self._greedy = np.array(
-                [self._owner.first_token(c.token_ids, c.finish_reason) for c in done],
+                [self._owner.tokens(c, 1)[0] for c in done],
                 dtype=np.intp,
             )
         return self._greedy
@@ -206,10 +206,6 @@ class OpenAICompatModel(TokenizerCodec):
     def eos_token_ids(self) -> frozenset[int]:
         """Token ids that end generation."""
         return self._eos
-
-    def first_token(self, token_ids: Sequence[int], finish_reason: str) -> int:
-        """The greedy token of a one-token completion (a bare EOS stop counts as EOS)."""
-        return self.tokens(Completion(tuple(token_ids), finish_reason), 1)[0]
 
     def tokens(self, completion: Completion, n: int) -> list[int]:
         """The ``n`` greedy tokens of a completion asked for ``n`` tokens.

@@ -260,7 +260,7 @@ def test_a_sliding_window_model_is_refused_when_the_mechanism_is_built(
     )
     tm = HFTokenModel(MistralForCausalLM(config).eval(), tiny_tokenizer)
     settings = {"m": 2, "k": 1, "epsilon": 4.0, "delta": 1e-4, "epsilon_token": 1.0}
-    with pytest.raises(ValueError, match="unit='word' needs a model whose cache layers"):
+    with pytest.raises(ValueError, match="needs a model whose cache layers are all full attention"):
         DPVote(tm, max_new_tokens=4, unit="word", **settings)
     DPVote(tm, max_new_tokens=4, **settings)  # tokens need no lookahead
 
