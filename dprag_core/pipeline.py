@@ -52,6 +52,7 @@ __all__ = [
     "check_question",
     "check_source",
     "clean_documents",
+    "own_accountant",
     "question_tokens",
     "require_accountant",
     "retrieve_for",
@@ -116,23 +117,39 @@ def require_accountant(
     ...
     ValueError: Mechanism charges a corpus budget on every query: pass accountant=...
     """
-    bound = mechanism.corpus_accountant()
+    given = None if accountant is None else check_accountant(accountant, parameter=parameter)
+    bound = own_accountant(mechanism, given, parameter=parameter)
     if bound is not None:
-        given = None if accountant is None else check_accountant(accountant, parameter=parameter)
-        if given is not None and given is not bound:
-            raise ValueError(
-                f"{mechanism.name} is charged to the accountant it was built with: pass "
-                f"{parameter}=None or that same accountant"
-            )
         return bound
-    if accountant is None:
-        if mechanism.query_cost() is not None:
-            raise ValueError(
-                f"{mechanism.name} charges a corpus budget on every query: pass "
-                f"{parameter}={HOW_TO_SET_A_BUDGET}"
-            )
-        return None
-    return check_accountant(accountant, parameter=parameter)
+    if given is None and mechanism.query_cost() is not None:
+        raise ValueError(
+            f"{mechanism.name} charges a corpus budget on every query: pass "
+            f"{parameter}={HOW_TO_SET_A_BUDGET}"
+        )
+    return given
+
+
+def own_accountant(
+    mechanism: Mechanism, given: CorpusAccountant | None, *, parameter: str = "accountant"
+) -> CorpusAccountant | None:
+    """The accountant ``mechanism`` was built with (NaiveMulti), if any; refuses any other.
+
+    ``given`` must then be None or that same object, else a ValueError naming
+    ``parameter``: such a mechanism's cap holds only on its own accountant.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> own_accountant(NonRAG(Api()), None) is None
+    True
+    """
+    bound = mechanism.corpus_accountant()
+    if bound is not None and given is not None and given is not bound:
+        raise ValueError(
+            f"{mechanism.name} is charged to the accountant it was built with: pass "
+            f"{parameter}=None or that same accountant"
+        )
+    return bound
 
 
 def question_tokens(mechanism: Mechanism, question: str) -> int:
@@ -207,13 +224,17 @@ def charge_query(
 ) -> None:
     """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first.
 
-    ``accountant`` None means the one the mechanism was built with, if any
-    (:func:`require_accountant`). ``query_id`` names this query's charge (a
-    durable accountant records it once, so a retry with the same id after an
-    unknown outcome is safe); ``None`` lets the accountant give the charge a fresh id.
+    A mechanism built with its own accountant (NaiveMulti) is charged to that
+    one only: ``accountant`` must be None or that same object, else a
+    ValueError before anything is charged (an app whose accountant was
+    replaced after it was built cannot bypass the mechanism's cap).
+    ``query_id`` names this query's charge (a durable accountant records it
+    once, so a retry with the same id after an unknown outcome is safe);
+    ``None`` lets the accountant give the charge a fresh id.
     """
     cost = mechanism.query_cost()
-    target = accountant if accountant is not None else mechanism.corpus_accountant()
+    bound = own_accountant(mechanism, accountant)
+    target = accountant if bound is None else bound
     if target is not None and cost is not None:
         target.charge(cost, query_id=query_id)
 

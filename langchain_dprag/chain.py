@@ -321,7 +321,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         if source.resolved.vectorstore is not None:
             check_score_function(source.resolved.vectorstore, self.score_function)
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
-        require_accountant(self.mechanism, self.accountant)
+        accountant = require_accountant(self.mechanism, self.accountant)
+        object.__setattr__(self, "accountant", accountant)  # the one really charged
         positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
         if tau is not None:

@@ -23,7 +23,7 @@ from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.events import start_payload
 from dprag_core.mechanisms.rng import RngLike
-from dprag_core.pipeline import PrivateRAG
+from dprag_core.pipeline import PrivateRAG, charge_query
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
@@ -305,6 +305,22 @@ def test_naive_multi_refuses_another_accountant_and_wrapping() -> None:
         MuRAG(pure, ledger=InMemoryLedger(budget_per_unit=2.0), tau=0.5, epsilon_query=2.0)
     naive.answer("q", [doc(1, 0.9)])  # called directly it charges nothing, as every mechanism
     assert naive.accountant.spent_epsilon == 0.0 and len(inner.calls) == 1
+
+
+def test_naive_multi_is_never_charged_to_another_accountant() -> None:
+    inner, naive = _naive(Budget(1.0, 1e-5))
+    other = InMemoryCorpusAccountant(Budget(100.0, 1e-3))
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        charge_query(naive, other)
+    rag = PrivateRAG(naive, HonoursK(lambda q, k: [doc(1, 0.9)]))
+    rag.accountant = other  # replaced after the app was built
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        rag.answer("q")
+    assert other.spent_epsilon == 0.0 and naive.accountant.spent_epsilon == 0.0
+    charge_query(naive, naive.accountant)
+    with pytest.raises(PrivacyBudgetExhausted):  # NaiveMulti's own cap holds
+        charge_query(naive, None)
+    assert naive.accountant.spent_epsilon == 1.0 and not inner.calls
 
 
 # -- end to end with the real DPSparseVote (exponential selection) -------------------

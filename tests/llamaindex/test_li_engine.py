@@ -19,6 +19,7 @@ from llama_index.vector_stores.faiss import FaissVectorStore
 from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.murag import NaiveMulti
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.capabilities import HonoursK
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
@@ -144,6 +145,18 @@ def test_shared_accountant(index: Any) -> None:
     second.query(QUESTION)
     with pytest.raises(PrivacyBudgetExhausted):
         first.query(QUESTION)
+
+
+def test_naive_multi_is_charged_to_its_own_accountant_only(index: Any) -> None:
+    own = InMemoryCorpusAccountant(Budget(1.5, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=NaiveMulti(ToyMechanism(), accountant=own), budget=None
+    )
+    assert engine.accountant is own
+    engine.accountant = InMemoryCorpusAccountant(Budget(100.0, 0.5))  # replaced after it was built
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        engine.query(QUESTION)
+    assert engine.accountant.spent_epsilon == 0.0 and own.spent_epsilon == 0.0
 
 
 def test_bad_question_spends_nothing(index: Any) -> None:
