@@ -38,6 +38,7 @@ from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, requirement
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.units import top_units
 from dprag_core.validation import positive_int
 
@@ -203,7 +204,11 @@ def check_source(
 
     Never checked at query time: whether a store capped its answer depends on
     the data. ``qualifying`` names the sources that do qualify, and ``name`` the
-    source (default: its type), for the error.
+    source (default: its type), for the error. A source that declares its
+    public score range (``source.scale``, a
+    :class:`~dprag_core.retrieval.scores.ScoreScale`) must have the mechanism's
+    ``min_score()`` inside it (:meth:`~dprag_core.retrieval.scores.ScoreScale.check_threshold`):
+    else every query would be charged and then select nothing or fail.
 
     >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
     >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
@@ -211,12 +216,19 @@ def check_source(
     needed = mechanism.candidates_needed()
     if needed is None and mechanism.min_score() is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    name = name or type(retriever).__name__
     lacking = requirement(needed, retriever)
     if lacking is not None:
         raise ValueError(
-            f"{mechanism.name} needs {lacking}; {name or type(retriever).__name__} does not "
+            f"{mechanism.name} needs {lacking}; {name} does not "
             f"declare it. Sources that qualify: {qualifying}"
         )
+    tau = mechanism.min_score()
+    scale = getattr(retriever, "scale", None)
+    if tau is not None and scale is not None:
+        if not isinstance(scale, ScoreScale):
+            raise TypeError(f"{name}.scale must be a ScoreScale, got {type(scale).__name__}")
+        scale.check_threshold(tau, parameter="the mechanism's min_score()")
 
 
 def charge_query(
