@@ -22,6 +22,7 @@ from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.murag import NaiveMulti
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.scores import ScoreScale
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
 
 
@@ -276,6 +277,29 @@ def test_a_min_score_outside_the_declared_range_is_refused(
     else:
         with pytest.raises(ValueError, match=r"the mechanism's min_score\(\) must be in \["):
             build()
+
+
+def test_a_custom_source_declaring_a_scale_gets_min_score_checked() -> None:
+    class AboveTau(ToyMechanism):
+        def candidates_needed(self) -> None:
+            return None
+
+        def min_score(self) -> float:
+            return -0.5
+
+    class UnitSource:  # a CandidateSource of the user's own, scores on [0, 1]
+        honours_k = True
+        scale = ScoreScale("unit", low=0.0, high=1.0)
+
+        def bind(self, question: str) -> HonoursK:
+            return HonoursK(lambda q, k: [])
+
+    budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
+    with pytest.raises(ValueError, match=r"min_score\(\) must be in \[0.0, 1.0\)"):
+        DPQueryEngine(mechanism=AboveTau(), source=UnitSource(), budget=budget)
+    assert budget.queries == 0
+    UnitSource.scale = ScoreScale("wide", low=-1.0, high=1.0)
+    DPQueryEngine(mechanism=AboveTau(), source=UnitSource(), budget=budget)
 
 
 def test_distance_store_scores_are_negated(index: Any) -> None:
