@@ -38,6 +38,7 @@ from dprag_core.models.base import TokenModel
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, requirement
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.units import top_units
 from dprag_core.validation import positive_int
 
@@ -52,6 +53,7 @@ __all__ = [
     "check_question",
     "check_source",
     "clean_documents",
+    "own_accountant",
     "question_tokens",
     "require_accountant",
     "retrieve_for",
@@ -116,23 +118,39 @@ def require_accountant(
     ...
     ValueError: Mechanism charges a corpus budget on every query: pass accountant=...
     """
-    bound = mechanism.corpus_accountant()
+    given = None if accountant is None else check_accountant(accountant, parameter=parameter)
+    bound = own_accountant(mechanism, given, parameter=parameter)
     if bound is not None:
-        given = None if accountant is None else check_accountant(accountant, parameter=parameter)
-        if given is not None and given is not bound:
-            raise ValueError(
-                f"{mechanism.name} is charged to the accountant it was built with: pass "
-                f"{parameter}=None or that same accountant"
-            )
         return bound
-    if accountant is None:
-        if mechanism.query_cost() is not None:
-            raise ValueError(
-                f"{mechanism.name} charges a corpus budget on every query: pass "
-                f"{parameter}={HOW_TO_SET_A_BUDGET}"
-            )
-        return None
-    return check_accountant(accountant, parameter=parameter)
+    if given is None and mechanism.query_cost() is not None:
+        raise ValueError(
+            f"{mechanism.name} charges a corpus budget on every query: pass "
+            f"{parameter}={HOW_TO_SET_A_BUDGET}"
+        )
+    return given
+
+
+def own_accountant(
+    mechanism: Mechanism, given: CorpusAccountant | None, *, parameter: str = "accountant"
+) -> CorpusAccountant | None:
+    """The accountant ``mechanism`` was built with (NaiveMulti), if any; refuses any other.
+
+    ``given`` must then be None or that same object, else a ValueError naming
+    ``parameter``: such a mechanism's cap holds only on its own accountant.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> own_accountant(NonRAG(Api()), None) is None
+    True
+    """
+    bound = mechanism.corpus_accountant()
+    if bound is not None and given is not None and given is not bound:
+        raise ValueError(
+            f"{mechanism.name} is charged to the accountant it was built with: pass "
+            f"{parameter}=None or that same accountant"
+        )
+    return bound
 
 
 def question_tokens(mechanism: Mechanism, question: str) -> int:
@@ -186,7 +204,11 @@ def check_source(
 
     Never checked at query time: whether a store capped its answer depends on
     the data. ``qualifying`` names the sources that do qualify, and ``name`` the
-    source (default: its type), for the error.
+    source (default: its type), for the error. A source that declares its
+    public score range (``source.scale``, a
+    :class:`~dprag_core.retrieval.scores.ScoreScale`) must have the mechanism's
+    ``min_score()`` inside it (:meth:`~dprag_core.retrieval.scores.ScoreScale.check_threshold`):
+    else every query would be charged and then select nothing or fail.
 
     >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
     >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
@@ -194,12 +216,19 @@ def check_source(
     needed = mechanism.candidates_needed()
     if needed is None and mechanism.min_score() is None:
         raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
+    name = name or type(retriever).__name__
     lacking = requirement(needed, retriever)
     if lacking is not None:
         raise ValueError(
-            f"{mechanism.name} needs {lacking}; {name or type(retriever).__name__} does not "
+            f"{mechanism.name} needs {lacking}; {name} does not "
             f"declare it. Sources that qualify: {qualifying}"
         )
+    tau = mechanism.min_score()
+    scale = getattr(retriever, "scale", None)
+    if tau is not None and scale is not None:
+        if not isinstance(scale, ScoreScale):
+            raise TypeError(f"{name}.scale must be a ScoreScale, got {type(scale).__name__}")
+        scale.check_threshold(tau, parameter="the mechanism's min_score()")
 
 
 def charge_query(
@@ -207,13 +236,17 @@ def charge_query(
 ) -> None:
     """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first.
 
-    ``accountant`` None means the one the mechanism was built with, if any
-    (:func:`require_accountant`). ``query_id`` names this query's charge (a
-    durable accountant records it once, so a retry with the same id after an
-    unknown outcome is safe); ``None`` lets the accountant give the charge a fresh id.
+    A mechanism built with its own accountant (NaiveMulti) is charged to that
+    one only: ``accountant`` must be None or that same object, else a
+    ValueError before anything is charged (an app whose accountant was
+    replaced after it was built cannot bypass the mechanism's cap).
+    ``query_id`` names this query's charge (a durable accountant records it
+    once, so a retry with the same id after an unknown outcome is safe);
+    ``None`` lets the accountant give the charge a fresh id.
     """
     cost = mechanism.query_cost()
-    target = accountant if accountant is not None else mechanism.corpus_accountant()
+    bound = own_accountant(mechanism, accountant)
+    target = accountant if bound is None else bound
     if target is not None and cost is not None:
         target.charge(cost, query_id=query_id)
 

@@ -82,6 +82,7 @@ from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
+from langchain_dprag._steps import WorkerSteps
 from langchain_dprag.prompts import context_template
 from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
 
@@ -193,11 +194,10 @@ async def _relay(stream: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
             await aclose()
 
 
-def _close_after(step: asyncio.Future[Any], stream: Generator[Any, None, None]) -> None:
-    """Close ``stream`` once the step its cancelled consumer left running has returned."""
+def _retrieved(step: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a step nobody awaits any more as seen (asyncio need not log it)."""
     if not step.cancelled():
-        step.exception()  # retrieved: nobody awaits it any more, asyncio need not log it
-    stream.close()
+        step.exception()
 
 
 def _combine(chunks: Iterator[Any]) -> Any:
@@ -321,7 +321,8 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         if source.resolved.vectorstore is not None:
             check_score_function(source.resolved.vectorstore, self.score_function)
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
-        require_accountant(self.mechanism, self.accountant)
+        accountant = require_accountant(self.mechanism, self.accountant)
+        object.__setattr__(self, "accountant", accountant)  # the one really charged
         positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
         if tau is not None:
@@ -485,20 +486,19 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         config: RunnableConfig,
     ) -> AsyncIterator[ChainOutput]:
         chunks = [chunk async for chunk in inputs]
-        outputs = self._chunks(_combine(iter(chunks)), run_manager.get_sync())
+        outputs = WorkerSteps(self._chunks(_combine(iter(chunks)), run_manager.get_sync()))
         step: asyncio.Future[ChainOutput | None] | None = None
         try:
             while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
-                step = asyncio.ensure_future(run_in_executor(config, next, outputs, None))
+                step = asyncio.ensure_future(run_in_executor(config, outputs.next))
                 chunk = await asyncio.shield(step)  # a cancelled wait lets the step finish
                 if chunk is None:
                     return
                 yield chunk
-        finally:  # a consumer stopping early: close the answer run and the mechanism's stream
-            if step is None or step.done():
-                outputs.close()
-            else:  # cancelled mid-step: the generator is running in the worker thread
-                step.add_done_callback(lambda done: _close_after(done, outputs))
+        finally:  # stopped early: close the answer run and the mechanism's stream, now or
+            outputs.close()  # in the worker thread once a running step (cancelled or not) returns
+            if step is not None:
+                step.add_done_callback(_retrieved)
 
     # -- Runnable interface --------------------------------------------------------
 

@@ -216,10 +216,7 @@ class DPQueryEngine(CustomQueryEngine):
                 f"callback_manager must be a LlamaIndex CallbackManager, "
                 f"got {type(callback_manager).__name__}"
             )
-        check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)
-        tau = mechanism.min_score()
-        if tau is not None and isinstance(source, IndexSource | RetrieverSource):
-            source.scale.check_threshold(tau, parameter="the mechanism's min_score()")
+        check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)  # min_score in .scale
         needed = mechanism.candidates_needed()
         if similarity_top_k is not None:
             similarity_top_k = positive_int("similarity_top_k", similarity_top_k)

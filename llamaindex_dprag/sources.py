@@ -109,6 +109,12 @@ class CandidateSource(Protocol):
     """Gives, for one question, a dprag ``Retriever`` ``(question, k) -> best k``.
 
     ``honours_k``: whether that retriever returns the first k of a fixed ranking.
+    ``scale`` (optional, so not a member here): a
+    :class:`~dprag_core.retrieval.scores.ScoreScale`, the public range of the
+    scores that retriever returns. A source that has one gets a mechanism's
+    ``min_score()`` checked against it when the engine is built
+    (:func:`~dprag_core.pipeline.check_source`); :class:`IndexSource` and
+    :class:`RetrieverSource` always have one.
     """
 
     @property

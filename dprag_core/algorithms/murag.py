@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -219,12 +219,9 @@ class MuRAG(_Individual):
         score_bounds: ScoreScale | tuple[float, float] = (-1.0, 1.0),
     ) -> None:
         self.epsilon_query = positive_finite("epsilon_query", epsilon_query)
-        self.score_bounds = as_scale(score_bounds, parameter="score_bounds").bounds
-        lo, hi = self.score_bounds
-        tau = finite("tau", tau)
-        if not lo <= tau < hi:
-            raise ValueError(f"tau must be in the score range [{lo}, {hi}), got {tau!r}")
-        self.tau = tau
+        scale = as_scale(score_bounds, parameter="score_bounds")
+        self.score_bounds = scale.bounds
+        self.tau = scale.check_threshold(tau)
         self.inner = _check_inner(inner, self.epsilon_query, "epsilon_query")
         self.k = _check_k(self.inner, k)
         self.ledger, self.max_retrievals = _check_ledger(ledger, self.epsilon_query)
@@ -249,16 +246,42 @@ class MuRAG(_Individual):
         )
 
 
+def _check_bins(bins: object, scale: ScoreScale) -> tuple[float, ...]:
+    """MuRAG-Ada's edges, highest first: at least 2, distinct, finite, inside ``scale``.
+
+    The lowest edge is a threshold (:meth:`ScoreScale.check_threshold`: below
+    the range every clipped score would count); the highest may be the top of
+    the range (documents above it still count in the top bin).
+
+    >>> _check_bins([0.2, 1.0, 0.6], ScoreScale("cosine", low=-1.0, high=1.0))
+    (1.0, 0.6, 0.2)
+    """
+    if isinstance(bins, (str, bytes)) or not isinstance(bins, Iterable):
+        raise TypeError(f"bins must be a sequence of finite numbers, got {type(bins).__name__}")
+    edges = sorted((finite("bins", b) for b in bins), reverse=True)
+    if len(edges) < 2 or len(set(edges)) != len(edges):
+        raise ValueError("bins must hold at least 2 distinct finite edges")
+    scale.check_threshold(edges[-1], parameter="min(bins)")
+    if edges[0] > scale.high:
+        raise ValueError(
+            f"max(bins) must be <= {scale.high} (the top of score_bounds), got {edges[0]!r}"
+        )
+    return tuple(edges)
+
+
 class MuRAGAda(_Individual):
     """MuRAG-Ada (multi-query DP RAG paper, Alg. 2): private per-query threshold.
 
-    ``bins``: B+1 public score edges (any order; walked from the highest); a
-    document scoring above the highest edge counts in the top bin, one at or
-    below the lowest is never relevant. ``epsilon_threshold`` (ε_thr) pays for the
-    bin walk, ``epsilon_rag`` (ε_RAG) for ``inner`` (its ``query_cost()`` must be
-    ``Budget(epsilon_rag)``); ε_q = ε_thr + ε_RAG and ``ledger.budget_per_unit``
-    = M·ε_q. The walk halts once the noisy count exceeds K = ``k``.
-    Guarantee: module docstring.
+    ``bins``: B+1 distinct public score edges inside ``score_bounds`` (the
+    retriever's public score range, as for MuRAG; any order, walked from the
+    highest); a document scoring above the highest edge counts in the top
+    bin, one at or below the lowest is never relevant (the lowest edge is the
+    mechanism's ``min_score()``, so it obeys the one threshold rule,
+    :meth:`~dprag_core.retrieval.scores.ScoreScale.check_threshold`).
+    ``epsilon_threshold`` (ε_thr) pays for the bin walk, ``epsilon_rag``
+    (ε_RAG) for ``inner`` (its ``query_cost()`` must be ``Budget(epsilon_rag)``);
+    ε_q = ε_thr + ε_RAG and ``ledger.budget_per_unit`` = M·ε_q. The walk halts
+    once the noisy count exceeds K = ``k``. Guarantee: module docstring.
 
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> MuRAGAda(inner, ledger=InMemoryLedger(budget_per_unit=3.0), bins=[1, .8, .6, .4],
@@ -277,14 +300,14 @@ class MuRAGAda(_Individual):
         epsilon_threshold: float,
         epsilon_rag: float,
         k: int | None = None,
+        score_bounds: ScoreScale | tuple[float, float] = (-1.0, 1.0),
     ) -> None:
         self.epsilon_threshold = positive_finite("epsilon_threshold", epsilon_threshold)
         self.epsilon_rag = positive_finite("epsilon_rag", epsilon_rag)
         self.epsilon_query = self.epsilon_threshold + self.epsilon_rag
-        edges = sorted((finite("bins", b) for b in bins), reverse=True)
-        if len(edges) < 2 or len(set(edges)) != len(edges):
-            raise ValueError("bins must hold at least 2 distinct finite edges")
-        self.edges = tuple(edges)
+        scale = as_scale(score_bounds, parameter="score_bounds")
+        self.score_bounds = scale.bounds
+        self.edges = _check_bins(bins, scale)
         self.inner = _check_inner(inner, self.epsilon_rag, "epsilon_rag")
         self.k = _check_k(self.inner, k)
         self.ledger, self.max_retrievals = _check_ledger(ledger, self.epsilon_query)

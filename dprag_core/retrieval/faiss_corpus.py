@@ -2,7 +2,9 @@
 
 Embeddings are L2-normalised on the way in (documents and queries) and stored in
 a ``faiss.IndexFlatIP``, so a score is the cosine similarity, on the public
-range [-1, 1] (:data:`SCORE_BOUNDS`). :meth:`FaissCorpus.range_search` returns
+range [-1, 1] (:data:`~dprag_core.retrieval.scores.COSINE_SCALE`, the
+``scale`` that :class:`~dprag_core.pipeline.PrivateRAG` checks a mechanism's
+``min_score()`` against). :meth:`FaissCorpus.range_search` returns
 *every* document with score > tau through ``IndexFlatIP.range_search`` — what
 MuRAG needs to charge every relevant unit, not only a top-k.
 ``faiss`` is imported lazily (``pip install 'dprag[faiss]'``).
@@ -25,12 +27,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.validation import in_closed_interval, positive_int
+from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale
+from dprag_core.validation import positive_int
 
 __all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
 
-SCORE_BOUNDS = (-1.0, 1.0)
-"""Public range of a cosine score."""
+SCORE_BOUNDS = COSINE_SCALE.bounds
+"""Public range of a cosine score, (-1, 1)."""
 
 
 def _faiss() -> Any:
@@ -60,6 +63,9 @@ class FaissCorpus:
     FaissCorpus(dim=4, documents=0)
     """
 
+    scale: ScoreScale = COSINE_SCALE
+    """The public score scale: cosine similarity on [-1, 1]."""
+
     def __init__(self, *, dim: int) -> None:
         self.dim = positive_int("dim", dim)
         self._index = _faiss().IndexFlatIP(self.dim)
@@ -71,7 +77,7 @@ class FaissCorpus:
     @property
     def score_bounds(self) -> tuple[float, float]:
         """The public score range, (-1, 1)."""
-        return SCORE_BOUNDS
+        return self.scale.bounds
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -132,8 +138,12 @@ class FaissCorpus:
         return [self._doc(r, s) for s, r in hits]
 
     def range_search(self, query_embedding: npt.ArrayLike, tau: float) -> list[ScoredDocument]:
-        """Every document with score > ``tau`` (tau in [-1, 1]), best first."""
-        tau = in_closed_interval("tau", tau, *SCORE_BOUNDS)
+        """Every document with score > ``tau``, best first.
+
+        ``tau`` follows the one threshold rule (:meth:`ScoreScale.check_threshold`):
+        in [-1, 1), since no cosine is above 1.
+        """
+        tau = self.scale.check_threshold(tau)
         q = _normalised(query_embedding, self.dim, "query_embedding")
         if q.shape[0] != 1:
             raise ValueError("query_embedding must be one vector")
@@ -175,6 +185,11 @@ class FaissRetriever:
             raise TypeError("embed must be callable as embed(question) -> vector")
         self.corpus = corpus
         self.embed = embed
+
+    @property
+    def scale(self) -> ScoreScale:
+        """The corpus's public score scale (cosine on [-1, 1])."""
+        return self.corpus.scale
 
     def __call__(self, question: str, k: int) -> list[ScoredDocument]:
         return self.corpus.search(self.embed(question), k)

@@ -102,8 +102,9 @@ class ScoreScale:
     def check_threshold(self, tau: object, *, parameter: str = "tau") -> float:
         """``tau`` as a float if it is a usable public threshold here: ``low <= tau < high``.
 
-        The one rule for every entry point that takes a τ (MuRAG's ``tau``, a
-        mechanism's ``min_score()`` against an adapter's range, the LangChain
+        The one rule for every entry point that takes a τ (MuRAG's ``tau``,
+        MuRAG-Ada's lowest bin edge, a mechanism's ``min_score()`` against a
+        source's declared ``scale`` (PrivateRAG, the adapters), the LangChain
         retriever's and the LlamaIndex postprocessor's ``tau``). Why this range:
         a document counts as relevant only when its score is *strictly above* τ
         (:func:`~dprag_core.retrieval.selection.ledger_filter`,

@@ -48,6 +48,7 @@ from dprag_core.mechanisms.threshold import Utility, dp_threshold
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.units import best_chunk_per_unit, group_by_unit
+from dprag_core.validation import finite
 
 __all__ = ["ThresholdSelection", "dp_threshold_select", "ledger_filter", "units_above"]
 
@@ -62,6 +63,7 @@ def units_above(
     >>> [d.id for d in units_above(docs, 0.5, (0.0, 1.0))]
     ['a', 'b']
     """
+    tau = finite("tau", tau)
     clip = as_scale(scale, parameter="scale").clip
     chosen = [
         doc
@@ -118,8 +120,11 @@ def ledger_filter(
 
     One best chunk per unit (a unit with c chunks must not take c slots: adding
     it would displace c other units), at most ``k``, never padded. Units
-    without budget drop out silently (module docstring).
+    without budget drop out silently (module docstring). A ``tau`` that is not
+    a finite real is refused (nothing is charged); callers check it against
+    their score range when built (:meth:`ScoreScale.check_threshold`).
     """
+    tau = finite("tau", tau)
     relevant = [d for d in docs if not d.is_padding and d.score > tau]
     charged = set(charge_active(ledger, query_id, (d.unit for d in relevant), cost))
     return best_chunk_per_unit(d for d in relevant if d.unit in charged)[:k]

@@ -23,10 +23,11 @@ from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.events import start_payload
 from dprag_core.mechanisms.rng import RngLike
-from dprag_core.pipeline import PrivateRAG
+from dprag_core.pipeline import PrivateRAG, charge_query
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
+from dprag_core.retrieval.selection import ledger_filter, units_above
 
 POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
 NON_RAG = "no-context"
@@ -307,6 +308,22 @@ def test_naive_multi_refuses_another_accountant_and_wrapping() -> None:
     assert naive.accountant.spent_epsilon == 0.0 and len(inner.calls) == 1
 
 
+def test_naive_multi_is_never_charged_to_another_accountant() -> None:
+    inner, naive = _naive(Budget(1.0, 1e-5))
+    other = InMemoryCorpusAccountant(Budget(100.0, 1e-3))
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        charge_query(naive, other)
+    rag = PrivateRAG(naive, HonoursK(lambda q, k: [doc(1, 0.9)]))
+    rag.accountant = other  # replaced after the app was built
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        rag.answer("q")
+    assert other.spent_epsilon == 0.0 and naive.accountant.spent_epsilon == 0.0
+    charge_query(naive, naive.accountant)
+    with pytest.raises(PrivacyBudgetExhausted):  # NaiveMulti's own cap holds
+        charge_query(naive, None)
+    assert naive.accountant.spent_epsilon == 1.0 and not inner.calls
+
+
 # -- end to end with the real DPSparseVote (exponential selection) -------------------
 
 
@@ -417,6 +434,38 @@ def test_score_bounds_take_a_score_scale() -> None:
     murag = MuRAG(EchoInner(epsilon=1.0, k=2), ledger=ledger, tau=0.5, epsilon_query=1.0,
                   score_bounds=scale)  # fmt: skip
     assert murag.score_bounds == (0.0, 1.0)
-    with pytest.raises(ValueError, match="tau must be in the score range"):
+    with pytest.raises(ValueError, match=r"tau must be in \[0.0, 1.0\) \(score range 'unit'"):
         MuRAG(EchoInner(epsilon=1.0, k=2), ledger=ledger, tau=1.5, epsilon_query=1.0,
               score_bounds=scale)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bins", "bounds", "match"),
+    [
+        ([1.0, float("nan")], (-1.0, 1.0), "bins must be a finite number"),
+        ([1.5, 0.5], (-1.0, 1.0), r"max\(bins\) must be <= 1.0"),
+        ([0.5, -2.0], (-1.0, 1.0), r"min\(bins\) must be in \[-1.0, 1.0\)"),
+        ([1.0, 0.5, -0.1], (0.0, 1.0), r"min\(bins\) must be in \[0.0, 1.0\)"),
+        ([0.5, 0.5], (-1.0, 1.0), "at least 2 distinct"),
+    ],
+)
+def test_murag_ada_bins_lie_in_the_score_range(
+    bins: list[float], bounds: tuple[float, float], match: str
+) -> None:
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    with pytest.raises(ValueError, match=match):
+        MuRAGAda(EchoInner(epsilon=2.0, k=2), ledger=ledger, bins=bins, epsilon_threshold=1.0,
+                 epsilon_rag=2.0, score_bounds=bounds)  # fmt: skip
+    ada = MuRAGAda(EchoInner(epsilon=2.0, k=2), ledger=ledger, bins=[0.0, 1.0, 0.5],
+                   epsilon_threshold=1.0, epsilon_rag=2.0, score_bounds=bounds)  # fmt: skip
+    assert ada.edges == (1.0, 0.5, 0.0) and ada.min_score() == 0.0
+
+
+def test_selection_steps_refuse_a_non_finite_tau() -> None:
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    for tau in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="tau must be a finite number"):
+            ledger_filter([doc(1, 0.9)], ledger=ledger, tau=tau, cost=1.0, k=1, query_id="q")
+        with pytest.raises(ValueError, match="tau must be a finite number"):
+            units_above([doc(1, 0.9)], tau, (-1.0, 1.0))
+    assert ledger.total_spent() == 0.0

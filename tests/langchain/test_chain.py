@@ -167,6 +167,11 @@ def test_naive_multi_is_charged_to_its_accountant_before_retrieval(
     assert retriever.calls == 1 and acc.queries == 1
     with pytest.raises(ValueError, match="accountant=None or that same accountant"):
         DPRAGChain(vectorstore=store, mechanism=naive, accountant=budget())
+    assert chain.accountant is acc and "accountant=InMemoryCorpusAccountant" in repr(chain)
+    chain.accountant = budget()  # replaced after the chain was built: refused, nothing charged
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        chain.invoke(QUESTION)
+    assert retriever.calls == 1 and chain.accountant.spent_epsilon == 0.0
 
 
 async def test_budget_exhaustion_async(store: InMemoryVectorStore) -> None:

@@ -5,18 +5,21 @@ released answer) is closed by an end or an error, and the mechanism's private
 generator (whose frame holds the documents) is closed: for ``stream``,
 ``astream`` and ``astream_events``, stopped by ``break``, by an explicit
 ``aclose()`` (at once, not when the garbage collector gets to it), or by a
-cancellation while a step runs in the worker thread.
+cancellation while a step runs in the worker thread (of the consumer, or of the
+step's own task, as ``asyncio.run`` cancels leftover tasks when it shuts down).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import aclosing
 from typing import Any
 from uuid import UUID
 
+import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, budget
@@ -34,6 +37,7 @@ class Closable(ToyMechanism):
     def __init__(self, pause: threading.Event | None = None) -> None:
         super().__init__(k=3)
         self.pause = pause
+        self.waiting = threading.Event()
         self.closed = 0
 
     def stream(
@@ -42,6 +46,7 @@ class Closable(ToyMechanism):
         try:
             for i, item in enumerate(super().stream(question, docs, rng=rng)):
                 if i == 1 and self.pause is not None:
+                    self.waiting.set()
                     self.pause.wait(timeout=30)
                 yield item
         finally:
@@ -152,3 +157,34 @@ async def test_a_cancelled_step_closes_the_stream_once_it_returns(
     pause.set()
     await _settle(runs, mechanism)
     _assert_closed(runs, mechanism)
+
+
+@pytest.mark.parametrize("cancelled", [["step"], ["consumer", "step"]])
+async def test_a_cancelled_step_task_closes_the_stream_in_its_thread(
+    store: InMemoryVectorStore, cancelled: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    pause = threading.Event()
+    chain, mechanism, runs, config = _setup(store, pause)
+    stream = chain.astream(QUESTION, config)
+    assert (await anext(stream)).answer == "3"
+    tasks = {"consumer": asyncio.ensure_future(anext(stream))}
+    for _ in range(500):  # bounded wait until the worker thread runs the paused step
+        if mechanism.waiting.is_set():
+            break
+        await asyncio.sleep(0.01)
+    (tasks["step"],) = [
+        t
+        for t in asyncio.all_tasks()
+        if "run_in_executor" in getattr(t.get_coro(), "__qualname__", "")
+    ]
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        for name in cancelled:  # as asyncio.run's shutdown cancels what is left
+            tasks[name].cancel()
+            await asyncio.sleep(0)
+        outcome = (await asyncio.gather(tasks["consumer"], return_exceptions=True))[0]
+        assert isinstance(outcome, asyncio.CancelledError)  # not "generator already executing"
+        assert mechanism.closed == 0  # still running: it cannot be closed under the thread
+        pause.set()
+        await _settle(runs, mechanism)
+    _assert_closed(runs, mechanism)
+    assert "already executing" not in caplog.text

@@ -19,8 +19,10 @@ from llama_index.vector_stores.faiss import FaissVectorStore
 from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.murag import NaiveMulti
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.scores import ScoreScale
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
 
 
@@ -146,6 +148,18 @@ def test_shared_accountant(index: Any) -> None:
         first.query(QUESTION)
 
 
+def test_naive_multi_is_charged_to_its_own_accountant_only(index: Any) -> None:
+    own = InMemoryCorpusAccountant(Budget(1.5, 1e-5))
+    engine = DPQueryEngine.from_index(
+        index, mechanism=NaiveMulti(ToyMechanism(), accountant=own), budget=None
+    )
+    assert engine.accountant is own
+    engine.accountant = InMemoryCorpusAccountant(Budget(100.0, 0.5))  # replaced after it was built
+    with pytest.raises(ValueError, match="accountant=None or that same accountant"):
+        engine.query(QUESTION)
+    assert engine.accountant.spent_epsilon == 0.0 and own.spent_epsilon == 0.0
+
+
 def test_bad_question_spends_nothing(index: Any) -> None:
     engine = DPQueryEngine.from_index(
         index, mechanism=ToyMechanism(), budget=InMemoryCorpusAccountant(Budget(3.0, 1e-5))
@@ -263,6 +277,29 @@ def test_a_min_score_outside_the_declared_range_is_refused(
     else:
         with pytest.raises(ValueError, match=r"the mechanism's min_score\(\) must be in \["):
             build()
+
+
+def test_a_custom_source_declaring_a_scale_gets_min_score_checked() -> None:
+    class AboveTau(ToyMechanism):
+        def candidates_needed(self) -> None:
+            return None
+
+        def min_score(self) -> float:
+            return -0.5
+
+    class UnitSource:  # a CandidateSource of the user's own, scores on [0, 1]
+        honours_k = True
+        scale = ScoreScale("unit", low=0.0, high=1.0)
+
+        def bind(self, question: str) -> HonoursK:
+            return HonoursK(lambda q, k: [])
+
+    budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
+    with pytest.raises(ValueError, match=r"min_score\(\) must be in \[0.0, 1.0\)"):
+        DPQueryEngine(mechanism=AboveTau(), source=UnitSource(), budget=budget)
+    assert budget.queries == 0
+    UnitSource.scale = ScoreScale("wide", low=-1.0, high=1.0)
+    DPQueryEngine(mechanism=AboveTau(), source=UnitSource(), budget=budget)
 
 
 def test_distance_store_scores_are_negated(index: Any) -> None:

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from toy_mechanisms import AboveToy
 
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.budget import Budget
+from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.above import retrieve_above
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.faiss_corpus import FaissCorpus
+from dprag_core.retrieval.scores import COSINE_SCALE
 
 
 def corpus_with(n: int = 200, dim: int = 16, seed: int = 0) -> tuple[FaissCorpus, np.ndarray]:
@@ -32,7 +38,7 @@ def test_search_returns_cosine_top_k_best_first() -> None:
     assert len(corpus.search(q, k=1000)) == 200
 
 
-@pytest.mark.parametrize("tau", [-1.0, -0.2, 0.0, 0.3, 0.6, 1.0])
+@pytest.mark.parametrize("tau", [-1.0, -0.2, 0.0, 0.3, 0.6, 0.999])
 def test_range_search_returns_every_document_above_tau(tau: float) -> None:
     corpus, unit = corpus_with()
     q = np.random.default_rng(2).normal(size=16)
@@ -73,7 +79,34 @@ def test_bad_input() -> None:
     corpus.add(["a"], ["x"], np.ones((1, 2)))
     with pytest.raises(ValueError, match="distinct"):
         corpus.add(["a"], ["x"], np.ones((1, 2)))
-    with pytest.raises(ValueError, match="tau"):
-        corpus.range_search(np.ones(2), 1.5)
+    for tau in (1.5, 1.0, -1.5, float("nan")):  # the one threshold rule: [-1, 1)
+        with pytest.raises(ValueError, match=r"tau must be"):
+            corpus.range_search(np.ones(2), tau)
     with pytest.raises(ValueError, match="k"):
         corpus.search(np.ones(2), 0)
+
+
+@pytest.mark.parametrize("tau", [-2.0, 1.0, 1.5])
+def test_private_rag_refuses_a_min_score_outside_the_cosine_range(tau: float) -> None:
+    class Above(AboveToy):
+        def min_score(self) -> float:
+            return tau
+
+    corpus, _ = corpus_with(n=4, dim=2)
+    retriever = corpus.as_retriever(lambda q: np.ones(2))
+    assert retriever.scale == COSINE_SCALE
+    accountant = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    with pytest.raises(ValueError, match=r"the mechanism's min_score\(\) must be in \[-1.0, 1.0\)"):
+        PrivateRAG(Above(), retriever, accountant=accountant)
+    assert accountant.queries == 0
+    PrivateRAG(AboveToy(), retriever, accountant=accountant).answer("q")  # τ = 0 is fine
+
+
+def test_a_declared_scale_must_be_a_score_scale() -> None:
+    class Odd(HonoursK):
+        scale = (-1.0, 1.0)
+
+    with pytest.raises(TypeError, match=r"Odd\.scale must be a ScoreScale, got tuple"):
+        PrivateRAG(
+            AboveToy(), Odd(lambda q, k: []), accountant=InMemoryCorpusAccountant(Budget(1.0))
+        )
