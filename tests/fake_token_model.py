@@ -73,6 +73,11 @@ class FakeSession:
         )
         return table[:, : stop_width(table, stop)]
 
+    def extend(self, tokens: Sequence[int]) -> None:
+        assert tokens
+        for token in tokens:
+            self.step(token)
+
     def step(self, token: int) -> None:
         assert 0 <= token < VOCAB
         self.appended.append(int(token))

@@ -241,8 +241,10 @@ class VotingMechanism(StreamingMechanism):
                 break
             if generated >= self.max_new_tokens:
                 break
-            for token in unit:
-                session.step(token)
+            if self._words is None:
+                session.step(unit[0])
+            else:
+                cast(LookaheadSession, session).extend(unit)
         tail = decoder.flush()
         if tail:
             yield tail

@@ -72,7 +72,7 @@ class LookaheadSession(TokenSession, Protocol):
     Word-level voting (``unit="word"`` of the voting mechanisms) asks every row
     for its next word: several greedy tokens per row, each row its own, after
     which the session must be exactly as before (the chosen word is then appended
-    to every row with :meth:`step`). A model declares that its sessions can look
+    to every row with :meth:`extend`). A model declares that its sessions can look
     ahead by annotating ``prefill``'s return with its session class
     (:func:`~dprag_core.models.checks.check_lookahead_model` reads it when a
     word-level mechanism is built).
@@ -81,6 +81,11 @@ class LookaheadSession(TokenSession, Protocol):
     >>> s.lookahead(4).shape, s.lookahead(4, stop=lambda t: t.shape[1] == 2).shape  # doctest: +SKIP
     ((2, 4), (2, 2))
     """
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append the same ``tokens`` (at least one) to every row, like one
+        :meth:`step` per token; a backend may run them in one forward."""
+        ...
 
     def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
         """Each row's greedy continuation of up to ``n`` tokens, shape [B, j], 1 <= j <= n.

@@ -164,6 +164,28 @@ class HFTokenSession:
             raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
         self.step_rows(torch.full((self.batch_size, 1), tok, dtype=torch.long, device=self._device))
 
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append the same ``tokens`` to every row: one [B, w] forward (w = len(tokens)).
+
+        The logits, greedy tokens and cache are those of w :meth:`step` calls up to
+        float rounding (one w-token forward instead of w one-token ones).
+        """
+        ids = self._owner.check_tokens(tokens)
+        if len(ids) == 1:
+            self.step(ids[0])
+            return
+        width = len(ids)
+        row = torch.tensor(ids, dtype=torch.long, device=self._device)
+        ones = torch.ones((self.batch_size, width), dtype=self._mask.dtype, device=self._device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        positions = self._next_position + torch.arange(width, device=self._device)
+        self._next_position = positions[:, -1:] + 1
+        self._logits = self._owner._forward(
+            row.expand(self.batch_size, width), self._mask, positions, self._cache
+        )
+        self._greedy = None
+        self._logprobs = None
+
     def step_rows(self, ids: torch.Tensor) -> None:
         """Append one (possibly different) token per row: ``ids`` of shape [B, 1] on the device."""
         self._logits = self._advance(ids)
@@ -274,6 +296,12 @@ class HFStaticSession(HFTokenSession):
         self._free_slots = self._batch.length - filled
         self._logits = logits
 
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append the same ``tokens`` to every row: one decode step each (the step a
+        CUDA graph replays is one token wide)."""
+        for token in self._owner.check_tokens(tokens):
+            self.step(token)
+
     def _reserve(self, steps: int) -> None:
         """Grow before a lookahead that could, so that whether the batch grows depends on
         the public ``n`` only, never on where the rows' words end (which depends on every
@@ -368,6 +396,15 @@ class HFTokenModel(TokenizerCodec):
         if self.engine != "eager":
             return  # check_static_model refused every other kind when the model was built
         check_rewindable(DynamicCache(config=self.model.config))
+
+    def check_tokens(self, tokens: Sequence[int]) -> list[int]:
+        """``tokens`` as ints, at least one, each in [0, vocab_size) (ValueError otherwise)."""
+        ids = [int(t) for t in tokens]
+        if not ids or not all(0 <= t < self.vocab_size for t in ids):
+            raise ValueError(
+                f"tokens must be at least one token id in [0, {self.vocab_size}), got {tokens!r}"
+            )
+        return ids
 
     def _find_eos(self) -> frozenset[int]:
         found: set[int] = set()

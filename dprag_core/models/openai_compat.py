@@ -111,8 +111,18 @@ class OpenAICompatSession:
         tok = int(token)
         if not 0 <= tok < self._owner.vocab_size:
             raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
+        self.extend([tok])
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append the same ``tokens`` to every row (sent with the next request)."""
+        ids = [int(t) for t in tokens]
+        if not ids or not all(0 <= t < self._owner.vocab_size for t in ids):
+            raise ValueError(
+                f"tokens must be at least one token id in [0, {self._owner.vocab_size}), "
+                f"got {tokens!r}"
+            )
         for row in self._rows:
-            row.append(tok)
+            row.extend(ids)
         self._greedy = None
 
 

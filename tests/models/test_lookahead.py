@@ -290,3 +290,31 @@ def test_graph_engines_look_ahead_exactly(
         table = tm.prefill(PROMPTS).lookahead(n)
         np.testing.assert_array_equal(table, eager.prefill(PROMPTS).lookahead(n))
     assert False in _same_as_twin(tm, n=9, rounds=6)
+
+
+def test_extend_is_one_step_per_token(tiny_hf_models: dict[str, Any], tiny_tokenizer: Any) -> None:
+    """``extend`` (one [B, w] forward on the eager engine, w steps on the static one) leaves
+    the session where w ``step`` calls do: the same greedy tokens, log-probabilities up
+    to float rounding, and the same later steps."""
+    for engine in ("eager", "static"):
+        tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer, engine=engine)
+        extended, stepped = tm.prefill(PROMPTS), tm.prefill(PROMPTS)
+        word = [int(t) for t in extended.lookahead(4)[0]]
+        extended.extend(word)
+        for token in word:
+            stepped.step(token)
+        for _ in range(3):
+            np.testing.assert_array_equal(extended.greedy(), stepped.greedy())
+            np.testing.assert_allclose(extended.logprobs, stepped.logprobs, atol=1e-5)
+            token = int(stepped.greedy()[0])
+            extended.step(token)
+            stepped.step(token)
+
+
+@pytest.mark.parametrize("tokens", [[], [-1], [10**6], [1, 10**6]])
+def test_extend_refuses_tokens_outside_the_vocabulary(
+    tokens: list[int], tiny_hf_models: dict[str, Any], tiny_tokenizer: Any
+) -> None:
+    session = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer).prefill(PROMPTS)
+    with pytest.raises(ValueError, match="tokens must be at least one token id"):
+        session.extend(tokens)
