@@ -14,7 +14,7 @@ With ``unit="word"`` a decision is a word instead of a token
 (:mod:`~dprag_core.algorithms._words`): each row's next word comes from one
 ``session.lookahead`` (each row's own greedy continuation, the session left as it
 was), the voters' words are counted, the mechanism's rule chooses one, and its
-tokens are appended to every row with ``session.step``.
+tokens are appended to every row with one ``session.extend``.
 """
 
 from __future__ import annotations

@@ -32,13 +32,14 @@ The ballot reproduces exactly that: the proposed words (the public word among
 them, with count 0 when no voter proposed it) then ``m`` zero-count slots; the
 sampler's top k̄ holds every voted word and zero-count entries only, and
 :meth:`WordBallot.chosen` releases any zero-count entry *of the selection* as ⊥.
-DPSparseVote's free path is not a selection: when the sparse vector lets the
-public word through it is released as that word, voted for or not (its
-decision reads the public word's count only through the sparse vector). A Gumbel-max's
-output law depends only on the multiset of (count, released output) pairs of
-its candidates, which is the same in both, so the two mechanisms have the same
-output distribution. (Releasing a zero-count entry as that word instead would
-not be the same mechanism: which words have count 0 depends on the data.)
+A Gumbel-max's output law depends only on the multiset of (count, released
+output) pairs of its candidates, which is the same in both, so the two
+mechanisms have the same output distribution. (Releasing a zero-count entry as
+that word instead would not be the same mechanism: which words have count 0
+depends on the data.) DPSparseVote's free path is not a selection: when the
+sparse vector lets the public word through it is released as that word, voted
+for or not (the decision reads the public word's count only through the sparse
+vector, which is calibrated for it).
 
 >>> class Chars:  # one token per character, EOS = 0
 ...     eos_token_ids, vocab_size = frozenset({0}), 128
