@@ -50,7 +50,14 @@ from dprag_core.models.hf_static import (
 )
 from dprag_core.validation import positive_int
 
-__all__ = ["Engine", "HFStaticSession", "HFTextModel", "HFTokenModel", "HFTokenSession"]
+__all__ = [
+    "Engine",
+    "HFStaticSession",
+    "HFTextModel",
+    "HFTokenModel",
+    "HFTokenSession",
+    "check_rewindable",
+]
 
 DType = Literal["float32", "bfloat16"]
 #: ``"eager"``: DynamicCache, HF eager per step (the default; best on CPU).
