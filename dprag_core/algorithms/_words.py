@@ -123,11 +123,13 @@ class WordSplitter:
         return tuple(tokens[:end])
 
     def complete(self, rows: npt.NDArray[np.intp]) -> bool:
-        """Whether every row's word is known from ``rows`` [B, j] (a lookahead's stop rule)."""
-        return all(
-            int(row[0]) in self._eos or any(self.starts_word(int(t)) for t in row[1:])
-            for row in rows
-        )
+        """Whether every row's word is known from ``rows`` [B, j] (a lookahead's stop rule).
+
+        Called after every lookahead step: one table lookup over the [B, j] block.
+        """
+        tokens = np.asarray(rows)
+        ended = np.isin(tokens[:, 0], list(self._eos)) | self._starts[tokens[:, 1:]].any(axis=1)
+        return bool(ended.all())
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["TokenizerCodec", "check_prompts"]
+__all__ = ["TokenizerCodec", "check_prompts", "check_token_ids"]
 
 
 def check_prompts(prompts: Sequence[str]) -> list[str]:
@@ -38,6 +38,23 @@ def check_prompts(prompts: Sequence[str]) -> list[str]:
     if not all(isinstance(p, str) for p in out):
         raise TypeError("prompts must be a sequence of strings")
     return out
+
+
+def check_token_ids(tokens: Sequence[int], vocab_size: int) -> list[int]:
+    """``tokens`` as ints, at least one, each in [0, vocab_size) (ValueError otherwise).
+
+    >>> check_token_ids([3, 1], 4)
+    [3, 1]
+    >>> check_token_ids([], 4)
+    Traceback (most recent call last):
+    ValueError: tokens must be at least one token id in [0, 4), got []
+    """
+    ids = [int(t) for t in tokens]
+    if not ids or not all(0 <= t < vocab_size for t in ids):
+        raise ValueError(
+            f"tokens must be at least one token id in [0, {vocab_size}), got {tokens!r}"
+        )
+    return ids
 
 
 class TokenizerCodec:

@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from dprag_core.models.base import StopRule
-from dprag_core.models.codec import TokenizerCodec
+from dprag_core.models.codec import TokenizerCodec, check_token_ids
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,
@@ -177,7 +177,7 @@ class HFTokenSession:
         The logits, greedy tokens and cache are those of w :meth:`step` calls up to
         float rounding (one w-token forward instead of w one-token ones).
         """
-        ids = self._owner.check_tokens(tokens)
+        ids = check_token_ids(tokens, self._owner.vocab_size)
         if len(ids) == 1:
             self.step(ids[0])
             return
@@ -306,7 +306,7 @@ class HFStaticSession(HFTokenSession):
     def extend(self, tokens: Sequence[int]) -> None:
         """Append the same ``tokens`` to every row: one decode step each (the step a
         CUDA graph replays is one token wide)."""
-        for token in self._owner.check_tokens(tokens):
+        for token in check_token_ids(tokens, self._owner.vocab_size):
             self.step(token)
 
     def _reserve(self, steps: int) -> None:
@@ -315,8 +315,9 @@ class HFStaticSession(HFTokenSession):
         row's documents): a grown batch rounds differently in the last bits."""
         if self._free_slots >= steps:
             return
-        with torch.inference_mode():  # a graph's output buffer goes back to the pool with it
-            self._logits = self._logits.clone()
+        if self._batch.graph is not None:  # its output buffer goes back to the pool with it
+            with torch.inference_mode():
+                self._logits = self._logits.clone()
         while self._free_slots < steps:
             self._grow()
 
@@ -403,15 +404,6 @@ class HFTokenModel(TokenizerCodec):
         if self.engine != "eager":
             return  # check_static_model refused every other kind when the model was built
         check_rewindable(DynamicCache(config=self.model.config))
-
-    def check_tokens(self, tokens: Sequence[int]) -> list[int]:
-        """``tokens`` as ints, at least one, each in [0, vocab_size) (ValueError otherwise)."""
-        ids = [int(t) for t in tokens]
-        if not ids or not all(0 <= t < self.vocab_size for t in ids):
-            raise ValueError(
-                f"tokens must be at least one token id in [0, {self.vocab_size}), got {tokens!r}"
-            )
-        return ids
 
     def _find_eos(self) -> frozenset[int]:
         found: set[int] = set()

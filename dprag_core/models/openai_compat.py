@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core.models.base import StopRule, stop_width
-from dprag_core.models.codec import TokenizerCodec
+from dprag_core.models.codec import TokenizerCodec, check_token_ids
 from dprag_core.models.endpoint import Completion, CompletionsEndpoint, EndpointError, Server
 from dprag_core.validation import positive_int
 
@@ -115,12 +115,7 @@ class OpenAICompatSession:
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append the same ``tokens`` to every row (sent with the next request)."""
-        ids = [int(t) for t in tokens]
-        if not ids or not all(0 <= t < self._owner.vocab_size for t in ids):
-            raise ValueError(
-                f"tokens must be at least one token id in [0, {self._owner.vocab_size}), "
-                f"got {tokens!r}"
-            )
+        ids = check_token_ids(tokens, self._owner.vocab_size)
         for row in self._rows:
             row.extend(ids)
         self._greedy = None
