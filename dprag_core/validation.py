@@ -12,10 +12,17 @@ message that names the parameter and its allowed range, e.g.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
+from collections.abc import Callable, Iterable
 from numbers import Integral, Real
+from typing import Any, TypeVar
 
 __all__ = [
+    "StrictKeywords",
+    "check_keywords",
     "finite",
     "in_closed_interval",
     "nonnegative_finite",
@@ -23,7 +30,10 @@ __all__ = [
     "positive_int",
     "probability",
     "strict_bool",
+    "strict_init",
 ]
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
 
 
 def _real(name: str, value: object) -> float:
@@ -93,3 +103,82 @@ def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def check_keywords(owner: str, given: Iterable[str], allowed: Iterable[str]) -> None:
+    """Refuse a keyword ``owner`` does not take, naming the nearest valid one.
+
+    A misspelt keyword must never be swallowed: ``unit_kye="patient"`` silently
+    read as "no unit key" would make each chunk its own privacy unit, a weaker
+    guarantee than the one configured.
+
+    >>> check_keywords("DPRetriever", ["k"], ["k", "unit_key"])
+    >>> check_keywords("DPRetriever", ["unit_kye"], ["k", "unit_key"])
+    Traceback (most recent call last):
+    TypeError: DPRetriever got an unknown keyword argument 'unit_kye'; did you mean 'unit_key'?
+    >>> check_keywords("Budget", ["total"], ["epsilon", "delta"])
+    Traceback (most recent call last):
+    TypeError: Budget got an unknown keyword argument 'total'; valid keywords: delta, epsilon
+    """
+    valid = sorted(set(allowed))
+    unknown = [name for name in given if name not in valid]
+    if not unknown:
+        return
+    name = unknown[0]
+    near = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]!r}?" if near else f"valid keywords: {', '.join(valid)}"
+    raise TypeError(f"{owner} got an unknown keyword argument {name!r}; {hint}")
+
+
+def strict_init(init: _Init) -> _Init:
+    """Wrap an ``__init__`` so that an unknown keyword names the nearest valid one.
+
+    Python's own error ("got an unexpected keyword argument") names no
+    alternative; this one does (:func:`check_keywords`). An ``__init__`` that
+    takes ``**kwargs`` is returned unchanged (it decides what it accepts).
+
+    >>> class Box:
+    ...     @strict_init
+    ...     def __init__(self, *, width: int = 1) -> None:
+    ...         self.width = width
+    >>> Box(widht=2)
+    Traceback (most recent call last):
+    TypeError: Box got an unknown keyword argument 'widht'; did you mean 'width'?
+    """
+    parameters = inspect.signature(init).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return init
+    named = [
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and p.name != "self"
+    ]
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs:
+            check_keywords(type(self).__name__, kwargs, named)
+        init(self, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+class StrictKeywords:
+    """Mixin: every subclass's own ``__init__`` refuses unknown keywords (:func:`strict_init`).
+
+    >>> class Mechanism(StrictKeywords):
+    ...     pass
+    >>> class Vote(Mechanism):
+    ...     def __init__(self, *, epsilon: float) -> None:
+    ...         self.epsilon = epsilon
+    >>> Vote(epsilom=1.0)
+    Traceback (most recent call last):
+    TypeError: Vote got an unknown keyword argument 'epsilom'; did you mean 'epsilon'?
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__init__")
+        if own is not None and not getattr(own, "__wrapped__", None):
+            cls.__init__ = strict_init(own)  # type: ignore[method-assign]
