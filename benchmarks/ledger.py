@@ -54,20 +54,22 @@ POOL = 20_000  # units to draw from: queries overlap, as real questions do
 COST = Budget(0.01, 1e-9)
 
 
-def open_ledger(kind: str, target: str) -> Ledger:
+def open_ledger(kind: str, target: str, *, create: bool = False) -> Ledger:
     if kind == "postgres":
         dsn, table = target.rsplit("|", 1)
-        return PostgresLedger(dsn, budget_per_unit=1e5, table=table)
+        return PostgresLedger(dsn, budget_per_unit=1e5, table=table, create=create)
     if kind == "sqlite-busy-handler":
         sqlite_store.fcntl = None  # type: ignore[assignment]  # SQLite's busy handler alone
-    return SQLiteLedger(target, budget_per_unit=1e5)
+    return SQLiteLedger(target, budget_per_unit=1e5, create=create)
 
 
-def open_corpus(kind: str, target: str, total: Budget) -> DurableCorpusAccountant:
+def open_corpus(
+    kind: str, target: str, total: Budget, *, create: bool = False
+) -> DurableCorpusAccountant:
     if kind == "postgres":
         dsn, table = target.rsplit("|", 1)
-        return PostgresCorpusAccountant(dsn, total=total, table=table)
-    return SQLiteCorpusAccountant(target, total=total)
+        return PostgresCorpusAccountant(dsn, total=total, table=table, create=create)
+    return SQLiteCorpusAccountant(target, total=total, create=create)
 
 
 def latency_worker(
@@ -97,7 +99,7 @@ def in_processes(procs: int, target: Any, args: list[tuple[Any, ...]]) -> list[A
 
 
 def latency(kind: str, target: str, procs: int, charges: int, units: int) -> dict[str, float]:
-    open_ledger(kind, target).close()  # schema
+    open_ledger(kind, target, create=True).close()  # schema
     t0 = time.perf_counter()
     barrier = mp.get_context("fork").Manager().Barrier(procs)  # workers are always children:
     args = [(kind, target, s, charges, units, barrier) for s in range(1, procs + 1)]
@@ -130,7 +132,7 @@ def corpus_race(kind: str, target: str, procs: int, charges: int) -> tuple[int, 
     """(charges that fit, charges granted, epsilon overspend) for a racing corpus budget."""
     fit = procs * charges // 4
     total = Budget(COST.epsilon * fit, COST.delta * fit)
-    open_corpus(kind, target, total).close()
+    open_corpus(kind, target, total, create=True).close()
     args = [(kind, target, total, w, charges) for w in range(procs)]
     granted = [q for qs in in_processes(procs, corpus_worker, args) for q in qs]
     with open_corpus(kind, target, total) as acc:
@@ -163,6 +165,10 @@ def kill_nine(kind: str, target: str, what: str, kills: int, tmp: str) -> tuple[
     """(answers released, released without a recorded charge) over ``kills`` kill -9s."""
     markers = Path(tmp) / f"released-{uuid.uuid4().hex}.txt"
     markers.touch()
+    if what == "ledger":
+        open_ledger(kind, target, create=True).close()
+    else:
+        open_corpus(kind, target, Budget(1e5, 0.5), create=True).close()
     rng = np.random.default_rng(0)
     ctx = mp.get_context("fork")
     for k in range(kills):
@@ -192,7 +198,7 @@ def lock_wait(dsn: str, table: str) -> tuple[float, str]:
     """Seconds until a charge behind a row held by an idle transaction gives up (defaults)."""
     import psycopg
 
-    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table)
+    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table, create=True)
     led.charge("first", ["held"], 0.1)
     with psycopg.connect(dsn) as holder:
         holder.execute(f"SELECT 1 FROM {table}_units FOR UPDATE")  # and then idle

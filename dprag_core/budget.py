@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from dprag_core.validation import positive_finite, probability
+from dprag_core.validation import positive_finite, probability, strict_init
 
 __all__ = ["FIT_SLACK", "Budget", "DPAnswer", "PrivacyBudgetExhausted"]
 
@@ -30,10 +30,15 @@ class Budget:
     """An (epsilon, delta) differential-privacy guarantee or allowance.
 
     ``epsilon`` must be finite and > 0; ``delta`` must lie in [0, 1).
-    Addition is basic sequential composition.
+    Addition is basic sequential composition. A misspelt keyword is refused
+    with the nearest valid one.
 
     >>> Budget(2.0, 0.0).epsilon
     2.0
+    >>> Budget(epsilon=1.0, detla=1e-6)
+    Traceback (most recent call last):
+    ...
+    TypeError: Budget got an unknown keyword argument 'detla'; did you mean 'delta'?
     """
 
     epsilon: float
@@ -55,6 +60,9 @@ class Budget:
         return other.epsilon <= self.epsilon * (1 + FIT_SLACK) and other.delta <= self.delta * (
             1 + FIT_SLACK
         )
+
+
+Budget.__init__ = strict_init(Budget.__init__)  # type: ignore[method-assign]
 
 
 class PrivacyBudgetExhausted(RuntimeError):

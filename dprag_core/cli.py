@@ -73,7 +73,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
     # One durable corpus-level budget for the three per-query DP mechanisms: every question,
     # no more (the token-level DPSparseVote is pure: two of them spend delta).
     total = Budget(3 * eps * n_questions, 2 * _DELTA * n_questions)
-    accountant = SQLiteCorpusAccountant(state, total=total)
+    accountant = SQLiteCorpusAccountant(state, total=total, create=True)
 
     def sparse_vote() -> DPSparseVote:
         # The pure-ε variant: at demo budgets LimitedDomain's δ-threshold (non-monotone
@@ -111,7 +111,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
         answer_tokens=_TOKENS,
     )
     # MuRAG: a per-patient ledger (each patient may take part in every question once).
-    ledger = SQLiteLedger(state, budget_per_unit=eps * n_questions)
+    ledger = SQLiteLedger(state, budget_per_unit=eps * n_questions, create=True)
     murag = MuRAG(sparse_vote(), ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
     return [
         _Entry("NonRAG", NonRAG(token_model, max_new_tokens=_TOKENS), None),

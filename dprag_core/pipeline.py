@@ -71,7 +71,8 @@ CORE_SOURCES = (
 )
 
 HOW_TO_SET_A_BUDGET = (
-    'SQLiteCorpusAccountant("budget.db", total=Budget(epsilon, delta)) for a budget that '
+    'SQLiteCorpusAccountant("budget.db", total=Budget(epsilon, delta), create=True) for a '
+    "budget that "
     "survives restarts and is shared by the processes of one host, PostgresCorpusAccountant "
     "for several hosts, or InMemoryCorpusAccountant(Budget(epsilon, delta)) in a notebook "
     "or a test only"

@@ -133,7 +133,7 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any, state: str) 
             selection="exponential",
             max_new_tokens=6,
         )
-        ledger = SQLiteLedger(state, budget_per_unit=20.0)
+        ledger = SQLiteLedger(state, budget_per_unit=20.0, create=True)
         return murag.MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
     raise ValueError(f"mechanism must be dpsparsevote, dpksa or murag, got {name!r}")
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
         mechanism=mechanism,
         unit_key="patient",
         # the corpus budget, charged before each query (required): durable and shared
-        accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3)),
+        accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
     )
     app = dp_rag.pick("answer") | StrOutputParser()  # streams the released tokens
 

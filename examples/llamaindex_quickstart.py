@@ -153,7 +153,9 @@ def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechani
             token_model, m=3, k=2, epsilon=2.0, delta=0.0, epsilon_token=1.0,
             selection="exponential", max_new_tokens=6,
         )  # fmt: skip
-        ledger = SQLiteLedger(state, budget_per_unit=20.0)  # every patient's own budget
+        ledger = SQLiteLedger(
+            state, budget_per_unit=20.0, create=True
+        )  # every patient's own budget
         return MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
     raise ValueError(f"mechanism must be dpsparsevote, dpksa, dpicl or murag, got {name!r}")
 
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         index,
         mechanism=build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), args.state),
         # the corpus budget, charged before each query (required): durable and shared
-        budget=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3)),
+        budget=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
         score_range=COSINE_RANGE,  # public range of the cosine scores
         unit_key="patient",  # one patient = one privacy unit
     )

@@ -32,7 +32,8 @@ in traces.
 >>> from langchain_core.vectorstores import InMemoryVectorStore
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
->>> budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))  # doctest: +SKIP
+>>> budget = SQLiteCorpusAccountant(
+...     "budget.db", total=Budget(10.0, 1e-5), create=True)  # doctest: +SKIP
 >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget)  # doctest: +SKIP
 >>> chain.invoke("Which drug treats migraine?").answer  # doctest: +SKIP
 """
@@ -229,7 +230,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     token-level mechanisms, a :class:`~langchain_dprag.models.LangChainTextModel`
     for text-level ones); ``accountant`` (the corpus budget each query's fixed
     cost is charged to, e.g. ``SQLiteCorpusAccountant("budget.db",
-    total=Budget(10, 1e-5))``: required for DP mechanisms; MuRAG carries its
+    total=Budget(10, 1e-5), create=True)``: required for DP mechanisms; MuRAG carries its
     own ledger); ``max_question_tokens`` (longest question accepted, in tokens
     of the mechanism's model); ``unit_key`` (metadata key
     naming the privacy unit; default: one document = one unit); ``rng`` (a seed,

@@ -3,7 +3,7 @@
 These compose with a user's own retriever and synthesizer::
 
     retriever = index.as_retriever(similarity_top_k=50)
-    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))
+    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5), create=True)
     nodes = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), k=5,
                                      budget=budget).postprocess_nodes(retriever.retrieve(q))
 
@@ -79,7 +79,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     negates distances first) and the nodes scoring above τ are returned, best
     first. Its cost (``epsilon``) is charged to ``budget`` (a
     :class:`CorpusAccountant`, required: e.g. ``SQLiteCorpusAccountant("budget.db",
-    total=Budget(10, 1e-5))``) *before* anything is computed; an exhausted
+    total=Budget(10, 1e-5), create=True)``) *before* anything is computed; an exhausted
     budget raises :class:`PrivacyBudgetExhausted`. τ is a point of a public grid
     (:mod:`dprag_core.mechanisms.threshold`).
 

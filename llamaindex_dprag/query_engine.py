@@ -2,7 +2,7 @@
 
 One line turns an index into a DP query engine::
 
-    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5))
+    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5), create=True)
     engine = DPQueryEngine.from_index(index, mechanism=DPSparseVote(model, ...),
                                       budget=budget)
     response = engine.query("Which treatment did Alice receive?")
@@ -156,7 +156,7 @@ class DPQueryEngine(CustomQueryEngine):
 
     Build it with :meth:`from_index` or :meth:`from_retriever` (options:
     :class:`EngineOptions`). ``budget`` (a :class:`CorpusAccountant`, e.g.
-    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5))``) is the
+    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5), create=True)``) is the
     corpus-level allowance each query's fixed cost is charged against; it is
     required for every mechanism with a per-query cost
     (:func:`~dprag_core.pipeline.require_accountant`), while MuRAG-style

@@ -27,6 +27,7 @@ import threading
 from abc import ABC, abstractmethod
 
 from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted
+from dprag_core.validation import StrictKeywords
 
 __all__ = ["CorpusAccountant", "InMemoryCorpusAccountant"]
 
@@ -54,14 +55,15 @@ def exhausted(cost: Budget, left_epsilon: float, left_delta: float) -> PrivacyBu
     )
 
 
-class CorpusAccountant(ABC):
+class CorpusAccountant(StrictKeywords, ABC):
     """A total corpus :class:`Budget` that refuses any charge that would exceed it.
 
     ``charge(cost, query_id=...)`` records ``cost`` atomically or raises
     :class:`PrivacyBudgetExhausted` and records nothing. A ``query_id`` makes
     the charge idempotent where the backend is durable: charging the same id
     again records nothing new (a retry after an unknown outcome). Without one,
-    every call is a new query.
+    every call is a new query. Every backend's constructor refuses an unknown
+    keyword, naming the nearest valid one.
 
     >>> acc = InMemoryCorpusAccountant(Budget(1.0))
     >>> acc.charge(Budget(0.6)); acc.can_afford(Budget(0.6)), acc.queries

@@ -12,7 +12,8 @@ mid-charge raises :class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`.
 As for :class:`~dprag_core.accounting.ledger.PostgresLedger`, the owner
 creates the schema once (:meth:`PostgresCorpusAccountant.create_schema` or
 ``dprag ledger init --corpus-epsilon ...``) and serving roles open it with
-``create=False`` holding only ``SELECT`` and ``EXECUTE`` rights.
+holding only ``SELECT`` and ``EXECUTE`` rights (without ``create=True``, a
+missing schema is refused).
 
 >>> acc = PostgresCorpusAccountant(
 ...     "postgresql://app@db/app", total=Budget(10.0, 1e-6))  # doctest: +SKIP
@@ -33,6 +34,7 @@ from dprag_core.accounting.ledger.postgres_store import (
     PostgresTimeouts,
 )
 from dprag_core.budget import Budget
+from dprag_core.validation import strict_bool
 
 if TYPE_CHECKING:
     import psycopg
@@ -100,7 +102,8 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
     ``total``: the corpus budget; a store created with another total raises
     ``ValueError``. ``table``: table-name prefix (lowercase identifier).
     ``timeouts``: bounds on every wait. ``create``: create or migrate a
-    missing schema (needs the owner's rights); serving roles pass ``False``.
+    missing schema (needs the owner's rights); without it (serving roles) a
+    missing schema is refused.
 
     >>> PostgresCorpusAccountant("host=127.0.0.1 port=1", total=Budget(1.0),
     ...                          timeouts=PostgresTimeouts(connect=1))  # doctest: +ELLIPSIS
@@ -116,13 +119,14 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
         total: Budget,
         table: str = "dprag_corpus",
         timeouts: PostgresTimeouts | None = None,
-        create: bool = True,
+        create: bool = False,
     ) -> None:
         super().__init__(total)
         self._t = check_table(table)
+        create = strict_bool("create", create)
         self._schema = corpus_schema(table)
         self._store = PostgresStore(dsn, timeouts if timeouts is not None else PostgresTimeouts())
-        self.check_total(self._store.run(lambda conn: self._open(conn, create=bool(create))))
+        self.check_total(self._store.run(lambda conn: self._open(conn, create=create)))
 
     @classmethod
     def create_schema(

@@ -11,7 +11,7 @@ and the release loses budget, never privacy).
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "budget.db")
->>> acc = SQLiteCorpusAccountant(path, total=Budget(1.0, 1e-6))
+>>> acc = SQLiteCorpusAccountant(path, total=Budget(1.0, 1e-6), create=True)
 >>> acc.charge(Budget(0.4, 1e-7), query_id="q1")
 >>> acc.charge(Budget(0.4, 1e-7), query_id="q1")  # a retry: recorded once
 >>> again = SQLiteCorpusAccountant(path, total=Budget(1.0, 1e-6))
@@ -34,6 +34,7 @@ from dprag_core.accounting.ledger.base import (
 )
 from dprag_core.accounting.ledger.sqlite_store import SQLiteStore
 from dprag_core.budget import Budget
+from dprag_core.validation import strict_bool
 
 __all__ = ["SQLiteCorpusAccountant"]
 
@@ -41,16 +42,20 @@ __all__ = ["SQLiteCorpusAccountant"]
 class SQLiteCorpusAccountant(DurableCorpusAccountant):
     """A total corpus :class:`~dprag_core.budget.Budget` in a SQLite file.
 
-    ``path``: the database file (created with mode 0600 if missing; it may be
-    a :class:`~dprag_core.accounting.ledger.SQLiteLedger`'s file). ``total``:
+    ``path``: the database file (it may be a
+    :class:`~dprag_core.accounting.ledger.SQLiteLedger`'s file). ``total``:
     the corpus budget; opening a file whose recorded total differs raises
-    ``ValueError``. ``table``: table-name prefix, to keep several budgets in
+    ``ValueError``. ``create``: create the budget (and the file, mode 0600) if
+    it does not exist; without it a missing file or budget is refused, so a
+    typo or a relative path opened from another directory never starts a
+    fresh budget. ``table``: table-name prefix, to keep several budgets in
     one file. ``busy_timeout``: seconds a charge waits for the write lock
     before ``LedgerUnavailable``. A file this process cannot write opens
     read-only (reads work, charges raise ``LedgerUnavailable``).
 
     >>> import os, tempfile
-    >>> acc = SQLiteCorpusAccountant(os.path.join(tempfile.mkdtemp(), "b.db"), total=Budget(2.0))
+    >>> path = os.path.join(tempfile.mkdtemp(), "b.db")
+    >>> acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True)
     >>> acc.can_afford(Budget(2.0)), acc.remaining
     (True, Budget(epsilon=2.0, delta=0.0))
     """
@@ -62,23 +67,30 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
         total: Budget,
         table: str = "corpus",
         busy_timeout: float = 60.0,
+        create: bool = False,
     ) -> None:
         super().__init__(total)
         self._t = check_table(table)
-        self._store = SQLiteStore(path, busy_timeout=busy_timeout)
+        create = strict_bool("create", create)
+        self._store = SQLiteStore(path, busy_timeout=busy_timeout, create=create)
         self._budget_t, self._charges_t = f"{table}_budget", f"{table}_charges"
-        self._init_schema()
+        self._init_schema(create)
 
     @property
     def path(self) -> Path:
         """The database file."""
         return self._store.path
 
-    def _init_schema(self) -> None:
+    def _init_schema(self, create: bool) -> None:
         names = [self._budget_t, self._charges_t]
         absent = self._store.missing(names)
         if absent and len(absent) < len(names):
             raise LedgerUnavailable(incomplete(absent))
+        if absent and not create:
+            raise LedgerUnavailable(
+                f"no corpus budget {self._t!r} in {str(self.path.absolute())!r}: pass "
+                "create=True to create it"
+            )
         if absent:
             if self._store.read_only:
                 raise LedgerUnavailable("the read-only SQLite file holds no corpus budget")

@@ -78,12 +78,17 @@ def ledger_for(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[
         if request.param == "memory":
             led = InMemoryLedger(budget_per_unit=budget)
         elif request.param == "sqlite":
-            led = SQLiteLedger(tmp_path / f"{uuid.uuid4().hex}.db", budget_per_unit=budget)
+            led = SQLiteLedger(
+                tmp_path / f"{uuid.uuid4().hex}.db", budget_per_unit=budget, create=True
+            )
         else:
             if not POSTGRES_DSN:
                 pytest.skip("DPRAG_TEST_POSTGRES_DSN is unset: run scripts/postgres_for_tests.sh")
             led = PostgresLedger(
-                POSTGRES_DSN, budget_per_unit=budget, table=f"t_{uuid.uuid4().hex[:16]}"
+                POSTGRES_DSN,
+                budget_per_unit=budget,
+                table=f"t_{uuid.uuid4().hex[:16]}",
+                create=True,
             )
         made.append(led)
         return led
@@ -175,7 +180,7 @@ def test_100_queries_under_total_epsilon_10_verified_from_the_audit_log(tmp_path
     corpus = FaissCorpus(dim=dim)
     corpus.add([f"r{i}" for i in range(n_docs)], [f"record {i}" for i in range(n_docs)], emb)
     questions = {f"question {t}": topics[t % n_topics] for t in range(100)}  # shared topics
-    ledger = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=10.0)  # M=5, eps_q=2
+    ledger = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=10.0, create=True)  # M=5, eps_q=2
     inner = EchoInner(epsilon=2.0, k=8)
     murag = MuRAG(inner, ledger=ledger, tau=0.6, epsilon_query=2.0, score_bounds=(-1.0, 1.0))
     rag = PrivateRAG(murag, corpus.as_retriever(lambda q: questions[q]))
@@ -411,7 +416,9 @@ def test_unavailable_ledger_means_no_answer() -> None:
 def test_postgres_lost_mid_query_means_no_answer() -> None:
     import psycopg
 
-    ledger = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=f"t_{uuid.uuid4().hex[:16]}")
+    ledger = PostgresLedger(
+        POSTGRES_DSN, budget_per_unit=1.0, table=f"t_{uuid.uuid4().hex[:16]}", create=True
+    )
     try:
         inner = EchoInner(epsilon=1.0, k=1)
         murag = MuRAG(inner, ledger=ledger, tau=0.0, epsilon_query=1.0)

@@ -382,9 +382,9 @@ def test_the_table_is_large_enough() -> None:
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Ctx:
-    acc = SQLiteCorpusAccountant(tmp_path / "budget.db", total=Budget(5.0, 1e-5))
+    acc = SQLiteCorpusAccountant(tmp_path / "budget.db", total=Budget(5.0, 1e-5), create=True)
     acc.charge(Budget(0.1), query_id="setup-q")  # so that a reused id has something to hit
-    ledger = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=2.0)
+    ledger = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=2.0, create=True)
     ledger.charge("setup-q", ["a"], 0.5)
     (tmp_path / "junk.npz").write_bytes(SECRET.encode() * 10)
     return Ctx(tmp_path, acc, ledger)

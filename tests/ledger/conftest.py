@@ -40,9 +40,11 @@ def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledg
         if kind == "memory":
             led = InMemoryLedger(budget_per_unit=budget_per_unit)
         elif kind == "sqlite":
-            led = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=budget_per_unit)
+            led = SQLiteLedger(tmp_path / "ledger.db", budget_per_unit=budget_per_unit, create=True)
         else:
-            led = PostgresLedger(POSTGRES_DSN, budget_per_unit=budget_per_unit, table=table)
+            led = PostgresLedger(
+                POSTGRES_DSN, budget_per_unit=budget_per_unit, table=table, create=True
+            )
         opened.append(led)
         return led
 

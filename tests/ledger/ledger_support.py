@@ -36,12 +36,12 @@ def drop_postgres_tables(table: str) -> None:
             conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")
 
 
-def open_ledger(kind: str, target: str, budget: float) -> Ledger:
+def open_ledger(kind: str, target: str, budget: float, *, create: bool = False) -> Ledger:
     """Open the shared ledger: ``target`` is a file path (sqlite) or 'dsn|table' (postgres)."""
     if kind == "sqlite":
-        return SQLiteLedger(target, budget_per_unit=budget)
+        return SQLiteLedger(target, budget_per_unit=budget, create=create)
     dsn, table = target.rsplit("|", 1)
-    return PostgresLedger(dsn, budget_per_unit=budget, table=table)
+    return PostgresLedger(dsn, budget_per_unit=budget, table=table, create=create)
 
 
 def charge_many(
@@ -87,12 +87,14 @@ def replay(entries: list[AuditEntry]) -> dict[str, int]:
     return spent
 
 
-def open_corpus(kind: str, target: str, total: Budget) -> DurableCorpusAccountant:
+def open_corpus(
+    kind: str, target: str, total: Budget, *, create: bool = False
+) -> DurableCorpusAccountant:
     """Open the shared corpus budget (``target`` as for :func:`open_ledger`)."""
     if kind == "sqlite":
-        return SQLiteCorpusAccountant(target, total=total)
+        return SQLiteCorpusAccountant(target, total=total, create=create)
     dsn, table = target.rsplit("|", 1)
-    return PostgresCorpusAccountant(dsn, total=total, table=table)
+    return PostgresCorpusAccountant(dsn, total=total, table=table, create=create)
 
 
 def corpus_charge_many(

@@ -34,9 +34,9 @@ def make_corpus(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fact
     def factory(*, total: Budget) -> DurableCorpusAccountant:
         acc: DurableCorpusAccountant
         if request.param == "sqlite":
-            acc = SQLiteCorpusAccountant(tmp_path / "budget.db", total=total)
+            acc = SQLiteCorpusAccountant(tmp_path / "budget.db", total=total, create=True)
         else:
-            acc = PostgresCorpusAccountant(POSTGRES_DSN, total=total, table=table)
+            acc = PostgresCorpusAccountant(POSTGRES_DSN, total=total, table=table, create=True)
         opened.append(acc)
         return acc
 
@@ -135,8 +135,8 @@ def test_bad_costs_spend_nothing(make_corpus: Factory, cost: object) -> None:
 
 def test_sqlite_shares_a_file_with_the_ledger_and_is_private(tmp_path: Path) -> None:
     path = tmp_path / "dprag.db"
-    ledger = SQLiteLedger(path, budget_per_unit=1.0)
-    acc = SQLiteCorpusAccountant(path, total=Budget(2.0))
+    ledger = SQLiteLedger(path, budget_per_unit=1.0, create=True)
+    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True)
     ledger.charge("q1", ["a"], 0.5)
     acc.charge(Budget(0.5), query_id="q1")
     assert ledger.total_spent() == 0.5 and acc.spent_epsilon == 0.5
@@ -156,9 +156,9 @@ def test_sqlite_read_only_files_open_for_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "b.db"
-    with SQLiteCorpusAccountant(path, total=Budget(2.0)) as acc:
+    with SQLiteCorpusAccountant(path, total=Budget(2.0), create=True) as acc:
         acc.charge(Budget(0.5), query_id="q1")
-    with SQLiteLedger(path, budget_per_unit=1.0) as led:
+    with SQLiteLedger(path, budget_per_unit=1.0, create=True) as led:
         led.charge("q1", ["a"], 0.25)
     _read_only(path, monkeypatch)
     ro = SQLiteCorpusAccountant(path, total=Budget(2.0))
@@ -176,11 +176,11 @@ def test_partly_missing_sqlite_schema_is_a_clear_error(tmp_path: Path) -> None:
     import sqlite3
 
     path = tmp_path / "b.db"
-    SQLiteCorpusAccountant(path, total=Budget(2.0)).close()
+    SQLiteCorpusAccountant(path, total=Budget(2.0), create=True).close()
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TABLE corpus_budget")
     with pytest.raises(LedgerUnavailable, match=r"incomplete.*corpus_budget"):
-        SQLiteCorpusAccountant(path, total=Budget(2.0))
+        SQLiteCorpusAccountant(path, total=Budget(2.0), create=True)
 
 
 def test_in_memory_backend_is_the_named_exception() -> None:
@@ -191,7 +191,7 @@ def test_in_memory_backend_is_the_named_exception() -> None:
 
 
 def test_reprs_hold_no_dsn(tmp_path: Path) -> None:
-    acc = SQLiteCorpusAccountant(tmp_path / "b.db", total=Budget(1.0))
+    acc = SQLiteCorpusAccountant(tmp_path / "b.db", total=Budget(1.0), create=True)
     assert repr(acc).startswith("SQLiteCorpusAccountant(path=")
 
 
@@ -199,7 +199,7 @@ def test_a_writer_queue_held_too_long_is_a_bounded_refusal(tmp_path: Path) -> No
     import fcntl
 
     path = tmp_path / "b.db"
-    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), busy_timeout=0.3)
+    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), busy_timeout=0.3, create=True)
     with open(f"{path}-lock", "w") as holder:  # another writer holds the queue
         fcntl.flock(holder, fcntl.LOCK_EX)
         with pytest.raises(LedgerUnavailable, match="busy_timeout"):
@@ -236,6 +236,7 @@ def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path)
 
     path = tmp_path / "budget.db"
     total = Budget(3.0, 1e-6)
+    SQLiteCorpusAccountant(path, total=total, create=True).close()  # the operator's step
     worker_a = PrivateRAG(Fixed(), retriever, accountant=SQLiteCorpusAccountant(path, total=total))
     worker_b = PrivateRAG(Fixed(), retriever, accountant=SQLiteCorpusAccountant(path, total=total))
     worker_a.answer("q1")

@@ -63,7 +63,7 @@ def _check_consistent(kind: str, target: str) -> dict[str, int]:
 @pytest.mark.parametrize("shared_target", BACKEND_PARAMS, indirect=True)
 def test_eight_processes_never_overspend(shared_target: tuple[str, str]) -> None:
     kind, target = shared_target
-    open_ledger(kind, target, BUDGET).close()  # create the schema once
+    open_ledger(kind, target, BUDGET, create=True).close()  # create the schema once
     ctx = _context()
     args = [(kind, target, BUDGET, COST, w, QUERIES, POOL) for w in range(WORKERS)]
     with ctx.Pool(WORKERS) as pool:
@@ -85,7 +85,7 @@ def test_kill_9_mid_query_never_releases_uncharged(
     shared_target: tuple[str, str], tmp_path: Path
 ) -> None:
     kind, target = shared_target
-    open_ledger(kind, target, BUDGET).close()
+    open_ledger(kind, target, BUDGET, create=True).close()
     markers = tmp_path / "released.txt"
     markers.touch()
     ctx = _context()
@@ -130,7 +130,7 @@ def test_eight_processes_never_overspend_the_corpus_budget(
     shared_target: tuple[str, str],
 ) -> None:
     kind, target = shared_target
-    open_corpus(kind, target, CORPUS_TOTAL).close()
+    open_corpus(kind, target, CORPUS_TOTAL, create=True).close()
     args = [(kind, target, CORPUS_TOTAL, COST_Q, w, CORPUS_QUERIES) for w in range(WORKERS)]
     with _context().Pool(WORKERS) as pool:
         granted = [q for qs in pool.starmap(corpus_charge_many, args) for q in qs]
@@ -147,7 +147,7 @@ def test_kill_9_mid_query_never_releases_without_a_corpus_charge(
 ) -> None:
     kind, target = shared_target
     total = Budget(1e5, 0.5)
-    open_corpus(kind, target, total).close()
+    open_corpus(kind, target, total, create=True).close()
     markers = tmp_path / "released.txt"
     markers.touch()
     rng = np.random.default_rng(1)

@@ -157,7 +157,7 @@ def test_persistent_backends_survive_reopening(make_ledger: LedgerFactory) -> No
 def test_sqlite_audit_log_is_append_only(tmp_path: Path) -> None:
     import sqlite3
 
-    SQLiteLedger(tmp_path / "l.db", budget_per_unit=1.0).charge("q", ["a"], 0.5)
+    SQLiteLedger(tmp_path / "l.db", budget_per_unit=1.0, create=True).charge("q", ["a"], 0.5)
     conn = sqlite3.connect(tmp_path / "l.db")
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         conn.execute("UPDATE audit SET cost = 0")
@@ -167,9 +167,9 @@ def test_sqlite_audit_log_is_append_only(tmp_path: Path) -> None:
 
 def test_sqlite_refuses_memory_and_unopenable_paths(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="path"):
-        SQLiteLedger(":memory:", budget_per_unit=1.0)
+        SQLiteLedger(":memory:", budget_per_unit=1.0, create=True)
     with pytest.raises(LedgerUnavailable) as info:
-        SQLiteLedger(tmp_path / "missing-dir" / "l.db", budget_per_unit=1.0)
+        SQLiteLedger(tmp_path / "missing-dir" / "l.db", budget_per_unit=1.0, create=True)
     assert "missing-dir" not in str(info.value)
 
 
@@ -186,7 +186,7 @@ def test_unreachable_postgres_is_a_clear_error_without_secrets() -> None:
 def test_postgres_server_lost_mid_session_is_unavailable() -> None:
     import psycopg
 
-    led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table="t_lost_session")
+    led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table="t_lost_session", create=True)
     try:
         pid = led._store.conn().info.backend_pid
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
@@ -252,8 +252,8 @@ def test_a_partly_missing_sqlite_ledger_is_not_recreated(tmp_path: Path) -> None
     import sqlite3
 
     path = tmp_path / "l.db"
-    SQLiteLedger(path, budget_per_unit=1.0).charge("q1", ["a"], 1.0)
+    SQLiteLedger(path, budget_per_unit=1.0, create=True).charge("q1", ["a"], 1.0)
     with sqlite3.connect(path) as conn:
         conn.execute("DROP TABLE units")  # recreating it would give "a" a full budget again
     with pytest.raises(LedgerUnavailable, match="incomplete"):
-        SQLiteLedger(path, budget_per_unit=1.0)
+        SQLiteLedger(path, budget_per_unit=1.0, create=True)

@@ -79,7 +79,11 @@ def _within(seconds: float, call: Callable[[], object]) -> BaseException | None:
 
 def test_a_paused_server_gives_an_unknown_outcome_not_a_hang(proxy: Proxy, table: str) -> None:
     led = PostgresLedger(
-        _dsn(host="127.0.0.1", port=proxy.port), budget_per_unit=1.0, table=table, timeouts=FAST
+        _dsn(host="127.0.0.1", port=proxy.port),
+        budget_per_unit=1.0,
+        table=table,
+        timeouts=FAST,
+        create=True,
     )
 
     def connected_then_paused() -> None:
@@ -100,10 +104,14 @@ def test_a_reply_lost_after_the_commit_is_unknown_and_the_retry_is_idempotent(
 ) -> None:
     via_proxy = _dsn(host="127.0.0.1", port=proxy.port)
     if kind == "ledger":
-        led = PostgresLedger(via_proxy, budget_per_unit=1.0, table=table, timeouts=FAST)
+        led = PostgresLedger(
+            via_proxy, budget_per_unit=1.0, table=table, timeouts=FAST, create=True
+        )
         charge: Callable[[], object] = lambda: led.charge("q1", ["a", "b"], 0.5)  # noqa: E731
     else:
-        acc = PostgresCorpusAccountant(via_proxy, total=Budget(1.0), table=table, timeouts=FAST)
+        acc = PostgresCorpusAccountant(
+            via_proxy, total=Budget(1.0), table=table, timeouts=FAST, create=True
+        )
         charge = lambda: acc.charge(Budget(0.5), query_id="q1")  # noqa: E731
     proxy.mode = "cut"
     with pytest.raises(LedgerOutcomeUnknown, match="unknown") as info:
@@ -126,14 +134,18 @@ def test_a_row_held_by_an_idle_transaction_times_out(table: str, kind: str) -> N
     import psycopg
 
     if kind == "ledger":
-        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, timeouts=FAST)
+        led = PostgresLedger(
+            POSTGRES_DSN, budget_per_unit=1.0, table=table, timeouts=FAST, create=True
+        )
         led.charge("q0", ["a"], 0.1)
         hold, charge = (
             f"SELECT 1 FROM {table}_units FOR UPDATE",
             lambda: led.charge("q1", ["a"], 0.1),
         )
     else:
-        acc = PostgresCorpusAccountant(POSTGRES_DSN, total=Budget(1.0), table=table, timeouts=FAST)
+        acc = PostgresCorpusAccountant(
+            POSTGRES_DSN, total=Budget(1.0), table=table, timeouts=FAST, create=True
+        )
         hold, charge = (
             f"SELECT 1 FROM {table}_budget FOR UPDATE",
             lambda: acc.charge(Budget(0.1), query_id="q1"),
@@ -152,7 +164,7 @@ def test_a_missing_or_partial_schema_is_a_clear_error(table: str) -> None:
 
     with pytest.raises(LedgerUnavailable, match=r"absent.*dprag ledger init"):
         PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=False)
-    PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table).close()
+    PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True).close()
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {table}_units")
     for create in (True, False):
@@ -201,8 +213,8 @@ def test_a_runtime_role_charges_and_reads_but_cannot_rewrite_history(
         acc = PostgresCorpusAccountant(as_app, total=Budget(2.0), table=corpus, create=False)
         acc.charge(Budget(0.5), query_id="q1")
         assert acc.queries == 1
-        # the default create=True needs no owner rights on a complete schema
-        PostgresLedger(as_app, budget_per_unit=1.0, table=table).close()
+        # create=True needs no owner rights on a complete schema
+        PostgresLedger(as_app, budget_per_unit=1.0, table=table, create=True).close()
         with psycopg.connect(as_app, autocommit=True) as conn:
             for attack in (
                 f"DELETE FROM {table}_audit",
@@ -258,7 +270,7 @@ def _killed_while_blocked(table: str, *, check_client: bool) -> int:
 
 
 def test_a_killed_clients_blocked_charge_does_not_commit_later(table: str) -> None:
-    led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table)
+    led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
     led.charge("q0", ["held"], 0.1)
     assert _killed_while_blocked(table, check_client=True) == 0
     # the positive control: without the client check the dead client's charge commits
@@ -267,7 +279,7 @@ def test_a_killed_clients_blocked_charge_does_not_commit_later(table: str) -> No
 
 def test_the_dsns_own_options_are_kept(table: str) -> None:
     dsn = _dsn(options="-c application_name=dprag_serving")
-    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table, timeouts=FAST)
+    led = PostgresLedger(dsn, budget_per_unit=1.0, table=table, timeouts=FAST, create=True)
     conn = led._store.conn()
     assert conn.execute("SHOW application_name").fetchone() == ("dprag_serving",)
     assert conn.execute("SHOW lock_timeout").fetchone() == ("500ms",)

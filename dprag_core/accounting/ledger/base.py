@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dprag_core.validation import nonnegative_finite, positive_finite
+from dprag_core.validation import StrictKeywords, nonnegative_finite, positive_finite
 
 __all__ = [
     "MAX_EPSILON",
@@ -235,14 +235,15 @@ def incomplete(absent: list[str]) -> str:
     )
 
 
-class Ledger(ABC):
+class Ledger(StrictKeywords, ABC):
     """Per-unit privacy budgets with atomic all-or-nothing charges and an audit log.
 
     Backends: :class:`~dprag_core.accounting.ledger.InMemoryLedger`,
     :class:`~dprag_core.accounting.ledger.SQLiteLedger` (default; one file, safe
     across processes) and :class:`~dprag_core.accounting.ledger.PostgresLedger`
     (several processes or hosts). Subclasses implement the ``_``-prefixed methods
-    on integer units; validation lives here.
+    on integer units; validation lives here. Every backend's constructor
+    refuses an unknown keyword, naming the nearest valid one.
 
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> InMemoryLedger(budget_per_unit=2.0).active(["x"], 1.5)
@@ -301,7 +302,7 @@ class Ledger(ABC):
         """Corpus-level total: the sum of every granted debit over all units."""
         return from_units(self._total_spent())
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release connections held by this process (the data stays)."""
 
     def __enter__(self) -> Ledger:

@@ -19,7 +19,7 @@ and the release loses budget, never privacy. Every wait is bounded
 ``{table}_meta``, the append-only triggers and the ``SECURITY DEFINER``
 charge function) is created or migrated by its owner, once:
 :meth:`PostgresLedger.create_schema` or ``dprag ledger init``. Serving
-processes open it with ``create=False`` as a role that holds only ``SELECT``
+processes open it (without ``create``) as a role that holds only ``SELECT``
 on the tables and ``EXECUTE`` on the charge function (``grant_to``): it can
 charge and read, and cannot rewrite budgets or history. A missing or partly
 missing schema raises :class:`LedgerUnavailable` naming the missing objects.
@@ -48,6 +48,7 @@ from dprag_core.accounting.ledger.postgres_store import (
     PostgresTimeouts,
     psycopg_module,
 )
+from dprag_core.validation import strict_bool
 
 if TYPE_CHECKING:
     import psycopg
@@ -268,7 +269,10 @@ class PostgresSchema:
         if absent or outdated:
             if not create:
                 state = "absent" if absent else "outdated"
-                raise LedgerUnavailable(f"the PostgreSQL ledger schema is {state}: {INIT_HINT}")
+                raise LedgerUnavailable(
+                    f"the PostgreSQL schema {self.table!r} is {state}: {INIT_HINT}, or pass "
+                    "create=True as its owner"
+                )
             self.create(conn)
 
 
@@ -306,9 +310,9 @@ class PostgresLedger(Ledger):
     in one database. ``timeouts``: bounds on every wait
     (:class:`~dprag_core.accounting.ledger.postgres_store.PostgresTimeouts`);
     ``connect_timeout`` overrides its ``connect``. ``create``: create or
-    migrate a missing schema (needs the owner's rights); serving roles pass
-    ``False``. Re-opening with a different ``budget_per_unit`` raises
-    ``ValueError``.
+    migrate a missing schema (needs the owner's rights); without it (serving
+    roles) a missing schema is refused. Re-opening with a different
+    ``budget_per_unit`` raises ``ValueError``.
 
     >>> PostgresLedger("host=127.0.0.1 port=1", budget_per_unit=1.0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -324,16 +328,17 @@ class PostgresLedger(Ledger):
         table: str = "dprag_ledger",
         connect_timeout: float | None = None,
         timeouts: PostgresTimeouts | None = None,
-        create: bool = True,
+        create: bool = False,
     ) -> None:
         super().__init__(budget_per_unit=budget_per_unit)
+        create = strict_bool("create", create)
         self._schema = ledger_schema(table)
         timeouts = timeouts if timeouts is not None else PostgresTimeouts()
         if connect_timeout is not None:
             timeouts = PostgresTimeouts(**{**timeouts.__dict__, "connect": connect_timeout})
         self._store = PostgresStore(dsn, timeouts)
         self._t = table
-        stored = self._store.run(lambda conn: self._open(conn, create=bool(create)))
+        stored = self._store.run(lambda conn: self._open(conn, create=create))
         if stored != self._budget:
             raise ValueError(
                 f"budget_per_unit {self.budget_per_unit!r} differs from the "

@@ -16,7 +16,7 @@ already recorded is not charged twice (see :meth:`Ledger.charge`).
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "ledger.db")
->>> with SQLiteLedger(path, budget_per_unit=1.0) as led:
+>>> with SQLiteLedger(path, budget_per_unit=1.0, create=True) as led:
 ...     led.charge("q1", ["a"], 0.25).granted
 True
 >>> SQLiteLedger(path, budget_per_unit=1.0).remaining(["a"])
@@ -39,6 +39,7 @@ from dprag_core.accounting.ledger.base import (
     same_charge,
 )
 from dprag_core.accounting.ledger.sqlite_store import SQLiteStore
+from dprag_core.validation import strict_bool
 
 __all__ = ["SQLiteLedger"]
 
@@ -62,34 +63,47 @@ _NAMES = (*_TABLES, "audit_query", "audit_no_update", "audit_no_delete")
 class SQLiteLedger(Ledger):
     """Per-unit budgets in one SQLite file (WAL, ``BEGIN IMMEDIATE``).
 
-    ``path``: the database file (created with mode 0600 if missing;
-    ``":memory:"`` is refused: use
-    :class:`~dprag_core.accounting.ledger.InMemoryLedger`). Re-opening a file
-    with a different ``budget_per_unit`` raises ``ValueError``. The file may
+    ``path``: the database file (``":memory:"`` is refused: use
+    :class:`~dprag_core.accounting.ledger.InMemoryLedger`). ``create``:
+    create the ledger (and the file, mode 0600) if it does not exist; without
+    it a missing file or ledger is refused. Re-opening a file with a different
+    ``budget_per_unit`` raises ``ValueError``. The file may
     also hold a :class:`~dprag_core.accounting.SQLiteCorpusAccountant`.
 
     >>> import os, tempfile
-    >>> led = SQLiteLedger(os.path.join(tempfile.mkdtemp(), "l.db"), budget_per_unit=2.0)
+    >>> led = SQLiteLedger(os.path.join(tempfile.mkdtemp(), "l.db"), budget_per_unit=2.0,
+    ...                    create=True)
     >>> led.active(["u1"], 2.0)
     ['u1']
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, budget_per_unit: float, busy_timeout: float = 60.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        budget_per_unit: float,
+        busy_timeout: float = 60.0,
+        create: bool = False,
     ) -> None:
         super().__init__(budget_per_unit=budget_per_unit)
-        self._store = SQLiteStore(path, busy_timeout=busy_timeout)
-        self._init_schema()
+        create = strict_bool("create", create)
+        self._store = SQLiteStore(path, busy_timeout=busy_timeout, create=create)
+        self._init_schema(create)
 
     @property
     def path(self) -> Path:
         """The database file."""
         return self._store.path
 
-    def _init_schema(self) -> None:
+    def _init_schema(self, create: bool) -> None:
         absent = self._store.missing(_TABLES)
         if absent and len(absent) < len(_TABLES):
             raise LedgerUnavailable(incomplete(absent))
+        if absent and not create:
+            raise LedgerUnavailable(
+                f"no per-unit ledger in {str(self.path.absolute())!r}: pass create=True to "
+                "create it"
+            )
         if self._store.read_only and absent:
             raise LedgerUnavailable("the read-only SQLite file holds no ledger")
         if not self._store.read_only and self._store.missing(_NAMES):  # new, or an older file

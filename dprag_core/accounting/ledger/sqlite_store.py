@@ -18,7 +18,7 @@ Used by :class:`~dprag_core.accounting.ledger.SQLiteLedger` and
 Each thread (and each process, after a fork) opens its own connection.
 
 >>> import os, tempfile
->>> store = SQLiteStore(os.path.join(tempfile.mkdtemp(), "s.db"), busy_timeout=5.0)
+>>> store = SQLiteStore(os.path.join(tempfile.mkdtemp(), "s.db"), busy_timeout=5.0, create=True)
 >>> with store.write() as conn:
 ...     _ = conn.execute("CREATE TABLE t (x INTEGER)")
 >>> oct(os.stat(store.path).st_mode & 0o777), store.read("SELECT count(*) FROM t")
@@ -114,16 +114,24 @@ class SQLiteStore:
     """A SQLite file opened per thread, read-only when this process cannot write it.
 
     >>> import os, tempfile
-    >>> SQLiteStore(os.path.join(tempfile.mkdtemp(), "x.db"), busy_timeout=1.0).read_only
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.db")
+    >>> SQLiteStore(path, busy_timeout=1.0, create=True).read_only
     False
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout: float, create: bool = False
+    ) -> None:
         self.timeout = positive_finite("busy_timeout", busy_timeout)
         if not isinstance(path, (str, os.PathLike)) or str(path) in ("", ":memory:"):
             raise ValueError("path must be a database file path (use an in-memory class instead)")
         self.path = Path(path)
         if not self.path.exists():
+            if not create:
+                raise LedgerUnavailable(
+                    f"no budget store at {str(self.path.absolute())!r}: pass create=True to "
+                    "create one (a relative path is resolved against the working directory)"
+                )
             _create_private(self.path)
         self.read_only = not os.access(self.path, os.W_OK)
         self._local = threading.local()
@@ -203,7 +211,8 @@ class SQLiteStore:
         """The tables, triggers and indexes in ``names`` that this file lacks.
 
         >>> import os, tempfile
-        >>> SQLiteStore(os.path.join(tempfile.mkdtemp(), "m.db"), busy_timeout=1.0).missing(["t"])
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.db")
+        >>> SQLiteStore(path, busy_timeout=1.0, create=True).missing(["t"])
         ['t']
         """
         have = {row[0] for row in self.read("SELECT name FROM sqlite_master")}
