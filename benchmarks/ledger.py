@@ -45,8 +45,8 @@ from dprag_core.accounting.ledger import (
     PostgresLedger,
     PostgresTimeouts,
     SQLiteLedger,
-    sqlite_store,
 )
+from dprag_core.accounting.stores import sqlite as sqlite_store
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 ROOT = Path(__file__).resolve().parent.parent

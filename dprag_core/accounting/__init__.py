@@ -30,14 +30,18 @@ from dprag_core.accounting.rdp import (
     pure_dp_rdp,
     rdp_to_dp,
 )
+from dprag_core.accounting.status import BudgetStatus, ChargeRecord, LedgerStatus
 
 __all__ = [
     "BOUNDS",
     "DEFAULT_ORDERS",
     "MAX_COUNT",
+    "BudgetStatus",
+    "ChargeRecord",
     "CompositionCount",
     "CorpusAccountant",
     "InMemoryCorpusAccountant",
+    "LedgerStatus",
     "PostgresCorpusAccountant",
     "SQLiteCorpusAccountant",
     "advanced_composition",

@@ -13,6 +13,7 @@ is for notebooks and tests only, and says so in its name.
 
 >>> acc = InMemoryCorpusAccountant(Budget(1.0, 1e-6))
 >>> acc.charge(Budget(0.4))
+True
 >>> round(acc.remaining.epsilon, 6)
 0.6
 >>> acc.charge(Budget(0.7))
@@ -26,6 +27,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 
+from dprag_core.accounting.stores.amounts import check_id
+from dprag_core.accounting.stores.errors import reused_id
 from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted
 from dprag_core.validation import StrictKeywords
 
@@ -43,15 +46,29 @@ def check_cost(cost: object) -> Budget:
     return cost
 
 
-def exhausted(cost: Budget, left_epsilon: float, left_delta: float) -> PrivacyBudgetExhausted:
-    """The refusal raised when ``cost`` does not fit in what is left.
+def exhausted(
+    cost: Budget, left_epsilon: float, left_delta: float, *, store: str | None = None
+) -> PrivacyBudgetExhausted:
+    """The refusal raised when ``cost`` does not fit in what is left (``store``: its label).
+
+    A durable store's refusal says that the budget persists and how to start
+    afresh (only for a new corpus: the spent budget is the corpus's loss).
 
     >>> str(exhausted(Budget(2.0), 1.0, 0.0))
     'query needs epsilon=2, delta=0 but only epsilon=1, delta=0 remains'
+    >>> print(exhausted(Budget(2.0), 0.0, 0.0, store="corpus budget 'c' in '/b.db'"))
+    ... # doctest: +ELLIPSIS
+    query needs ... remains in the corpus budget 'c' in '/b.db' (the budget persists ...
     """
+    where = (
+        f" in the {store} (the budget persists across runs and restarts by design: this corpus "
+        "has spent it; a new corpus needs a new store, at another path or table)"
+        if store
+        else ""
+    )
     return PrivacyBudgetExhausted(
         f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} but only "
-        f"epsilon={max(left_epsilon, 0.0):g}, delta={max(left_delta, 0.0):g} remains"
+        f"epsilon={max(left_epsilon, 0.0):g}, delta={max(left_delta, 0.0):g} remains{where}"
     )
 
 
@@ -59,15 +76,18 @@ class CorpusAccountant(StrictKeywords, ABC):
     """A total corpus :class:`Budget` that refuses any charge that would exceed it.
 
     ``charge(cost, query_id=...)`` records ``cost`` atomically or raises
-    :class:`PrivacyBudgetExhausted` and records nothing. A ``query_id`` makes
-    the charge idempotent where the backend is durable: charging the same id
-    again records nothing new (a retry after an unknown outcome). Without one,
-    every call is a new query. Every backend's constructor refuses an unknown
-    keyword, naming the nearest valid one.
+    :class:`PrivacyBudgetExhausted` and records nothing. It returns True for a
+    new charge and False for an accepted retry. A query id buys at most one
+    release: charging an id already recorded raises ``ValueError`` naming
+    ``query_id``, except the retry of this object's own charge that raised
+    :class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown` (it
+    returns False when that charge was recorded, True when it is charged now).
+    Without an id every call is a new query. Every backend's constructor
+    refuses an unknown keyword, naming the nearest valid one.
 
     >>> acc = InMemoryCorpusAccountant(Budget(1.0))
-    >>> acc.charge(Budget(0.6)); acc.can_afford(Budget(0.6)), acc.queries
-    (False, 1)
+    >>> acc.charge(Budget(0.6)), acc.can_afford(Budget(0.6)), acc.queries
+    (True, False, 1)
     """
 
     def __init__(self, total: Budget) -> None:
@@ -91,12 +111,16 @@ class CorpusAccountant(StrictKeywords, ABC):
         """Number of charged queries."""
 
     @abstractmethod
-    def charge(self, cost: Budget, *, query_id: str | None = None) -> None:
-        """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing."""
+    def charge(self, cost: Budget, *, query_id: str | None = None) -> bool:
+        """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing.
+
+        True: a new charge was recorded. False: an accepted retry (already recorded).
+        """
 
     @property
     def remaining(self) -> Budget:
-        """What is left (epsilon is reported as at least a tiny positive number)."""
+        """What is left, as a Budget (whose epsilon must be > 0: an exhausted budget reports
+        1e-300; a durable store's ``status()`` reports exactly 0)."""
         eps = max(self.total.epsilon - self.spent_epsilon, 1e-300)
         delta = max(self.total.delta - self.spent_delta, 0.0)
         return Budget(eps, delta)
@@ -128,11 +152,11 @@ class InMemoryCorpusAccountant(CorpusAccountant):
 
     It starts from zero in every process and after every restart, so it does
     not bound what a deployment spends: use it in notebooks and tests only.
-    ``query_id`` is accepted for the contract and not remembered.
+    Query ids are remembered for its lifetime: one buys at most one charge.
 
     >>> acc = InMemoryCorpusAccountant(Budget(1.0))
-    >>> acc.charge(Budget(0.25), query_id="q1"); acc.spent_epsilon
-    0.25
+    >>> acc.charge(Budget(0.25), query_id="q1"), acc.spent_epsilon
+    (True, 0.25)
     """
 
     def __init__(self, total: Budget) -> None:
@@ -140,6 +164,7 @@ class InMemoryCorpusAccountant(CorpusAccountant):
         self._epsilon_spent = 0.0
         self._delta_spent = 0.0
         self._queries = 0
+        self._ids: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -157,10 +182,16 @@ class InMemoryCorpusAccountant(CorpusAccountant):
         """Number of charged queries."""
         return self._queries
 
-    def charge(self, cost: Budget, *, query_id: str | None = None) -> None:
-        """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing."""
+    def charge(self, cost: Budget, *, query_id: str | None = None) -> bool:
+        """Atomically record ``cost``, or raise PrivacyBudgetExhausted and record nothing.
+
+        Returns True (an in-memory charge never has an unknown outcome).
+        """
         cost = check_cost(cost)
+        qid = None if query_id is None else check_id("query_id", query_id)
         with self._lock:
+            if qid in self._ids:
+                raise reused_id()
             if not fits(cost, self.total, self._epsilon_spent, self._delta_spent):
                 raise exhausted(
                     cost,
@@ -170,3 +201,6 @@ class InMemoryCorpusAccountant(CorpusAccountant):
             self._epsilon_spent += cost.epsilon
             self._delta_spent += cost.delta
             self._queries += 1
+            if qid is not None:
+                self._ids.add(qid)
+            return True

@@ -1,53 +1,56 @@
 """A durable corpus budget in PostgreSQL, for several processes or hosts (psycopg 3).
 
-Tables ``{table}_meta`` (schema version), ``{table}_budget`` (one row:
-totals, spent, query count) and ``{table}_charges`` (one append-only row per
-query id). A charge is one statement: the ``SECURITY DEFINER`` function
-``{table}_charge`` locks the budget row, looks the query id up (a retry with
-the same id and cost records nothing and counts as charged), then adds the
-cost under ``WHERE spent + cost <= total`` and records the query id, in one
-transaction. Every wait is bounded
-(:class:`~dprag_core.accounting.ledger.PostgresTimeouts`); a connection lost
-mid-charge raises :class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`.
-As for :class:`~dprag_core.accounting.ledger.PostgresLedger`, the owner
-creates the schema once (:meth:`PostgresCorpusAccountant.create_schema` or
-``dprag ledger init --corpus-epsilon ...``) and serving roles open it with
-holding only ``SELECT`` and ``EXECUTE`` rights (without ``create=True``, a
-missing schema is refused).
+Tables ``{table}_meta`` (schema version), ``{table}_store`` (kind and
+identity), ``{table}_budget`` (one row: totals, spent, query and refusal
+counts) and ``{table}_charges`` (one append-only row per query id). A charge
+is one statement: the ``SECURITY DEFINER`` function ``{table}_charge(query
+id, epsilon, delta)`` refuses a negative or oversized cost, locks the budget
+row, looks the query id up (reporting a recorded one, never charging it
+twice), then adds the cost under ``WHERE spent + cost <= total`` and records
+the query id with the server's time, in one transaction (or counts the
+refusal). Every wait is bounded
+(:class:`~dprag_core.accounting.stores.postgres.PostgresTimeouts`); a
+connection lost mid-charge raises
+:class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`. As for
+:class:`~dprag_core.accounting.ledger.PostgresLedger`, the owner creates the
+schema once (``create=True`` with ``grant_to=``, or ``dprag ledger init
+--corpus-epsilon ...``) and serving roles open it holding only ``SELECT`` and
+``EXECUTE`` rights: they can charge and read, never lower what was spent or
+raise the total (:mod:`~dprag_core.accounting.stores.pgschema`).
 
->>> acc = PostgresCorpusAccountant(
-...     "postgresql://app@db/app", total=Budget(10.0, 1e-6))  # doctest: +SKIP
+>>> acc = PostgresCorpusAccountant("postgresql://app@db/app")  # doctest: +SKIP
 >>> acc.charge(Budget(0.5, 1e-8), query_id="q-123")  # doctest: +SKIP
+True
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
-from dprag_core.accounting.ledger.base import LedgerUnavailable, check_table
-from dprag_core.accounting.ledger.postgres import PostgresSchema, drop_schema
-from dprag_core.accounting.ledger.postgres_store import (
-    INIT_HINT,
-    PostgresStore,
-    PostgresTimeouts,
-)
+from dprag_core.accounting.stores.amounts import budget_units, check_table, open_options
+from dprag_core.accounting.stores.errors import LedgerUnavailable
+from dprag_core.accounting.stores.pgschema import PostgresSchema, PostgresSpec
+from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
 from dprag_core.budget import Budget
-from dprag_core.validation import strict_bool
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresCorpusAccountant"]
+__all__ = ["PostgresCorpusAccountant", "corpus_spec"]
 
 _CORPUS_CHARGE = """
-CREATE OR REPLACE FUNCTION {charge}(q text, e bigint, d bigint, at double precision)
+CREATE OR REPLACE FUNCTION {charge}(q text, e bigint, d bigint)
 RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     pe bigint;
     pd bigint;
 BEGIN
+    IF q IS NULL OR e IS NULL OR d IS NULL OR e < 0 OR d < 0
+            OR e > 1000000000000000000 OR d > 1000000000000000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'DPBAD',
+            MESSAGE = 'a charge needs a query id and a cost in [0, 1e18]';
+    END IF;
     PERFORM 1 FROM {budget} WHERE id = 1 FOR UPDATE;
     SELECT c.epsilon, c.delta INTO pe, pd FROM {charges} AS c WHERE c.query_id = q;
     IF FOUND THEN
@@ -60,38 +63,44 @@ BEGIN
         queries = queries + 1
         WHERE id = 1 AND spent_epsilon + e <= total_epsilon AND spent_delta + d <= total_delta;
     IF NOT FOUND THEN
+        UPDATE {budget} SET refusals = refusals + 1 WHERE id = 1;
         RETURN 'exhausted';
     END IF;
-    INSERT INTO {charges}(query_id, epsilon, delta, at) VALUES (q, e, d, at);
+    INSERT INTO {charges}(query_id, epsilon, delta, at)
+        VALUES (q, e, d, extract(epoch FROM clock_timestamp()));
     RETURN 'charged';
 END $$
 """
 
 
-def corpus_schema(table: str) -> PostgresSchema:
-    """The corpus budget's tables.
+_SETTINGS = "INSERT INTO {budget} VALUES (1, %s, %s, 0, 0, 0, 0) ON CONFLICT (id) DO NOTHING"
 
-    >>> sorted(corpus_schema("c").tables)
-    ['budget', 'charges', 'meta']
+
+def corpus_spec() -> PostgresSpec:
+    """The corpus budget's tables and charge function.
+
+    >>> sorted(corpus_spec().tables)
+    ['budget', 'charges']
     """
-    return PostgresSchema(
-        table,
+    return PostgresSpec(
+        "corpus budget",
         {
-            "meta": "key text PRIMARY KEY, value bigint NOT NULL",
             "budget": "id integer PRIMARY KEY CHECK (id = 1), total_epsilon bigint NOT NULL,"
             " total_delta bigint NOT NULL, spent_epsilon bigint NOT NULL,"
-            " spent_delta bigint NOT NULL, queries bigint NOT NULL",
+            " spent_delta bigint NOT NULL, queries bigint NOT NULL,"
+            " refusals bigint NOT NULL DEFAULT 0",
             "charges": "query_id text PRIMARY KEY, epsilon bigint NOT NULL,"
             " delta bigint NOT NULL, at double precision NOT NULL",
         },
-        [
+        (
             "CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {charges}"
             " FOR EACH ROW EXECUTE FUNCTION {fn}()",
             "CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {charges}"
             " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-        ],
+        ),
         _CORPUS_CHARGE,
-        "text, bigint, bigint, double precision",
+        "text, bigint, bigint",
+        ("ALTER TABLE {budget} ADD COLUMN IF NOT EXISTS refusals bigint NOT NULL DEFAULT 0",),
     )
 
 
@@ -99,59 +108,78 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
     """A total corpus :class:`~dprag_core.budget.Budget` in PostgreSQL tables.
 
     ``dsn``: a libpq connection string or URI (never echoed in messages).
-    ``total``: the corpus budget; a store created with another total raises
-    ``ValueError``. ``table``: table-name prefix (lowercase identifier).
-    ``timeouts``: bounds on every wait. ``create``: create or migrate a
-    missing schema (needs the owner's rights); without it (serving roles) a
-    missing schema is refused.
+    ``total``: the corpus budget, needed to create; when opening, None reads
+    the recorded one and any other total raises ``ValueError``. ``table``:
+    table-name prefix (lowercase identifier). ``name``: the budget's
+    identity, recorded at creation (default: ``table``) and checked when
+    given on opening. ``timeouts``: bounds on every wait. ``create``: create
+    or migrate a missing or outdated schema (the owner's rights); without it
+    (serving roles) one is refused. ``grant_to``: with ``create``, grant that
+    serving role the runtime rights.
 
-    >>> PostgresCorpusAccountant("host=127.0.0.1 port=1", total=Budget(1.0),
+    >>> PostgresCorpusAccountant("host=127.0.0.1 port=1",
     ...                          timeouts=PostgresTimeouts(connect=1))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dprag_core.accounting.ledger.base.LedgerUnavailable: the PostgreSQL ledger is unreachable ...
+    dprag_core.accounting.stores.errors.LedgerUnavailable: the PostgreSQL corpus budget ...
     """
 
     def __init__(
         self,
         dsn: str,
         *,
-        total: Budget,
+        total: Budget | None = None,
         table: str = "dprag_corpus",
+        name: str | None = None,
         timeouts: PostgresTimeouts | None = None,
         create: bool = False,
+        grant_to: str | None = None,
     ) -> None:
-        super().__init__(total)
+        if total is not None and not isinstance(total, Budget):
+            raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+        given = None if total is None else budget_units("total", total)
         self._t = check_table(table)
-        create = strict_bool("create", create)
-        self._schema = corpus_schema(table)
-        self._store = PostgresStore(dsn, timeouts if timeouts is not None else PostgresTimeouts())
-        self.check_total(self._store.run(lambda conn: self._open(conn, create=create)))
+        name, create, _ = open_options(
+            name=name, create=create, needs="total" if given is None else None
+        )
+        if grant_to is not None and not create:
+            raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
+        self._schema = PostgresSchema(table, corpus_spec())
+        self._store = PostgresStore(dsn, timeouts, label=f"PostgreSQL corpus budget {table!r}")
+        self.name = self._schema.open(
+            self._store,
+            create=create,
+            name=name,
+            settings=[(_SETTINGS, given or (0, 0))],
+            grant_to=grant_to,
+        )
+        stored = self._store.run(self._stored_total)
+        self.check_total(total, stored, self._store.label)
+        super().__init__(stored, label=self._store.label)
 
     @classmethod
     def create_schema(
-        cls, dsn: str, *, total: Budget, table: str = "dprag_corpus", grant_to: str | None = None
+        cls,
+        dsn: str,
+        *,
+        total: Budget,
+        table: str = "dprag_corpus",
+        name: str | None = None,
+        grant_to: str | None = None,
     ) -> None:
         """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
 
         >>> PostgresCorpusAccountant.create_schema("postgresql://owner@db/app",
         ...     total=Budget(10.0, 1e-6), grant_to="dprag_app")  # doctest: +SKIP
         """
-        acc = cls(dsn, total=total, table=table, create=True)
-        try:
-            acc._schema.grant_runtime(acc._store, grant_to)
-        finally:
-            acc.close()
+        cls(dsn, total=total, table=table, name=name, create=True, grant_to=grant_to).close()
 
-    def _open(self, conn: psycopg.Connection[Any], *, create: bool) -> tuple[int, int]:
-        row = self._schema.open_row(
-            conn,
-            create=create,
-            read="SELECT total_epsilon, total_delta FROM {budget}",
-            insert="INSERT INTO {budget} VALUES (1, %s, %s, 0, 0, 0) ON CONFLICT (id) DO NOTHING",
-            values=(self._total_eps, self._total_delta),
-            missing="the PostgreSQL corpus budget holds no total",
-        )
+    def _stored_total(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
+        row = conn.execute(
+            self._schema.sql("SELECT total_epsilon, total_delta FROM {budget}")
+        ).fetchone()
+        if row is None:
+            raise LedgerUnavailable(f"the {self._store.label} records no total")
         return int(row[0]), int(row[1])
 
     def _state(self) -> tuple[int, int, int]:
@@ -160,21 +188,53 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
                 self._schema.sql("SELECT spent_epsilon, spent_delta, queries FROM {budget}")
             ).fetchone()
             if row is None:
-                raise LedgerUnavailable(f"the PostgreSQL corpus budget holds no total: {INIT_HINT}")
+                raise LedgerUnavailable(f"the {self._store.label} records no total")
             return int(row[0]), int(row[1]), int(row[2])
 
         return self._store.run(work)
 
-    def _charge(self, query_id: str, epsilon: int, delta: int) -> bool:
-        def work(conn: psycopg.Connection[Any]) -> bool:
-            row = self._schema.call_charge(conn, (query_id, epsilon, delta, time.time()))
-            return row is not None and row[0] != "exhausted"
+    def _charge(self, query_id: str, epsilon: int, delta: int) -> str:
+        def work(conn: psycopg.Connection[Any]) -> str:
+            row = self._schema.call_charge(conn, (query_id, epsilon, delta))
+            if row is None:
+                raise LedgerUnavailable(f"the {self._store.label} returned no outcome")
+            return str(row[0])
 
         return self._store.run(work, charge=True)
 
+    def _status_row(self) -> tuple[int, int, int, int | None, float | None]:
+        Row = tuple[int, int, int, int | None, float | None]
+
+        def work(conn: psycopg.Connection[Any]) -> Row:
+            row = conn.execute(
+                self._schema.sql(
+                    "SELECT spent_epsilon, spent_delta, queries, refusals,"
+                    " (SELECT max(at) FROM {charges}) FROM {budget}"
+                )
+            ).fetchone()
+            if row is None:
+                raise LedgerUnavailable(f"the {self._store.label} records no total")
+            last = None if row[4] is None else float(row[4])
+            return int(row[0]), int(row[1]), int(row[2]), int(row[3]), last
+
+        return self._store.run(work)
+
+    def _history_rows(self) -> list[tuple[str, int, int, float]]:
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int, int, float]]:
+            return [
+                (str(q), int(e), int(d), float(at))
+                for q, e, d, at in conn.execute(
+                    self._schema.sql(
+                        "SELECT query_id, epsilon, delta, at FROM {charges} ORDER BY at, query_id"
+                    )
+                )
+            ]
+
+        return self._store.run(work)
+
     def drop(self) -> None:
         """Delete this budget's tables (tests and teardown only: the spend is lost)."""
-        drop_schema(self._store, self._schema)
+        self._schema.drop(self._store)
 
     def close(self) -> None:
         """Close this thread's connection."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any
 
-from dprag_core.accounting.ledger.base import check_id
+from dprag_core.accounting.stores.amounts import check_id
 
 __all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "stable_id"]
 
@@ -102,7 +102,7 @@ def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> S
     Instead a document whose id is missing or uses the reserved padding prefix,
     whose score is missing or not a finite number, or whose privacy unit is
     missing (``unit=None``) or not a valid ledger id (blank, a NUL, too long:
-    :func:`~dprag_core.accounting.ledger.base.check_id`, which a ledger would
+    :func:`~dprag_core.accounting.stores.amounts.check_id`, which a ledger would
     otherwise raise mid-query) becomes ``ScoredDocument.padding(slot)``: it keeps
     its place in the store's ranking (so "fewer than k came back" still means
     "exhausted") but is never a candidate. Dropping such a document is a

@@ -16,6 +16,7 @@ from dprag_core.accounting.ledger import (
     Ledger,
     LedgerUnavailable,
     PostgresLedger,
+    PostgresTimeouts,
     SQLiteLedger,
 )
 from dprag_core.algorithms.base import Mechanism
@@ -408,7 +409,11 @@ def test_unavailable_ledger_means_no_answer() -> None:
         murag.answer("q", [doc(1, 0.9)])
     assert inner.calls == []
     with pytest.raises(LedgerUnavailable, match="unreachable"):
-        PostgresLedger("postgresql://u:pw@127.0.0.1:1/x", budget_per_unit=1.0, connect_timeout=1)
+        PostgresLedger(
+            "postgresql://u:pw@127.0.0.1:1/x",
+            budget_per_unit=1.0,
+            timeouts=PostgresTimeouts(connect=1),
+        )
 
 
 @pytest.mark.postgres

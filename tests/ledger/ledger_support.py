@@ -15,7 +15,7 @@ import pytest
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.ledger import AuditEntry, Ledger, PostgresLedger, SQLiteLedger
-from dprag_core.accounting.ledger.base import SCALE
+from dprag_core.accounting.stores.amounts import SCALE
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")

@@ -24,7 +24,7 @@ from ledger_support import (
     replay,
 )
 
-from dprag_core.accounting.ledger.base import SCALE
+from dprag_core.accounting.stores.amounts import SCALE
 from dprag_core.budget import Budget
 
 BUDGET, COST = 0.5, 0.1  # five charges per unit, in floats that do not add up exactly
@@ -168,9 +168,11 @@ def test_kill_9_mid_query_never_releases_without_a_corpus_charge(
     released = [line.split() for line in markers.read_text().splitlines() if line.strip()]
     with open_corpus(kind, target, total) as acc:
         charged = acc.queries
+        recorded = {r.query_id for r in acc.history()}
         for entry in released:
             if len(entry) == 2:  # a torn marker has fewer fields
-                # charging the same id again records nothing: it was already charged
-                acc.charge(COST_Q, query_id=entry[0])
+                assert entry[0] in recorded, "an answer was released without a recorded charge"
+                with pytest.raises(ValueError, match="query_id"):  # its id buys nothing more
+                    acc.charge(COST_Q, query_id=entry[0])
         assert acc.queries == charged, "an answer was released without a recorded charge"
         assert charged >= len(released) >= KILLS

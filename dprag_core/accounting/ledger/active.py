@@ -24,11 +24,19 @@ def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: flo
     units lacked budget is never signalled (that would leak their exhaustion):
     they are only absent from the result.
 
+    A retry after :class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`
+    (the same ``query_id`` on the same ledger object) starts from the units of
+    the attempt whose outcome was unknown: the units dropped before it lacked
+    budget then, and still do.
+
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> charge_active(InMemoryLedger(budget_per_unit=1.0), "q", ["a", "a"], 0.5)
     ['a']
     """
     todo = list(dict.fromkeys(units))
+    unknown = ledger.unknown_charge(query_id)
+    if unknown is not None:
+        todo = [u for u in todo if u in set(unknown)]
     while todo:
         result = ledger.charge(query_id, todo, cost)
         if result.granted:

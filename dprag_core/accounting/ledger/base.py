@@ -8,6 +8,12 @@ appended), or nothing changes and the result names the units that lacked
 budget. That list is returned to the caller only; it never appears in an
 exception message, a log record or a ``repr``.
 
+A query id buys at most one release: a charge under an id already recorded is
+refused (``ValueError`` naming ``query_id``), except as the retry of this
+ledger object's own charge whose outcome was unknown
+(:class:`LedgerOutcomeUnknown`), which is granted without a new debit and
+says so (``ChargeResult.retry``).
+
 Exact arithmetic: costs and budgets are stored as integers in pico-epsilon
 (1e-12) units, each rounded to the nearest integer, so that e.g. 100 charges of
 0.1 fit exactly in 10.0 and 3 charges of 1/3 fit in 1.0; the audit log then
@@ -30,65 +36,25 @@ True
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dprag_core.validation import StrictKeywords, nonnegative_finite, positive_finite
+from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
+from dprag_core.accounting.stores.amounts import check_id, from_units, to_units
+from dprag_core.accounting.stores.errors import LedgerOutcomeUnknown, reused_id
+from dprag_core.accounting.stores.retries import PendingRetries
+from dprag_core.validation import StrictKeywords
 
 __all__ = [
-    "MAX_EPSILON",
-    "MAX_ID_BYTES",
-    "SCALE",
     "AuditEntry",
     "ChargeResult",
     "Ledger",
-    "LedgerOutcomeUnknown",
-    "LedgerUnavailable",
-    "check_id",
-    "check_table",
-    "from_units",
-    "incomplete",
-    "reused_id",
+    "check_units",
+    "histogram_bin",
     "same_charge",
-    "to_units",
 ]
-
-SCALE = 10**12
-"""Integer units per epsilon (pico-epsilon)."""
-
-MAX_EPSILON = 1e6
-"""Largest budget or cost a ledger accepts (keeps integers well inside 64 bits)."""
-
-MAX_ID_BYTES = 1024
-"""Longest unit or query id, in UTF-8 bytes, that every backend accepts."""
-
-_NOT_BLANK = re.compile(r"\S")
-_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,40}")
-
-
-class LedgerUnavailable(RuntimeError):
-    """The ledger's storage cannot be reached or used; nothing was charged or released.
-
-    The message never contains a DSN, a password or a unit id.
-
-    >>> issubclass(LedgerUnavailable, RuntimeError)
-    True
-    """
-
-
-class LedgerOutcomeUnknown(LedgerUnavailable):
-    """The connection was lost while a charge was in flight: it may or may not be recorded.
-
-    Release nothing. Retry with the **same** query id: a charge whose id is
-    already recorded records nothing new and is reported as granted, so the
-    retry tells the caller which it was.
-
-    >>> issubclass(LedgerOutcomeUnknown, LedgerUnavailable)
-    True
-    """
 
 
 @dataclass(frozen=True)
@@ -97,6 +63,8 @@ class ChargeResult:
 
     ``granted``: every unit was debited. ``lacking``: the units (sorted) that had
     less than the cost left; empty when granted. For the caller only: never log it.
+    ``retry``: the charge had already been recorded by this ledger object's own
+    earlier attempt, whose outcome was unknown: granted, debited once.
 
     >>> ChargeResult(True, ()).granted
     True
@@ -104,9 +72,13 @@ class ChargeResult:
 
     granted: bool
     lacking: tuple[str, ...] = ()
+    retry: bool = False
 
     def __repr__(self) -> str:
-        return f"ChargeResult(granted={self.granted}, lacking={len(self.lacking)} units)"
+        return (
+            f"ChargeResult(granted={self.granted}, lacking={len(self.lacking)} units, "
+            f"retry={self.retry})"
+        )
 
 
 @dataclass(frozen=True)
@@ -126,59 +98,6 @@ class AuditEntry:
         return f"AuditEntry(query_id={self.query_id!r}, cost={self.cost!r}, time={self.time!r})"
 
 
-def to_units(name: str, value: object, *, positive: bool = False) -> int:
-    """Validate an epsilon amount and convert it to integer pico-epsilon units.
-
-    >>> to_units("cost", 0.1)
-    100000000000
-    """
-    x = positive_finite(name, value) if positive else nonnegative_finite(name, value)
-    if x > MAX_EPSILON:
-        raise ValueError(f"{name} must be at most {MAX_EPSILON:g}, got {value!r}")
-    units = round(x * SCALE)
-    if positive and units == 0:
-        raise ValueError(f"{name} must be at least 1e-12, got {value!r}")
-    return units
-
-
-def from_units(units: int) -> float:
-    """Integer pico-epsilon units back to epsilon.
-
-    >>> from_units(400000000000)
-    0.4
-    """
-    return units / SCALE
-
-
-def check_id(name: str, value: object) -> str:
-    """One id policy for unit and query ids on every backend, checked before any charge.
-
-    An id is a ``str`` with a non-blank character, valid UTF-8 (no lone
-    surrogates), no NUL character, and at most :data:`MAX_ID_BYTES` UTF-8
-    bytes. Messages name the parameter and never quote the id.
-
-    >>> check_id("query_id", "q1")
-    'q1'
-    >>> check_id("query_id", "a\\x00b")
-    Traceback (most recent call last):
-    ...
-    ValueError: query_id must not contain a NUL character
-    """
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    if not _NOT_BLANK.search(value):
-        raise ValueError(f"{name} must be a non-empty string (not only whitespace)")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain a NUL character")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
-    if size > MAX_ID_BYTES:
-        raise ValueError(f"{name} must be at most {MAX_ID_BYTES} UTF-8 bytes, got {size}")
-    return value
-
-
 def check_units(units: Iterable[str]) -> list[str]:
     """Unit ids as a sorted, de-duplicated list (one debit per unit per charge).
 
@@ -192,17 +111,6 @@ def check_units(units: Iterable[str]) -> list[str]:
     return sorted({check_id("units", u) for u in units})
 
 
-def reused_id() -> ValueError:
-    """The error for a query id already recorded with other units or another cost.
-
-    >>> str(reused_id()).startswith("query_id")
-    True
-    """
-    return ValueError(
-        "query_id was already charged with other units or another cost: use a fresh id per charge"
-    )
-
-
 def same_charge(recorded: Iterable[tuple[str, int]], units: list[str], cost: int) -> bool:
     """True when the recorded (unit, cost) rows of a query id are exactly this charge.
 
@@ -212,27 +120,15 @@ def same_charge(recorded: Iterable[tuple[str, int]], units: list[str], cost: int
     return sorted(recorded) == [(u, cost) for u in units]
 
 
-def check_table(table: object) -> str:
-    """A table-name prefix: a lowercase SQL identifier of at most 41 characters.
+def histogram_bin(spent: int, budget: int) -> int:
+    """The spend-histogram bin of a unit: tenths of its budget spent, the last bin closed.
 
-    >>> check_table("dprag_ledger")
-    'dprag_ledger'
+    The SQL backends compute the same integer expression.
+
+    >>> histogram_bin(0, 10), histogram_bin(5, 10), histogram_bin(10, 10)
+    (0, 5, 9)
     """
-    if not isinstance(table, str) or not _TABLE.fullmatch(table):
-        raise ValueError("table must match [a-z_][a-z0-9_]{0,40}")
-    return table
-
-
-def incomplete(absent: list[str]) -> str:
-    """The message for a partly missing schema (never repaired: that would reset budgets).
-
-    >>> incomplete(["t_units"])[:53]
-    'the ledger schema is incomplete (missing: t_units): r'
-    """
-    return (
-        f"the ledger schema is incomplete (missing: {', '.join(absent)}): restore it "
-        "from a backup; recreating it would reset budgets"
-    )
+    return min(spent * HISTOGRAM_BINS // budget, HISTOGRAM_BINS - 1)
 
 
 class Ledger(StrictKeywords, ABC):
@@ -252,6 +148,7 @@ class Ledger(StrictKeywords, ABC):
 
     def __init__(self, *, budget_per_unit: float) -> None:
         self._budget = to_units("budget_per_unit", budget_per_unit, positive=True)
+        self._pending = PendingRetries()
 
     @property
     def budget_per_unit(self) -> float:
@@ -266,18 +163,40 @@ class Ledger(StrictKeywords, ABC):
         a negative or non-finite cost and :class:`LedgerUnavailable` when the
         storage fails (then nothing was charged, and nothing may be released).
 
-        A query id names one charge. Charging an id already recorded with the
-        same units and cost records nothing new and is granted (a retry after
-        :class:`LedgerOutcomeUnknown`); with other units or another cost it
-        raises ``ValueError`` (use a fresh id per charge).
+        A query id buys at most one release. An id already recorded is
+        refused (``ValueError`` naming ``query_id``), with one exception: the
+        retry, with the same units and cost, of this object's own charge that
+        raised :class:`LedgerOutcomeUnknown`. If that charge was recorded, the
+        retry records nothing new and returns ``retry=True``; if not, it is
+        charged now.
         """
         qid = check_id("query_id", query_id)
         cost_units = to_units("cost", cost)
         unit_list = check_units(units)
         if not unit_list:
             return ChargeResult(True, ())
-        lacking = self._charge(qid, unit_list, cost_units)
+        attempt = (tuple(unit_list), cost_units)
+        try:
+            outcome, lacking = self._charge(qid, unit_list, cost_units)
+        except LedgerOutcomeUnknown:
+            self._pending.remember(qid, attempt)
+            raise
+        if outcome == "recorded":
+            if self._pending.peek(qid) != attempt:
+                raise reused_id()
+            self._pending.take(qid)
+            return ChargeResult(True, (), retry=True)
+        self._pending.take(qid)  # its outcome is known now
         return ChargeResult(not lacking, tuple(lacking))
+
+    def unknown_charge(self, query_id: str) -> list[str] | None:
+        """The units of this object's own charge under ``query_id`` whose outcome is unknown.
+
+        None when there is none. :func:`~dprag_core.accounting.ledger.charge_active`
+        retries with exactly these units.
+        """
+        attempt = self._pending.peek(query_id)
+        return None if attempt is None else list(attempt[0])
 
     def remaining(self, units: Iterable[str]) -> dict[str, float]:
         """Epsilon left for each unit (``budget_per_unit`` for units never charged)."""
@@ -302,6 +221,39 @@ class Ledger(StrictKeywords, ABC):
         """Corpus-level total: the sum of every granted debit over all units."""
         return from_units(self._total_spent())
 
+    def _adopt_budget(self, given: int | None, stored: int, label: str) -> None:
+        """Take the store's recorded budget; refuse a ``given`` one that differs."""
+        if given is not None and stored != given:
+            raise ValueError(
+                f"budget_per_unit {from_units(given)!r} differs from the {from_units(stored)!r} "
+                f"the {label} was created with (a budget is never reset or enlarged)"
+            )
+        Ledger.__init__(self, budget_per_unit=from_units(stored))
+        self._budget = stored
+
+    def _make_status(self, label: str, row: Sequence[Any], bins: list[int]) -> LedgerStatus:
+        """A status from a store's row (units, exhausted, queries, last, spent, refusals)."""
+        units, exhausted, queries, last, spent, refusals = row
+        return LedgerStatus(
+            store=label,
+            name=getattr(self, "name", type(self).__name__),
+            budget_per_unit=self.budget_per_unit,
+            units=int(units),
+            exhausted=int(exhausted),
+            total_spent=from_units(int(spent)),
+            queries=int(queries),
+            refusals=None if refusals is None else int(refusals),
+            last_charge=None if last is None else float(last),
+            histogram=tuple(bins),
+        )
+
+    def status(self, *, min_cost: float = 0.0) -> LedgerStatus:
+        """Units charged and exhausted (less than ``min_cost`` left; 0: nothing left),
+        the spend histogram, queries, refusals and the last charge, read in one pass.
+        """
+        need = max(to_units("min_cost", min_cost), 1)
+        return self._status(need)
+
     def close(self) -> None:
         """Release connections held by this process (the data stays)."""
 
@@ -317,13 +269,17 @@ class Ledger(StrictKeywords, ABC):
     # -- backend primitives (integer pico-epsilon units; units sorted and distinct) --
 
     @abstractmethod
-    def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
-        """Charge atomically; return the lacking units (empty list = granted).
+    def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
+        """Charge atomically: ``("charged", [])``, or ``("refused", lacking units)``.
 
-        If ``query_id`` is already recorded, record nothing: return ``[]`` when
-        it was recorded with exactly these units and this cost, else raise
-        :func:`reused_id`'s error.
+        If ``query_id`` is already recorded, record nothing: return
+        ``("recorded", [])`` when it was recorded with exactly these units and
+        this cost, else raise :func:`reused_id`'s error.
         """
+
+    @abstractmethod
+    def _status(self, min_cost: int) -> LedgerStatus:
+        """The status, with units having less than ``min_cost`` left counted as exhausted."""
 
     @abstractmethod
     def _remaining(self, units: list[str]) -> dict[str, int]:

@@ -16,7 +16,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from dprag_core.accounting.ledger.base import Ledger, reused_id, same_charge
+from dprag_core.accounting.ledger.base import Ledger, histogram_bin, same_charge
+from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
+from dprag_core.accounting.stores.amounts import from_units
+from dprag_core.accounting.stores.errors import reused_id
 
 __all__ = ["InMemoryLedger"]
 
@@ -33,25 +36,27 @@ class InMemoryLedger(Ledger):
         self._left: dict[str, int] = {}
         self._log: list[tuple[str, str, int, float]] = []
         self._spent = 0
+        self._refusals = 0
         self._charged: dict[str, list[tuple[str, int]]] = {}
         self._lock = threading.Lock()
 
-    def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
+    def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
         with self._lock:
             if query_id in self._charged:
                 if same_charge(self._charged[query_id], units, cost):
-                    return []
+                    return "recorded", []
                 raise reused_id()
             lacking = [u for u in units if self._left.get(u, self._budget) < cost]
             if lacking:
-                return lacking
+                self._refusals += 1
+                return "refused", lacking
             now = time.time()
             for u in units:
                 self._left[u] = self._left.get(u, self._budget) - cost
                 self._log.append((query_id, u, cost, now))
             self._spent += cost * len(units)
             self._charged[query_id] = [(u, cost) for u in units]
-            return []
+            return "charged", []
 
     def _remaining(self, units: list[str]) -> dict[str, int]:
         with self._lock:
@@ -65,3 +70,21 @@ class InMemoryLedger(Ledger):
     def _total_spent(self) -> int:
         with self._lock:
             return self._spent
+
+    def _status(self, min_cost: int) -> LedgerStatus:
+        with self._lock:
+            bins = [0] * HISTOGRAM_BINS
+            for left in self._left.values():
+                bins[histogram_bin(self._budget - left, self._budget)] += 1
+            return LedgerStatus(
+                store="in-memory per-unit ledger",
+                name="in-memory",
+                budget_per_unit=self.budget_per_unit,
+                units=len(self._left),
+                exhausted=sum(left < min_cost for left in self._left.values()),
+                total_spent=from_units(self._spent),
+                queries=len(self._charged),
+                refusals=self._refusals,
+                last_charge=self._log[-1][3] if self._log else None,
+                histogram=tuple(bins),
+            )

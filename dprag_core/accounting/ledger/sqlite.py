@@ -3,23 +3,25 @@
 Every charge is one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock is
 taken before anything is read, so two processes can never both see the same
 remaining budget and both spend it): read the remaining budget of every unit,
-refuse if any lacks ``cost``, else insert the new units, debit them with a
-conditional ``UPDATE ... WHERE remaining >= cost`` whose row count is checked,
-and append the audit rows — all committed together or not at all. The file
-uses WAL with ``synchronous=FULL``, so a committed charge survives a crash or
-power loss: a crash between the charge and the release loses budget, never
-privacy. Writers wait up to ``busy_timeout`` seconds for the lock (in turn,
-see :mod:`~dprag_core.accounting.ledger.sqlite_store`). The file is created
-with mode 0600; a file this process cannot write opens read-only (``remaining``
-and ``audit_log`` work, a charge raises ``LedgerUnavailable``). A query id
-already recorded is not charged twice (see :meth:`Ledger.charge`).
+refuse if any lacks ``cost`` (counting the refusal), else insert the new
+units, debit them with a conditional ``UPDATE ... WHERE remaining >= cost``
+whose row count is checked, and append the audit rows — all committed
+together or not at all. The file uses WAL with ``synchronous=FULL``, so a
+committed charge survives a crash or power loss: a crash between the charge
+and the release loses budget, never privacy. Writers wait up to
+``busy_timeout`` seconds for the lock (in turn, see
+:mod:`~dprag_core.accounting.stores.sqlite`). The file is created with mode
+0600, only when asked (``create=True``); a file this process cannot write
+opens read-only (``remaining``, ``audit_log`` and ``status`` work, a charge
+raises ``LedgerUnavailable``). A query id buys at most one release (see
+:meth:`Ledger.charge`).
 
 >>> import os, tempfile
 >>> path = os.path.join(tempfile.mkdtemp(), "ledger.db")
 >>> with SQLiteLedger(path, budget_per_unit=1.0, create=True) as led:
 ...     led.charge("q1", ["a"], 0.25).granted
 True
->>> SQLiteLedger(path, budget_per_unit=1.0).remaining(["a"])
+>>> SQLiteLedger(path).remaining(["a"])  # the recorded budget: no need to restate it
 {'a': 0.75}
 """
 
@@ -31,19 +33,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dprag_core.accounting.ledger.base import (
-    Ledger,
-    LedgerUnavailable,
-    incomplete,
-    reused_id,
-    same_charge,
-)
-from dprag_core.accounting.ledger.sqlite_store import SQLiteStore
-from dprag_core.validation import strict_bool
+from dprag_core.accounting.ledger.base import Ledger, same_charge
+from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
+from dprag_core.accounting.stores.amounts import open_options, to_units
+from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, SQLiteStore
 
 __all__ = ["SQLiteLedger"]
 
-_SCHEMA = (
+_OBJECTS = ("meta", "units", "audit", "audit_query", "audit_no_update", "audit_no_delete")
+_DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS units ("
     " unit TEXT PRIMARY KEY, remaining INTEGER NOT NULL) WITHOUT ROWID",
@@ -55,9 +54,12 @@ _SCHEMA = (
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+    "INSERT OR IGNORE INTO meta(key, value) VALUES ('budget', ?), ('spent', 0), ('refusals', 0)",
 )
-_TABLES = ("meta", "units", "audit")
-_NAMES = (*_TABLES, "audit_query", "audit_no_update", "audit_no_delete")
+_MIGRATE = (  # files written before the catalog (and the refusal count) existed
+    *_DDL[:-1],
+    "INSERT OR IGNORE INTO meta(key, value) VALUES ('refusals', 0)",
+)
 
 
 class SQLiteLedger(Ledger):
@@ -66,9 +68,13 @@ class SQLiteLedger(Ledger):
     ``path``: the database file (``":memory:"`` is refused: use
     :class:`~dprag_core.accounting.ledger.InMemoryLedger`). ``create``:
     create the ledger (and the file, mode 0600) if it does not exist; without
-    it a missing file or ledger is refused. Re-opening a file with a different
-    ``budget_per_unit`` raises ``ValueError``. The file may
-    also hold a :class:`~dprag_core.accounting.SQLiteCorpusAccountant`.
+    it a missing file or ledger is refused. ``budget_per_unit``: needed to
+    create; when opening, None reads the recorded one and any other value
+    than the recorded one raises ``ValueError``. ``name``: the ledger's
+    identity, recorded at creation (default ``"ledger"``) and checked when
+    given on opening. ``read_only``: open for reading only (also automatic
+    for a file this process cannot write). The file may also hold
+    :class:`~dprag_core.accounting.SQLiteCorpusAccountant` budgets.
 
     >>> import os, tempfile
     >>> led = SQLiteLedger(os.path.join(tempfile.mkdtemp(), "l.db"), budget_per_unit=2.0,
@@ -81,56 +87,49 @@ class SQLiteLedger(Ledger):
         self,
         path: str | os.PathLike[str],
         *,
-        budget_per_unit: float,
+        budget_per_unit: float | None = None,
+        name: str | None = None,
         busy_timeout: float = 60.0,
         create: bool = False,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(budget_per_unit=budget_per_unit)
-        create = strict_bool("create", create)
-        self._store = SQLiteStore(path, busy_timeout=busy_timeout, create=create)
-        self._init_schema(create)
+        given = None
+        if budget_per_unit is not None:
+            given = to_units("budget_per_unit", budget_per_unit, positive=True)
+        needs = "budget_per_unit" if given is None else None
+        name, create, read_only = open_options(
+            name=name, create=create, read_only=read_only, needs=needs
+        )
+        self._store = SQLiteStore(
+            path,
+            busy_timeout=busy_timeout,
+            create=create,
+            read_only=read_only,
+            label=f"per-unit ledger in {str(Path(path).absolute())!r}",
+        )
+        spec = SQLiteSpec(
+            "ledger", "per-unit ledger", _OBJECTS, _DDL, ((),) * 6 + ((given,),), _MIGRATE
+        )
+        self.name = self._store.open(spec, create=create, name=name)
+        rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
+        if not rows:
+            raise LedgerUnavailable(f"the {self._store.label} records no budget_per_unit")
+        self._adopt_budget(given, int(rows[0][0]), self._store.label)
 
     @property
     def path(self) -> Path:
         """The database file."""
         return self._store.path
 
-    def _init_schema(self, create: bool) -> None:
-        absent = self._store.missing(_TABLES)
-        if absent and len(absent) < len(_TABLES):
-            raise LedgerUnavailable(incomplete(absent))
-        if absent and not create:
-            raise LedgerUnavailable(
-                f"no per-unit ledger in {str(self.path.absolute())!r}: pass create=True to "
-                "create it"
-            )
-        if self._store.read_only and absent:
-            raise LedgerUnavailable("the read-only SQLite file holds no ledger")
-        if not self._store.read_only and self._store.missing(_NAMES):  # new, or an older file
-            with self._store.write() as conn:
-                for stmt in _SCHEMA:
-                    conn.execute(stmt)
-                conn.execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('budget', ?), ('spent', 0)",
-                    (self._budget,),
-                )
-        rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
-        stored = int(rows[0][0]) if rows else -1
-        if stored != self._budget:
-            raise ValueError(
-                f"budget_per_unit {self.budget_per_unit!r} differs from the "
-                f"{stored / 10**12!r} this ledger file was created with"
-            )
-
-    def _charge(self, query_id: str, units: list[str], cost: int) -> list[str]:
+    def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
         payload = json.dumps(units)
-        with self._store.write() as conn:
+        with self._store.write(charge=True) as conn:
             recorded = conn.execute(
                 "SELECT unit, cost FROM audit WHERE query_id = ?", (query_id,)
             ).fetchall()
             if recorded:
                 if same_charge(recorded, units, cost):
-                    return []
+                    return "recorded", []
                 raise reused_id()
             lacking = [
                 row[0]
@@ -142,8 +141,8 @@ class SQLiteLedger(Ledger):
                 )
             ]
             if lacking:
-                conn.execute("ROLLBACK")
-                return lacking
+                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'refusals'")
+                return "refused", lacking
             conn.execute(
                 "INSERT OR IGNORE INTO units(unit, remaining) SELECT value, ? FROM json_each(?)",
                 (self._budget, payload),
@@ -154,7 +153,7 @@ class SQLiteLedger(Ledger):
                 (cost, payload, cost),
             )
             if cur.rowcount != len(units):
-                raise LedgerUnavailable("the SQLite ledger changed during a locked charge")
+                raise LedgerUnavailable(f"the {self._store.label} changed during a locked charge")
             conn.execute(
                 "INSERT INTO audit(query_id, unit, cost, at) SELECT ?, value, ?, ?"
                 " FROM json_each(?)",
@@ -163,7 +162,7 @@ class SQLiteLedger(Ledger):
             conn.execute(
                 "UPDATE meta SET value = value + ? WHERE key = 'spent'", (cost * len(units),)
             )
-        return []
+        return "charged", []
 
     def _remaining(self, units: list[str]) -> dict[str, int]:
         rows = self._store.read(
@@ -178,6 +177,23 @@ class SQLiteLedger(Ledger):
 
     def _total_spent(self) -> int:
         return int(self._store.read("SELECT value FROM meta WHERE key = 'spent'")[0][0])
+
+    def _status(self, min_cost: int) -> LedgerStatus:
+        b = self._budget
+        row, *_ = self._store.read(
+            "SELECT (SELECT count(*) FROM units), (SELECT count(*) FROM units WHERE remaining < ?),"
+            " (SELECT count(DISTINCT query_id) FROM audit), (SELECT max(at) FROM audit),"
+            " (SELECT value FROM meta WHERE key = 'spent'),"
+            " (SELECT value FROM meta WHERE key = 'refusals')",
+            (min_cost,),
+        )
+        bins = [0] * HISTOGRAM_BINS
+        for k, n in self._store.read(
+            "SELECT min((? - remaining) * ? / ?, ?), count(*) FROM units GROUP BY 1",
+            (b, HISTOGRAM_BINS, b, HISTOGRAM_BINS - 1),
+        ):
+            bins[int(k)] = int(n)
+        return self._make_status(self._store.label, row, bins)
 
     def close(self) -> None:
         """Close this thread's connection (other threads close their own on exit)."""

@@ -1,12 +1,13 @@
 """PostgreSQL connections with every wait bounded: timeouts, keepalives, error mapping.
 
 Used by :class:`~dprag_core.accounting.ledger.PostgresLedger` and
-:class:`~dprag_core.accounting.PostgresCorpusAccountant`. Every connection sets
+:class:`~dprag_core.accounting.PostgresCorpusAccountant` (their one timeout
+setting is ``timeouts=``). Every connection sets
 (:class:`PostgresTimeouts`, all in seconds):
 
 * ``statement_timeout`` and ``lock_timeout`` (server side): a charge blocked by
   a busy server or by a row another transaction holds is cancelled and rolled
-  back, and raises :class:`~dprag_core.accounting.ledger.LedgerUnavailable`
+  back, and raises :class:`~dprag_core.accounting.stores.errors.LedgerUnavailable`
   (nothing was charged);
 * ``idle_in_transaction_session_timeout``, and on PostgreSQL 14+
   ``client_connection_check_interval`` (1 s): the server ends a statement
@@ -16,9 +17,10 @@ Used by :class:`~dprag_core.accounting.ledger.PostgresLedger` and
   answering (paused, partitioned) gets its socket closed by this client.
 
 A connection lost while a charge is in flight raises
-:class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`: the server may
-have committed it. A retry with the same query id tells which (charges are
-idempotent by query id). Messages never contain the DSN.
+:class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`: the server
+may have committed it. A retry with the same query id on the same budget
+object tells which. Messages name the store (its kind and table prefix) and
+never contain the DSN.
 
 >>> PostgresTimeouts().lock
 5.0
@@ -35,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dprag_core.accounting.ledger.base import LedgerOutcomeUnknown, LedgerUnavailable
-from dprag_core.validation import positive_finite
+from dprag_core.accounting.stores.errors import LedgerOutcomeUnknown, LedgerUnavailable
+from dprag_core.validation import positive_finite, strict_init
 
 if TYPE_CHECKING:
     import psycopg
@@ -62,7 +64,7 @@ def psycopg_module() -> Any:
 
 @dataclass(frozen=True)
 class PostgresTimeouts:
-    """Bounds, in seconds, on every wait of a PostgreSQL ledger or corpus budget.
+    """Bounds, in seconds, on every wait of a PostgreSQL corpus budget or per-unit ledger.
 
     ``connect``: reaching the server. ``statement``: one statement on the
     server (a charge is one statement). ``lock``: waiting for a row lock.
@@ -77,6 +79,10 @@ class PostgresTimeouts:
     Traceback (most recent call last):
     ...
     ValueError: lock must be a finite number > 0, got 0
+    >>> PostgresTimeouts(conect=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: PostgresTimeouts got an unknown keyword argument 'conect'; did you mean 'connect'?
     """
 
     connect: float = 10.0
@@ -118,6 +124,9 @@ class PostgresTimeouts:
                 f" -c idle_in_transaction_session_timeout={ms(self.idle_in_transaction)}"
             ),
         }
+
+
+PostgresTimeouts.__init__ = strict_init(PostgresTimeouts.__init__)  # type: ignore[method-assign]
 
 
 def ms(seconds: float) -> int:
@@ -162,20 +171,25 @@ class _Deadline:
 class PostgresStore:
     """Per-thread psycopg connections to one database, with bounded waits.
 
-    >>> PostgresStore("host=127.0.0.1 port=1", PostgresTimeouts(connect=1)).run(
-    ...     lambda conn: None)
+    ``label`` names the store in every message ("PostgreSQL corpus budget
+    'dprag_corpus'").
+
+    >>> PostgresStore("host=127.0.0.1 port=1", PostgresTimeouts(connect=1),
+    ...               label="PostgreSQL corpus budget 'c'").run(lambda conn: None)
     Traceback (most recent call last):
     ...
-    dprag_core.accounting.ledger.base.LedgerUnavailable: the PostgreSQL ledger is unreachable ...
+    dprag_core.accounting.stores.errors.LedgerUnavailable: the PostgreSQL corpus budget 'c' ...
     """
 
-    def __init__(self, dsn: str, timeouts: PostgresTimeouts) -> None:
+    def __init__(self, dsn: str, timeouts: PostgresTimeouts | None, *, label: str) -> None:
         if not isinstance(dsn, str) or not dsn.strip():
             raise ValueError("dsn must be a non-empty PostgreSQL connection string")
+        timeouts = PostgresTimeouts() if timeouts is None else timeouts
         if not isinstance(timeouts, PostgresTimeouts):
             raise TypeError(f"timeouts must be PostgresTimeouts, got {type(timeouts).__name__}")
         self.__dsn = dsn
         self.timeouts = timeouts
+        self.label = label
         self._local = threading.local()
 
     def conn(self) -> psycopg.Connection[Any]:
@@ -195,7 +209,7 @@ class PostgresStore:
                 conn.execute("SET client_connection_check_interval = 1000")
         except pg.Error:
             raise LedgerUnavailable(
-                "the PostgreSQL ledger is unreachable (check the DSN and that the server is up)"
+                f"the {self.label} is unreachable (check the DSN and that the server is up)"
             ) from None
         local.conn, local.pid = conn, os.getpid()
         return conn
@@ -219,30 +233,28 @@ class PostgresStore:
                 continue
             except (errors.QueryCanceled, errors.LockNotAvailable):
                 raise LedgerUnavailable(
-                    "the PostgreSQL ledger timed out (statement_timeout or lock_timeout);"
+                    f"the {self.label} timed out (statement_timeout or lock_timeout);"
                     " nothing was charged"
                 ) from None
             except errors.InsufficientPrivilege:
                 raise LedgerUnavailable(
-                    "the PostgreSQL role lacks a right this ledger needs: see the grants in"
+                    f"the PostgreSQL role lacks a right the {self.label} needs: see the grants in"
                     " docs/ledgers.md"
                 ) from None
             except (errors.UndefinedTable, errors.UndefinedFunction, errors.UndefinedColumn):
                 raise LedgerUnavailable(
-                    f"the PostgreSQL ledger schema is missing: {INIT_HINT}"
+                    f"the {self.label}'s schema is missing: {INIT_HINT}"
                 ) from None
             except pg.OperationalError:
                 self.forget(conn)
-                why = "stopped answering" if deadline.fired else "connection was lost"
+                why = "stopped answering" if deadline.fired else "lost its connection"
                 if charge:
                     raise LedgerOutcomeUnknown(
-                        f"the PostgreSQL ledger {why} during a charge: the outcome is unknown;"
+                        f"the {self.label} {why} during a charge: the outcome is unknown;"
                         " release nothing and retry with the same query id"
                     ) from None
-                raise LedgerUnavailable(
-                    f"the PostgreSQL ledger {why}; nothing was charged"
-                ) from None
-        raise LedgerUnavailable("the PostgreSQL ledger kept deadlocking; nothing was charged")
+                raise LedgerUnavailable(f"the {self.label} {why}; nothing was charged") from None
+        raise LedgerUnavailable(f"the {self.label} kept deadlocking; nothing was charged")
 
     def forget(self, conn: psycopg.Connection[Any]) -> None:
         """Drop a broken connection (the next call opens a new one)."""

@@ -1,0 +1,367 @@
+"""A PostgreSQL store's schema: inspection, creation, migration and least-privilege grants.
+
+A store is a set of tables under one prefix (``{table}_meta``,
+``{table}_store`` and its own), a ``SECURITY DEFINER`` charge function
+(``{table}_charge``, owned by the schema owner, fixed ``search_path``) and an
+append-only trigger function. ``{table}_store`` records the store's kind and
+identity (``name``); ``{table}_meta`` its schema version.
+
+* **Inspection** reads ``pg_class`` and ``pg_proc`` of the role's current
+  schema in one statement (one snapshot): a store being created by another
+  session is seen whole or not at all.
+* **Creation and migration** (``create=True``, the owner's job) hold a
+  session-level advisory lock on the prefix and start their transaction after
+  taking it, so N sessions creating or migrating the same store at once all
+  succeed: one creates, the others find it made. A partly missing store is
+  never repaired (that would reset budgets).
+* **Least privilege.** The serving role gets ``USAGE`` on the schema,
+  ``SELECT`` on the tables and ``EXECUTE`` on the charge function, nothing
+  else. The charge function takes only the query id and the cost; it refuses
+  a negative or oversized cost, reads budgets and totals from the store (a
+  caller cannot choose a unit's budget) and stamps the time itself. Migration
+  drops every other overload of the charge function. ``grant_to`` must name an
+  existing role that is not ``public``, a ``pg_`` role, a superuser, the
+  owner, a member of the owner or the schema's owner; it is checked before
+  anything is created.
+
+>>> PostgresSpec("per-unit ledger", {"meta": "key text"}, (), "", "text").kind
+'per-unit ledger'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dprag_core.accounting.stores.amounts import check_table
+from dprag_core.accounting.stores.errors import LedgerUnavailable, incomplete, reused_id
+from dprag_core.accounting.stores.postgres import INIT_HINT, PostgresStore, psycopg_module
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["SCHEMA_VERSION", "PostgresSchema", "PostgresSpec", "check_role"]
+
+SCHEMA_VERSION = 3
+"""Version 3: identity table, refusal counts, charge functions without caller-chosen budgets."""
+
+_LOCK_TAG = "dprag-schema:"
+_ROLE = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class PostgresSpec:
+    """One kind of PostgreSQL store.
+
+    ``tables``: suffix -> CREATE TABLE body (``meta`` and ``store`` are added
+    by :class:`PostgresSchema`); ``extra``: statements run after the tables
+    (indexes, triggers), idempotent; ``charge_sql``: the ``CREATE OR REPLACE
+    FUNCTION {charge}`` statement and ``charge_args`` its argument types;
+    ``migrate``: idempotent statements bringing an older schema up to date.
+    """
+
+    kind: str
+    tables: dict[str, str]
+    extra: tuple[str, ...]
+    charge_sql: str
+    charge_args: str
+    migrate: tuple[str, ...] = ()
+
+
+def check_role(role: object) -> str:
+    """The ``grant_to`` role name: a plain lowercase identifier, never ``public`` or ``pg_*``.
+
+    >>> check_role("dprag_app")
+    'dprag_app'
+    >>> check_role("public")
+    Traceback (most recent call last):
+    ...
+    ValueError: grant_to must name the serving role, not 'public' (that would let every role charge)
+    """
+    name = check_table(role, "grant_to")
+    if name == "public" or name.startswith("pg_"):
+        raise ValueError(
+            f"grant_to must name the serving role, not {name!r} (that would let every role charge)"
+        )
+    return name
+
+
+class PostgresSchema:
+    """Names, inspection, creation, migration and grants of one prefixed store.
+
+    >>> from dprag_core.accounting.stores.postgres import PostgresTimeouts
+    >>> spec = PostgresSpec("corpus budget", {"budget": "id integer"}, (), "", "text")
+    >>> sorted(PostgresSchema("c", spec).tables)
+    ['budget', 'meta', 'store']
+    """
+
+    def __init__(self, table: str, spec: PostgresSpec) -> None:
+        self.table = check_table(table)
+        self.spec = spec
+        self.tables = {
+            "meta": "key text PRIMARY KEY, value bigint NOT NULL",
+            "store": "id integer PRIMARY KEY CHECK (id = 1), kind text NOT NULL,"
+            " name text NOT NULL, created double precision NOT NULL",
+            **spec.tables,
+        }
+
+    def names(self) -> dict[str, str]:
+        """Suffix -> object name."""
+        names = {k: f"{self.table}_{k}" for k in self.tables}
+        names.update(
+            fn=f"{self.table}_append_only",
+            charge=f"{self.table}_charge",
+            audit_query=f"{self.table}_audit_query",
+        )
+        return names
+
+    def sql(self, text: str, schema: str | None = None) -> Any:
+        """``text`` with ``{suffix}`` placeholders as identifiers (schema-qualified if given)."""
+        sql = psycopg_module().sql
+        ids = {
+            k: sql.Identifier(schema, v) if schema else sql.Identifier(v)
+            for k, v in self.names().items()
+        }
+        return sql.SQL(text).format(tag=sql.Literal(self.table + ":"), **ids)
+
+    # -- inspection --------------------------------------------------------------
+
+    def state(self, conn: psycopg.Connection[Any]) -> tuple[set[str], bool]:
+        """(suffixes of the tables present, whether the schema is current), from one snapshot."""
+        names = self.names()
+        row = conn.execute(
+            "SELECT (SELECT coalesce(array_agg(c.relname), '{}') FROM pg_class AS c"
+            "   WHERE c.relnamespace = to_regnamespace(current_schema())"
+            "   AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)),"
+            " (SELECT count(*) FROM pg_proc AS p"
+            "   WHERE p.pronamespace = to_regnamespace(current_schema()) AND p.proname = %s"
+            "   AND oidvectortypes(p.proargtypes) = %s)",
+            ([names[k] for k in self.tables], names["charge"], self.spec.charge_args),
+        ).fetchone()
+        found = set(row[0]) if row is not None else set()
+        present = {k for k in self.tables if names[k] in found}
+        if present != set(self.tables) or row is None or not row[1]:
+            return present, False
+        version = conn.execute(self.sql("SELECT value FROM {meta} WHERE key = 'schema'")).fetchone()
+        return present, version is not None and version[0] >= SCHEMA_VERSION
+
+    def _check_present(self, label: str, present: set[str]) -> bool:
+        """True when the store exists (maybe outdated); raises when it is partly missing."""
+        core = set(self.tables) - {"store"}  # a version-2 store has no identity table yet
+        if not present & core:
+            return False
+        missing = sorted(self.names()[k] for k in core - present)
+        if missing:
+            raise incomplete(label, missing)
+        return True
+
+    # -- opening, creation, migration --------------------------------------------
+
+    def open(
+        self,
+        store: PostgresStore,
+        *,
+        create: bool,
+        name: str | None,
+        settings: list[tuple[str, tuple[Any, ...]]],
+        grant_to: str | None = None,
+    ) -> str:
+        """Open the store (creating or migrating it with ``create``); return its recorded name.
+
+        ``settings``: statements (with parameters) that write the store's
+        settings rows when it is created. ``grant_to``: also grant that role
+        the runtime rights (needs ``create``).
+        """
+        role = None if grant_to is None else check_role(grant_to)
+        present, current = store.run(self.state)
+        exists = self._check_present(store.label, present)
+        if not current or role is not None:
+            if not create:
+                state = "outdated" if exists else "absent"
+                raise LedgerUnavailable(
+                    f"the {store.label} is {state}: {INIT_HINT}, or pass create=True as its owner"
+                )
+            store.run(lambda conn: self._create(conn, store.label, name, settings, role))
+        return store.run(lambda conn: self._identity(conn, store.label, name))
+
+    def _identity(self, conn: psycopg.Connection[Any], label: str, name: str | None) -> str:
+        row = conn.execute(self.sql("SELECT kind, name FROM {store} WHERE id = 1")).fetchone()
+        if row is None:
+            raise LedgerUnavailable(f"the {label} records no identity: {INIT_HINT}")
+        if row[0] != self.spec.kind:
+            raise LedgerUnavailable(f"the {label} is a {row[0]}, not a {self.spec.kind}")
+        if name is not None and row[1] != name:
+            raise LedgerUnavailable(
+                f"the {label} is named {row[1]!r}, not {name!r}: it is another store (check the "
+                "DSN, the table and the name)"
+            )
+        return str(row[1])
+
+    def _create(
+        self,
+        conn: psycopg.Connection[Any],
+        label: str,
+        name: str | None,
+        settings: list[tuple[str, tuple[Any, ...]]],
+        role: str | None,
+    ) -> None:
+        """Create, migrate and grant under a session lock taken before the transaction."""
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (_LOCK_TAG + self.table,))
+        try:
+            with conn.transaction():
+                if role is not None:
+                    self._check_grantee(conn, role)
+                present, current = self.state(conn)
+                exists = self._check_present(label, present)
+                if not current:
+                    self._build(conn, exists, name, settings)
+                if role is not None:
+                    self._grant(conn, role)
+        finally:
+            with contextlib.suppress(Exception):  # a lost session has released it already
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (_LOCK_TAG + self.table,))
+
+    def _build(
+        self,
+        conn: psycopg.Connection[Any],
+        exists: bool,
+        name: str | None,
+        settings: list[tuple[str, tuple[Any, ...]]],
+    ) -> None:
+        row = conn.execute("SELECT current_schema()").fetchone()
+        if row is None or row[0] is None:
+            raise LedgerUnavailable("the PostgreSQL role has no current schema to create in")
+        schema = row[0]
+        for suffix, body in self.tables.items():
+            conn.execute(self.sql(f"CREATE TABLE IF NOT EXISTS {{{suffix}}} ({body})"))
+        conn.execute(
+            self.sql(
+                "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$BEGIN RAISE EXCEPTION 'the audit log is append-only'; END$$"
+            )
+        )
+        grantees: list[str] = []
+        if exists:
+            for stmt in self.spec.migrate:
+                conn.execute(self.sql(stmt))
+            grantees = [  # serving roles keep their rights across a migration
+                r
+                for (r,) in conn.execute(
+                    "SELECT DISTINCT a.grantee::regrole::text FROM pg_class AS c,"
+                    " aclexplode(c.relacl) AS a WHERE c.oid = to_regclass(%s)"
+                    " AND a.privilege_type = 'SELECT' AND a.grantee NOT IN (0, c.relowner)",
+                    (self.names()["meta"],),
+                ).fetchall()
+                if _ROLE.fullmatch(r)
+            ]
+        else:
+            for stmt, params in settings:
+                conn.execute(self.sql(stmt), params)
+        conn.execute(
+            self.sql(
+                "INSERT INTO {store} VALUES (1, %s, %s, extract(epoch FROM clock_timestamp()))"
+                " ON CONFLICT (id) DO NOTHING"
+            ),
+            (self.spec.kind, name or self.table),
+        )
+        for stmt in self.spec.extra:
+            conn.execute(self.sql(stmt))
+        for (old,) in conn.execute(  # every other overload, e.g. version 2's (it took a budget)
+            "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+            " WHERE p.pronamespace = to_regnamespace(current_schema()) AND p.proname = %s"
+            " AND oidvectortypes(p.proargtypes) <> %s",
+            (self.names()["charge"], self.spec.charge_args),
+        ).fetchall():
+            conn.execute(f"DROP FUNCTION {old}")
+        conn.execute(self.sql(self.spec.charge_sql, schema))
+        for fn in (f"{{charge}}({self.spec.charge_args})", "{fn}()"):
+            conn.execute(self.sql(f"REVOKE ALL ON FUNCTION {fn} FROM PUBLIC"))
+        for role in grantees:
+            self._grant(conn, role)
+        conn.execute(
+            self.sql(
+                "INSERT INTO {meta}(key, value) VALUES ('schema', %s), ('refusals', 0)"
+                " ON CONFLICT (key) DO UPDATE SET value = greatest({meta}.value, EXCLUDED.value)"
+            ),
+            (SCHEMA_VERSION,),
+        )
+
+    # -- least privilege ---------------------------------------------------------
+
+    @staticmethod
+    def _check_grantee(conn: psycopg.Connection[Any], role: str) -> None:
+        row = conn.execute(
+            "SELECT r.rolsuper, r.rolname = current_user,"
+            " pg_has_role(r.rolname, current_user, 'MEMBER'),"
+            " r.oid = (SELECT n.nspowner FROM pg_namespace AS n"
+            "          WHERE n.nspname = current_schema())"
+            " FROM pg_roles AS r WHERE r.rolname = %s",
+            (role,),
+        ).fetchone()
+        if row is None:
+            raise ValueError(
+                f"grant_to: no role {role!r} exists on this server; create it first "
+                "(nothing was created)"
+            )
+        superuser, owner, member, schema_owner = row
+        why = (
+            "a superuser (grants do not bind it)"
+            if superuser
+            else "the schema owner itself"
+            if owner
+            else "a member of the owner (it inherits the owner's rights)"
+            if member
+            else "the owner of the schema (it can drop the tables)"
+            if schema_owner
+            else ""
+        )
+        if why:
+            raise ValueError(
+                f"grant_to must be a least-privilege serving role, but {role!r} is {why} "
+                "(nothing was created)"
+            )
+
+    def _grant(self, conn: psycopg.Connection[Any], role: str) -> None:
+        """Give ``role`` exactly the runtime rights: read the tables, call the charge."""
+        sql = psycopg_module().sql
+        who = sql.Identifier(role)
+        row = conn.execute("SELECT current_schema()").fetchone()
+        schema = sql.Identifier(row[0] if row is not None else "public")
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, who))
+        for k in self.tables:
+            conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(self.sql(f"{{{k}}}"), who))
+        conn.execute(
+            sql.SQL("GRANT EXECUTE ON FUNCTION {}({}) TO {}").format(
+                self.sql("{charge}"), sql.SQL(self.spec.charge_args), who
+            )
+        )
+
+    # -- charging and teardown ---------------------------------------------------
+
+    def call_charge(
+        self, conn: psycopg.Connection[Any], values: tuple[Any, ...]
+    ) -> tuple[Any, ...] | None:
+        """``SELECT * FROM charge(values)``: the one atomic charge (reused id: ``reused_id()``)."""
+        pg = psycopg_module()
+        args = ", ".join(["%s"] * len(values))
+        try:
+            row = conn.execute(self.sql(f"SELECT * FROM {{charge}}({args})"), values).fetchone()
+        except pg.Error as exc:
+            if getattr(exc, "sqlstate", None) == "DPREU":
+                raise reused_id() from None
+            raise
+        return None if row is None else tuple(row)
+
+    def drop(self, store: PostgresStore) -> None:
+        """Drop every table and function of this store (tests and teardown only)."""
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                for k in self.tables:
+                    conn.execute(self.sql(f"DROP TABLE IF EXISTS {{{k}}} CASCADE"))
+                conn.execute(self.sql("DROP FUNCTION IF EXISTS {fn} CASCADE"))
+                conn.execute(self.sql("DROP FUNCTION IF EXISTS {charge}"))
+
+        store.run(work)

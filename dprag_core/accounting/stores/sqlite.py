@@ -1,0 +1,480 @@
+"""One SQLite file of budget stores, shared by threads and processes.
+
+A file holds any number of dprag stores (one per-unit ledger, corpus budgets
+under table prefixes), each listed in the file's ``dprag_stores`` table with
+its kind, its identity (``name``), its objects and its schema version.
+
+* **Nothing is written to a file before it is known to be dprag's.** Opening
+  reads the file's catalog over a read-only connection first. A file that is
+  not a SQLite database, or that holds a table, index, view or trigger that no
+  listed store owns (another application's database), is refused untouched:
+  no WAL switch, no tables, no triggers. Files written before stores were
+  listed are recognised by their exact tables, columns and triggers and
+  listed on their first writable open.
+* **No silent fresh stores.** A missing file or store is created only when
+  asked (``create=True``); otherwise the error names the absolute path.
+* New files are created with mode 0600 (owner only: they hold unit ids, query
+  ids and times), whatever the umask; SQLite gives its ``-wal`` and ``-shm``
+  files the database file's mode. An existing file keeps its mode.
+* **Read-only.** A file this process cannot write (or ``read_only=True``)
+  opens read-only (``mode=ro``): reads work, a charge raises
+  :class:`~dprag_core.accounting.stores.errors.LedgerUnavailable`. On
+  read-only media, where SQLite cannot create its ``-shm`` file, it falls back
+  to ``immutable=1`` (the file must then not change while it is open: a
+  backup or a replica's copy).
+* A write is one ``BEGIN IMMEDIATE`` transaction. Writers of this file first
+  queue on an exclusive ``flock`` of a sidecar ``-lock`` file (0600), which
+  the kernel hands to a blocked waiter as soon as it is released: SQLite's own
+  busy handler sleeps in growing steps and lets a waiting writer starve under
+  contention. Both waits are bounded by ``busy_timeout``.
+* WAL with ``synchronous=FULL``: a committed write survives a crash or power
+  loss. A charge whose ``COMMIT`` fails has an unknown outcome
+  (:class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`).
+
+Each thread (and each process, after a fork) opens its own connection.
+
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "s.db")
+>>> store = SQLiteStore(path, busy_timeout=5.0, create=True, label="test store")
+>>> spec = SQLiteSpec("t", "test", ("t",), ("CREATE TABLE IF NOT EXISTS t (x INTEGER)",))
+>>> store.open(spec, create=True, name="demo")
+'demo'
+>>> oct(os.stat(store.path).st_mode & 0o777), store.read("SELECT count(*) FROM t")
+('0o600', [(0,)])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from dprag_core.accounting.stores.errors import (
+    LedgerOutcomeUnknown,
+    LedgerUnavailable,
+    incomplete,
+)
+from dprag_core.validation import positive_finite
+
+try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
+    import fcntl
+except ImportError:  # pragma: no cover - depends on the platform
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["CATALOG", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
+
+FILE_MODE = 0o600
+"""Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
+
+CATALOG = "dprag_stores"
+"""The table that lists a file's stores: key, kind, name, objects, version, created."""
+
+_CATALOG_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {CATALOG} (store TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+    " name TEXT NOT NULL, objects TEXT NOT NULL, version INTEGER NOT NULL, created REAL NOT NULL)"
+)
+_INTERNAL = ("sqlite_", CATALOG)  # SQLite's own objects (sqlite_sequence, sqlite_stat1, ...)
+
+# Connections inherited through fork() are never closed by the child (closing
+# them could disturb the parent's locks); they are parked here instead.
+_INHERITED: list[Any] = []
+
+
+@dataclass(frozen=True)
+class SQLiteSpec:
+    """One kind of store in a file: its catalog key, kind, objects and creation statements.
+
+    ``ddl`` runs (with ``params``, one tuple per statement) in the creating
+    transaction; ``migrate`` runs when a store is listed in the catalog for the
+    first time (files written before the catalog existed). ``version`` is the
+    schema version recorded.
+
+    >>> SQLiteSpec("ledger", "per-unit ledger", ("units",), ()).version
+    2
+    """
+
+    key: str
+    kind: str
+    objects: tuple[str, ...]
+    ddl: tuple[str, ...]
+    params: tuple[tuple[Any, ...], ...] = ()
+    migrate: tuple[str, ...] = ()
+    version: int = 2
+
+
+@dataclass(frozen=True)
+class _Listed:
+    kind: str
+    name: str
+    objects: tuple[str, ...]
+    legacy: bool
+
+
+# Stores written before the catalog existed, recognised by exact tables, columns and
+# triggers (a look-alike of another application is not enough: its columns differ).
+_LEGACY_LEDGER = {
+    "meta": ("key", "value"),
+    "units": ("unit", "remaining"),
+    "audit": ("seq", "query_id", "unit", "cost", "at"),
+}
+_LEGACY_LEDGER_EXTRA = ("audit_no_update", "audit_no_delete")
+_LEGACY_BUDGET = ("id", "total_epsilon", "total_delta", "spent_epsilon", "spent_delta", "queries")
+_LEGACY_CHARGES = ("query_id", "epsilon", "delta", "at")
+
+
+def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
+    """A :class:`LedgerUnavailable` naming the store and SQLite's error code (never an id).
+
+    >>> str(unavailable("per-unit ledger in '/l.db'", sqlite3.OperationalError("x")))
+    "the per-unit ledger in '/l.db' is unavailable (OperationalError)"
+    """
+    code = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    return LedgerUnavailable(f"the {label} is unavailable ({code})")
+
+
+def _create_private(path: Path, label: str) -> None:
+    """Create ``path`` empty with mode 0600 (whatever the umask) unless it exists."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        why = errno.errorcode.get(exc.errno or 0, "?")
+        raise LedgerUnavailable(f"the {label} cannot be created ({why})") from None
+    os.close(fd)
+
+
+def _flock_within(fd: int, timeout: float) -> bool:
+    """Take an exclusive flock on ``fd`` within ``timeout`` seconds; False if not.
+
+    A blocked ``flock`` is woken by the kernel the moment the holder releases
+    (no polling, so no waiter starves behind a writer that re-locks at once).
+    The blocking call runs in a helper thread so that the wait is bounded; a
+    helper that gets the lock after its caller gave up closes ``fd``, which
+    releases it. On False the caller no longer owns ``fd``.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    got, guard, gave_up = threading.Event(), threading.Lock(), [False]
+
+    def take() -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with guard:
+            if gave_up[0]:
+                os.close(fd)
+            else:
+                got.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    if got.wait(timeout):
+        return True
+    with guard:
+        gave_up[0] = not got.is_set()
+        return got.is_set()
+
+
+class SQLiteStore:
+    """A SQLite file of dprag stores, opened per thread, read-only when it cannot be written.
+
+    ``label`` names the store in every message ("corpus budget 'corpus' in
+    '/srv/b.db'"). The constructor refuses a missing file unless ``create``,
+    and a file that is not dprag's before anything is written to it.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.db")
+    >>> SQLiteStore(path, busy_timeout=1.0, label="store")
+    Traceback (most recent call last):
+    ...
+    dprag_core.accounting.stores.errors.LedgerUnavailable: no store exists ...
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float,
+        label: str,
+        create: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        self.timeout = positive_finite("busy_timeout", busy_timeout)
+        if not isinstance(path, (str, os.PathLike)) or str(path) in ("", ":memory:"):
+            raise ValueError("path must be a database file path (use an in-memory class instead)")
+        self.path = Path(path)
+        self.label = label
+        self._local = threading.local()
+        self._immutable = False
+        if not self.path.exists():
+            if not create or read_only:
+                raise LedgerUnavailable(
+                    f"no {label} exists (the file is missing): pass create=True to create it "
+                    "(a relative path is resolved against the working directory)"
+                )
+            _create_private(self.path, label)
+        self.read_only = read_only or not os.access(self.path, os.W_OK)
+        self._names: set[str] = set()
+        self._listed = self._inspect()
+
+    # -- opening -----------------------------------------------------------------
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``, or ``immutable=1`` where SQLite cannot create its -shm (read-only media)."""
+        base = f"file:{quote(str(self.path.resolve()))}"
+        for query in ("immutable=1",) if self._immutable else ("mode=ro", "immutable=1"):
+            conn = sqlite3.connect(
+                f"{base}?{query}", uri=True, timeout=self.timeout, isolation_level=None
+            )
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                name = getattr(exc, "sqlite_errorname", "")
+                if query == "mode=ro" and name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+                    self._immutable = True
+                    continue
+                raise
+            return conn
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _inspect(self) -> dict[str, _Listed]:
+        """The stores this file holds; refuses a file that is not dprag's (nothing written)."""
+        if self.path.stat().st_size == 0:
+            return {}
+        try:
+            conn = self._connect_read_only()
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+        try:
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            listed = self._listed_in(conn, names)
+        except sqlite3.DatabaseError as exc:
+            code = getattr(exc, "sqlite_errorname", "")
+            if code == "SQLITE_NOTADB" or "not a database" in str(exc):
+                raise LedgerUnavailable(
+                    f"the {self.label} cannot be opened: the file is not a SQLite database "
+                    "(nothing was written to it)"
+                ) from None
+            raise unavailable(self.label, exc) from None
+        finally:
+            conn.close()
+        self._names = names
+        owned = {n for s in listed.values() for n in s.objects}
+        foreign = [n for n in names - owned if not n.startswith(_INTERNAL)]
+        if foreign:
+            raise LedgerUnavailable(
+                f"the {self.label} cannot be opened: the file holds {len(foreign)} table(s), "
+                "index(es) or trigger(s) that no dprag store owns (another application's "
+                "database?); nothing was written to it: give the budget a file of its own"
+            )
+        return listed
+
+    @staticmethod
+    def _listed_in(conn: sqlite3.Connection, names: set[str]) -> dict[str, _Listed]:
+        listed: dict[str, _Listed] = {}
+        if CATALOG in names:
+            for key, kind, name, objects in conn.execute(
+                f"SELECT store, kind, name, objects FROM {CATALOG}"
+            ):
+                listed[key] = _Listed(kind, name, tuple(objects.split()), legacy=False)
+
+        def columns(table: str) -> tuple[str, ...]:
+            return tuple(row[1] for row in conn.execute(f'PRAGMA table_info("{table}")'))
+
+        if (
+            "ledger" not in listed
+            and all(x in names for x in _LEGACY_LEDGER_EXTRA)
+            and all(t in names and columns(t) == cols for t, cols in _LEGACY_LEDGER.items())
+        ):
+            objects = (*_LEGACY_LEDGER, *_LEGACY_LEDGER_EXTRA, "audit_query")
+            listed["ledger"] = _Listed("per-unit ledger", "ledger", objects, legacy=True)
+        for table in sorted(names):
+            prefix = table[: -len("_budget")]
+            key = f"corpus:{prefix}"
+            charges = f"{prefix}_charges"
+            extra = (f"{charges}_no_update", f"{charges}_no_delete")
+            if (
+                table.endswith("_budget")
+                and key not in listed
+                and charges in names
+                and all(x in names for x in extra)
+                and columns(table) == _LEGACY_BUDGET
+                and columns(charges) == _LEGACY_CHARGES
+            ):
+                objects = (table, charges, *extra)
+                listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
+        return listed
+
+    def open(self, spec: SQLiteSpec, *, create: bool, name: str | None) -> str:
+        """Open (or, with ``create``, create) the store ``spec``; return its recorded name.
+
+        ``name``: the identity to record when creating (default: the catalog
+        key's last part) or to check when opening (None: any).
+        """
+        found = self._listed.get(spec.key)
+        if found is None:
+            present = [n for n in spec.objects if n in self._names]
+            if present:
+                raise incomplete(self.label, [n for n in spec.objects if n not in present])
+            if not create:
+                raise LedgerUnavailable(
+                    f"no {self.label} exists: pass create=True to create it (a relative path "
+                    "is resolved against the working directory)"
+                )
+            if self.read_only:
+                raise LedgerUnavailable(f"no {self.label} exists, and the file is read-only")
+            found = self._create(spec, name or spec.key.rsplit(":", 1)[-1])
+        if found.kind != spec.kind:
+            raise LedgerUnavailable(f"the {self.label} is a {found.kind}, not a {spec.kind}")
+        if name is not None and name != found.name:
+            raise LedgerUnavailable(
+                f"the {self.label} is named {found.name!r}, not {name!r}: it is another "
+                "store (check the path, the table and the name)"
+            )
+        if found.legacy:  # recognised by its tables and triggers: listed when writable
+            if not self.read_only:
+                self._adopt(spec, found)
+            return found.name
+        absent = [n for n in spec.objects if n not in found.objects or n not in self._names]
+        if absent:
+            raise incomplete(self.label, absent)
+        return found.name
+
+    def _create(self, spec: SQLiteSpec, name: str) -> _Listed:
+        with self.write() as conn:
+            conn.execute(_CATALOG_DDL)
+            row = conn.execute(
+                f"SELECT kind, name, objects FROM {CATALOG} WHERE store = ?", (spec.key,)
+            ).fetchone()
+            if row is not None:  # another process created it meanwhile
+                self._names.update(row[2].split())
+                return _Listed(row[0], row[1], tuple(row[2].split()), legacy=False)
+            params = spec.params or ((),) * len(spec.ddl)
+            for stmt, args in zip(spec.ddl, params, strict=True):
+                conn.execute(stmt, args)
+            self._list(conn, spec, name)
+        self._names.update(spec.objects)
+        self._listed[spec.key] = _Listed(spec.kind, name, spec.objects, legacy=False)
+        return self._listed[spec.key]
+
+    def _adopt(self, spec: SQLiteSpec, found: _Listed) -> None:
+        """List a store written before the catalog existed (and bring its schema up to date)."""
+        with self.write() as conn:
+            conn.execute(_CATALOG_DDL)
+            if conn.execute(f"SELECT 1 FROM {CATALOG} WHERE store = ?", (spec.key,)).fetchone():
+                return  # adopted meanwhile by another process
+            for stmt in spec.migrate:
+                conn.execute(stmt)
+            self._list(conn, spec, found.name)
+        self._listed[spec.key] = _Listed(spec.kind, found.name, spec.objects, legacy=False)
+
+    @staticmethod
+    def _list(conn: sqlite3.Connection, spec: SQLiteSpec, name: str) -> None:
+        conn.execute(
+            f"INSERT INTO {CATALOG} VALUES (?, ?, ?, ?, ?, ?)",
+            (spec.key, spec.kind, name, " ".join(spec.objects), spec.version, time.time()),
+        )
+
+    # -- connections and transactions ---------------------------------------------
+
+    def conn(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use, and again after a fork)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.pid == os.getpid():
+            return conn
+        if conn is not None:
+            _INHERITED.append(conn)
+        try:
+            if self.read_only:
+                conn = self._connect_read_only()
+            else:
+                conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+        local.conn, local.pid = conn, os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _writer_turn(self) -> Iterator[None]:
+        """Hold the sidecar flock for one write transaction (bounded by ``busy_timeout``)."""
+        if fcntl is None:  # pragma: no cover - depends on the platform
+            yield
+            return
+        try:
+            fd = os.open(
+                self.path.with_name(self.path.name + "-lock"), os.O_RDWR | os.O_CREAT, FILE_MODE
+            )
+        except OSError:  # e.g. a read-only directory: SQLite's busy handler still queues
+            yield
+            return
+        if not _flock_within(fd, self.timeout):
+            raise LedgerUnavailable(f"the {self.label} stayed locked longer than busy_timeout")
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases its flock
+
+    @contextlib.contextmanager
+    def write(self, *, charge: bool = False) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on exit, rolled back on error.
+
+        ``charge``: a failing ``COMMIT`` raises :class:`LedgerOutcomeUnknown`
+        (the write may have reached the disk) instead of ``LedgerUnavailable``.
+        """
+        if self.read_only:
+            raise LedgerUnavailable(f"the {self.label} is read-only for this process")
+        conn = self.conn()
+        with self._writer_turn():
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise unavailable(self.label, exc) from None
+            if conn.in_transaction:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if charge:
+                        raise LedgerOutcomeUnknown(
+                            f"the {self.label} failed while committing a charge: the outcome is "
+                            "unknown; release nothing and retry with the same query id"
+                        ) from None
+                    raise unavailable(self.label, exc) from None
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """All rows of one read (no transaction needed: WAL readers never block)."""
+        try:
+            return self.conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+
+    def close(self) -> None:
+        """Close this thread's connection (other threads close their own on exit)."""
+        local = self._local
+        conn = getattr(local, "conn", None)
+        if conn is not None and local.pid == os.getpid():
+            conn.close()
+        local.conn = None
