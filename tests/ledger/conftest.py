@@ -18,6 +18,7 @@ from ledger_support import (
     drop_postgres_tables,
     needs_postgres,
 )
+from tcp_proxy import Proxy
 
 from dprag_core.accounting.ledger import InMemoryLedger, Ledger, PostgresLedger, SQLiteLedger
 
@@ -54,6 +55,29 @@ def make_ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledg
         led.close()
     if kind == "postgres":
         drop_postgres_tables(table)
+
+
+@pytest.fixture
+def table() -> Iterator[str]:
+    """A fresh PostgreSQL table prefix, dropped afterwards (skips without a server)."""
+    if not POSTGRES_DSN:
+        pytest.skip(NO_POSTGRES)
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    yield name
+    drop_postgres_tables(name)
+
+
+@pytest.fixture
+def proxy() -> Iterator[Proxy]:
+    """A loopback fault proxy in front of the test server (tcp_proxy.py)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if not POSTGRES_DSN:
+        pytest.skip(NO_POSTGRES)
+    info = conninfo_to_dict(POSTGRES_DSN)
+    p = Proxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+    yield p
+    p.close()
 
 
 @pytest.fixture

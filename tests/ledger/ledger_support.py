@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,12 +26,19 @@ needs_postgres = pytest.mark.skipif(not POSTGRES_DSN, reason=NO_POSTGRES)
 LedgerFactory = Callable[..., Ledger]
 
 
+def dsn_with(**changes: Any) -> str:
+    """The test server's DSN with some parameters changed (host, port, user, options)."""
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(POSTGRES_DSN, **changes)
+
+
 def drop_postgres_tables(table: str) -> None:
     """Drop a test ledger's tables whatever budget it was created with."""
     import psycopg
 
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        for suffix in ("audit", "units", "meta", "budget", "charges"):
+        for suffix in ("audit", "units", "meta", "store", "budget", "charges"):
             conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix} CASCADE")
         for fn in ("append_only", "charge"):
             conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")

@@ -14,7 +14,8 @@ class Proxy:
     ``"forward"``: pass bytes both ways. ``"pause"``: hold every byte (a
     paused or partitioned server). ``"cut"``: pass requests, and on the first
     reply close the client's side without passing it on (the connection drops
-    after the server has committed).
+    after the server has committed). ``"drop"``: on the next request, close
+    both sides without passing it on (the request never arrives).
     """
 
     def __init__(self, host: str, port: int) -> None:
@@ -44,6 +45,12 @@ class Proxy:
                 data = b""
             while data and self.mode == "pause":
                 time.sleep(0.01)
+            if not reply and data and self.mode == "drop":
+                for s in (src, dst):
+                    with contextlib.suppress(OSError):
+                        s.shutdown(socket.SHUT_RDWR)
+                    s.close()
+                return
             if reply and data and self.mode == "cut":
                 with contextlib.suppress(OSError):
                     dst.shutdown(socket.SHUT_RDWR)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from ledger_support import POSTGRES_DSN, drop_postgres_tables, needs_postgres
+from ledger_support import POSTGRES_DSN, drop_postgres_tables, dsn_with, needs_postgres
 from tcp_proxy import Proxy
 
 from dprag_core.accounting import PostgresCorpusAccountant
@@ -38,26 +38,7 @@ FAST = PostgresTimeouts(connect=5, statement=1.0, lock=0.5, idle_in_transaction=
 
 
 def _dsn(**changes: Any) -> str:
-    from psycopg.conninfo import make_conninfo
-
-    return make_conninfo(POSTGRES_DSN, **changes)
-
-
-@pytest.fixture
-def table() -> Iterator[str]:
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    yield name
-    drop_postgres_tables(name)
-
-
-@pytest.fixture
-def proxy() -> Iterator[Proxy]:
-    from psycopg.conninfo import conninfo_to_dict
-
-    info = conninfo_to_dict(POSTGRES_DSN)
-    p = Proxy(str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
-    yield p
-    p.close()
+    return dsn_with(**changes)
 
 
 def _within(seconds: float, call: Callable[[], object]) -> BaseException | None:
