@@ -81,6 +81,20 @@ def proxy() -> Iterator[Proxy]:
 
 
 @pytest.fixture
+def runtime_role() -> Iterator[str]:
+    """A fresh login role without any rights (needs DPRAG_TEST_POSTGRES_ROLES=1)."""
+    import psycopg
+
+    role = f"dprag_rt_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    yield role
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
 def shared_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(kind, target) for a ledger shared by worker processes; kind from indirect param."""
     kind = request.param

@@ -22,6 +22,10 @@ from dprag_core.budget import Budget, PrivacyBudgetExhausted
 POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
 NO_POSTGRES = 'DPRAG_TEST_POSTGRES_DSN is unset: run `eval "$(scripts/postgres_for_tests.sh)"`'
 needs_postgres = pytest.mark.skipif(not POSTGRES_DSN, reason=NO_POSTGRES)
+needs_roles = pytest.mark.skipif(
+    os.environ.get("DPRAG_TEST_POSTGRES_ROLES") != "1",
+    reason="creates a login role: set DPRAG_TEST_POSTGRES_ROLES=1 on a throwaway server",
+)
 
 LedgerFactory = Callable[..., Ledger]
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ledger_support import POSTGRES_DSN, drop_postgres_tables, dsn_with, needs_postgres
+from ledger_support import POSTGRES_DSN, drop_postgres_tables, dsn_with, needs_postgres, needs_roles
 from tcp_proxy import Proxy
 
 from dprag_core.accounting import PostgresCorpusAccountant
@@ -30,10 +29,6 @@ from dprag_core.budget import Budget
 from dprag_core.ledger_cli import ledger_init
 
 pytestmark = [pytest.mark.postgres, needs_postgres]
-needs_roles = pytest.mark.skipif(
-    os.environ.get("DPRAG_TEST_POSTGRES_ROLES") != "1",
-    reason="creates a login role: set DPRAG_TEST_POSTGRES_ROLES=1 on a throwaway server",
-)
 FAST = PostgresTimeouts(connect=5, statement=1.0, lock=0.5, idle_in_transaction=5)
 
 
@@ -158,19 +153,6 @@ def test_bad_timeouts_are_refused() -> None:
         PostgresTimeouts(statement=float("nan"))
     with pytest.raises(TypeError, match="timeouts"):
         PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, timeouts=5)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def runtime_role() -> Iterator[str]:
-    import psycopg
-
-    role = f"dprag_rt_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN")
-    yield role
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        conn.execute(f"DROP OWNED BY {role}")
-        conn.execute(f"DROP ROLE {role}")
 
 
 @needs_roles

@@ -1,0 +1,196 @@
+"""Least privilege that holds: the serving role can only charge non-negative costs.
+
+The stores live in a schema of their own, created by the owner with
+``grant_to=`` the serving role. Connected as that role, the test tries every
+way to refund itself, raise a budget or write the tables: each function of the
+schema (enumerated from ``pg_proc``) called with negative, NaN-like (NULL),
+huge and hand-picked arguments, the previous version's overload that took a
+unit's budget from the caller, and direct INSERT / UPDATE / DELETE /
+TRUNCATE / ALTER / DROP. Every attempt is refused, and every row of every
+table is the same afterwards.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ledger_support import POSTGRES_DSN, dsn_with, needs_postgres, needs_roles
+
+from dprag_core.accounting import PostgresCorpusAccountant
+from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger
+from dprag_core.budget import Budget
+
+pytestmark = [pytest.mark.postgres, needs_postgres, needs_roles]
+
+HUGE = 10**18 + 1  # one pico-epsilon unit above the largest cost a store accepts
+# Arguments by the function's argument types: every one must be refused.
+ATTACKS: dict[str, list[tuple[Any, ...]]] = {
+    "text, bigint, bigint": [
+        ("refund", -(10**12), 0),
+        ("refund-delta", 0, -1),
+        ("huge", HUGE, 0),
+        ("huge-delta", 0, 2**62),
+        ("null-cost", None, 0),
+        (None, 10**11, 0),
+    ],
+    "text, text[], bigint": [
+        ("refund", ["a"], -(10**12)),
+        ("refund-x", ["x"], -(10**12)),
+        ("huge", ["fresh"], HUGE),
+        ("null-unit", ["a", None], 1),
+        ("null-cost", ["a"], None),
+        (None, ["a"], 1),
+    ],
+}
+
+
+@pytest.fixture
+def stores(runtime_role: str) -> Iterator[tuple[str, str, str]]:
+    """(schema, owner DSN, serving DSN) with a corpus budget ``c`` and a ledger ``l``."""
+    import psycopg
+
+    schema = f"s_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    owner = dsn_with(options=f"-c search_path={schema}")
+    app = dsn_with(user=runtime_role, options=f"-c search_path={schema}")
+    PostgresCorpusAccountant(
+        owner, total=Budget(1.0, 1e-6), table="c", create=True, grant_to=runtime_role
+    ).close()
+    PostgresLedger(
+        owner, budget_per_unit=1.0, table="l", create=True, grant_to=runtime_role
+    ).close()
+    yield schema, owner, app
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _snapshot(owner: str, schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table in ``schema`` (as the owner)."""
+    import psycopg
+
+    with psycopg.connect(owner) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", (schema,)
+            )
+        ]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+
+
+def test_the_serving_role_can_charge_but_never_refund_raise_or_write(
+    stores: tuple[str, str, str],
+) -> None:
+    import psycopg
+
+    schema, owner, app = stores
+    acc = PostgresCorpusAccountant(app, table="c")  # the recorded total: nothing to restate
+    led = PostgresLedger(app, table="l")
+    assert acc.charge(Budget(0.5, 1e-7), query_id="q1")
+    assert led.charge("q1", ["a"], 0.5).granted and led.charge("q2", ["x"], 1.0).granted
+    before = _snapshot(owner, schema)
+    allowed: list[str] = []
+    with psycopg.connect(app, autocommit=True) as conn:
+        functions = conn.execute(
+            "SELECT p.proname, oidvectortypes(p.proargtypes) FROM pg_proc AS p"
+            " JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = %s",
+            (schema,),
+        ).fetchall()
+        assert len(functions) == 4  # two charge functions, two append-only trigger functions
+        attempts: list[tuple[str, tuple[Any, ...]]] = []
+        for name, types in functions:
+            arity = 0 if not types else types.count(",") + 1
+            for args in ATTACKS.get(types, [(None,) * arity]):
+                placeholders = ", ".join(["%s"] * len(args))
+                attempts.append((f"SELECT * FROM {schema}.{name}({placeholders})", args))
+        # version 2's overload took the new units' budget (and the time) from the caller
+        attempts.append((f"SELECT {schema}.l_charge('chosen', ARRAY['new'], 1, {10**18}, 0)", ()))
+        attempts.append((f"SELECT {schema}.c_charge('old', 1, 0, 0.0)", ()))
+        tables = sorted(before)
+        assert len(tables) == 8  # meta, store and two of its own, per store
+        for t in tables:
+            attempts += [
+                (f"INSERT INTO {schema}.{t} SELECT * FROM {schema}.{t}", ()),
+                (f"UPDATE {schema}.{t} SET {_first_column(conn, schema, t)} = NULL", ()),
+                (f"DELETE FROM {schema}.{t}", ()),
+                (f"TRUNCATE {schema}.{t}", ()),
+                (f"ALTER TABLE {schema}.{t} DISABLE TRIGGER ALL", ()),
+                (f"DROP TABLE {schema}.{t}", ()),
+            ]
+        attempts.append((f"CREATE TABLE {schema}.l_units_new (unit text)", ()))
+        for sql, args in attempts:
+            try:
+                conn.execute(sql, args)
+            except psycopg.Error:
+                continue
+            allowed.append(f"{sql} {args!r}")
+    assert allowed == []
+    assert _snapshot(owner, schema) == before  # nothing changed
+    assert led.remaining(["x", "new"]) == {"x": 0.0, "new": 1.0}
+    assert (acc.spent_epsilon, acc.queries) == (0.5, 1)
+    assert acc.charge(Budget(0.25), query_id="q3")  # charging still works, and only spends
+    assert acc.spent_epsilon == 0.75
+
+
+def _first_column(conn: Any, schema: str, table: str) -> str:
+    row = conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s"
+        " AND table_name = %s ORDER BY ordinal_position LIMIT 1",
+        (schema, table),
+    ).fetchone()
+    return str(row[0])
+
+
+@pytest.mark.parametrize("role", ["public", "pg_monitor", "no_such_role_x1", "dprag"])
+def test_unsafe_or_missing_grantees_are_refused_before_anything_is_created(
+    stores: tuple[str, str, str], role: str
+) -> None:
+    import psycopg
+
+    _, owner, _ = stores
+    with pytest.raises(ValueError, match="grant_to") as info:
+        PostgresLedger(owner, budget_per_unit=1.0, table="fresh", create=True, grant_to=role)
+    assert "nothing was created" in str(info.value) or role in ("public", "pg_monitor")
+    with psycopg.connect(owner) as conn:
+        assert conn.execute("SELECT to_regclass('fresh_meta')").fetchone() == (None,)
+
+
+def test_a_member_of_the_owner_is_refused(stores: tuple[str, str, str], runtime_role: str) -> None:
+    import psycopg
+
+    _, owner, _ = stores
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"GRANT {conn.info.user} TO {runtime_role}")
+    with pytest.raises(ValueError, match="member of the owner"):
+        PostgresCorpusAccountant(
+            owner, total=Budget(1.0), table="fresh", create=True, grant_to=runtime_role
+        )
+
+
+def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
+    stores: tuple[str, str, str], runtime_role: str
+) -> None:
+    import psycopg
+
+    _, owner, app = stores
+    with psycopg.connect(owner, autocommit=True) as conn:  # what version 2 left behind
+        conn.execute(
+            "CREATE FUNCTION l_charge(q text, us text[], c bigint, b bigint, at double precision)"
+            " RETURNS text[] LANGUAGE sql SECURITY DEFINER AS $$ SELECT '{}'::text[] $$"
+        )
+        conn.execute(
+            "GRANT EXECUTE ON FUNCTION l_charge(text, text[], bigint, bigint, double precision)"
+            f" TO {runtime_role}"
+        )
+        conn.execute("UPDATE l_meta SET value = 2 WHERE key = 'schema'")
+    with pytest.raises(LedgerUnavailable, match=r"outdated.*dprag ledger init"):
+        PostgresLedger(app, table="l")  # the serving role cannot migrate, and is told who can
+    PostgresLedger(owner, table="l", create=True, budget_per_unit=1.0).close()  # the owner
+    with psycopg.connect(owner) as conn:
+        overloads = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'l_charge'")
+        assert overloads.fetchone() == (1,)
+    assert PostgresLedger(app, table="l").charge("after", ["a"], 0.25).granted
