@@ -46,6 +46,7 @@ Budget(epsilon=8.0, delta=0.0)
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,7 +290,11 @@ class DPSimHashDatastore:
 
     # ------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
-        """Write the released artifact: hyperplanes and noisy tables only (npz, no pickle)."""
+        """Write the released artifact: hyperplanes and noisy tables only (npz, no pickle).
+
+        A new file gets mode 0644 at most (0644 minus the umask; never
+        writable by others, also under umask 000).
+        """
         if self.guarantee is None:
             raise ValueError("a non_private datastore holds exact counts and must not be saved")
         arrays: dict[str, npt.NDArray[np.generic]] = {
@@ -311,7 +316,9 @@ class DPSimHashDatastore:
             arrays["sparse_table"] = np.asarray(table_ids, dtype=np.int64)
             arrays["sparse_bucket"] = np.asarray(bucket_ids, dtype=np.int64)
             arrays["sparse_votes"] = np.asarray(rows, dtype=np.int64).reshape(-1, self.num_classes)
-        with open(path, "wb") as fh:
+        # 0644 at most, whatever the umask: others may read a release, never rewrite it
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
 
     @classmethod

@@ -176,6 +176,8 @@ class PostgresSchema:
         """
         role = None if grant_to is None else check_role(grant_to)
         present, current = store.run(self.state)
+        if "store" in present:  # another kind of store under this prefix: say so first
+            store.run(lambda conn: self._identity(conn, store.label, None))
         exists = self._check_present(store.label, present)
         if not current or role is not None:
             if not create:

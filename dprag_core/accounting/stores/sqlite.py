@@ -251,23 +251,21 @@ class SQLiteStore:
         """The stores this file holds; refuses a file that is not dprag's (nothing written)."""
         if self.path.stat().st_size == 0:
             return {}
+        conn = None
         try:
             conn = self._connect_read_only()
-        except sqlite3.Error as exc:
-            raise unavailable(self.label, exc) from None
-        try:
             names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
             listed = self._listed_in(conn, names)
-        except sqlite3.DatabaseError as exc:
-            code = getattr(exc, "sqlite_errorname", "")
-            if code == "SQLITE_NOTADB" or "not a database" in str(exc):
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
                 raise LedgerUnavailable(
                     f"the {self.label} cannot be opened: the file is not a SQLite database "
                     "(nothing was written to it)"
                 ) from None
             raise unavailable(self.label, exc) from None
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
         self._names = names
         owned = {n for s in listed.values() for n in s.objects}
         foreign = [n for n in names - owned if not n.startswith(_INTERNAL)]
