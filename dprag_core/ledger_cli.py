@@ -1,14 +1,32 @@
-"""``dprag ledger init``: create or migrate a PostgreSQL ledger or corpus budget, as its owner.
+"""``dprag ledger``: create, inspect and export corpus budgets and per-unit ledgers.
 
-Serving processes then run as a role that can only charge and read
-(docs/ledgers.md): pass that role to ``--grant-to``. The DSN is read from
-``--dsn`` or, to keep it out of shell history and process lists, from the
-environment variable ``DPRAG_LEDGER_DSN``; it is never printed.
+One home for both kinds of budget, on SQLite (``--sqlite PATH``) and
+PostgreSQL (``--dsn``, or, to keep it out of shell history and process lists,
+the environment variable ``DPRAG_LEDGER_DSN``; a DSN is never printed):
 
+* ``init``: create (or migrate) a store, as its owner: ``--corpus-epsilon``
+  with ``--corpus-delta`` (0 for a pure budget, said explicitly) or
+  ``--budget-per-unit``; ``--name`` records its identity; on PostgreSQL
+  ``--grant-to ROLE`` gives a serving role the runtime rights (charge and
+  read, nothing else; the role is checked before anything is created).
+* ``status``: total, spent, what is left, queries, refusals, last charge;
+  for a per-unit ledger the units charged and exhausted and a histogram of
+  their spend; ``--json`` for scripts, ``--plot FILE.png`` for the spend over
+  time (matplotlib, the ``eval`` extra).
+* ``history``: the last charges; ``export``: every audit row as CSV or JSON
+  (``--output FILE``, written owner-only), for a compliance review.
+
+Stores are opened read-only by the viewing commands; ``--table`` picks a
+store by its table prefix and ``--ledger`` the SQLite file's per-unit ledger
+(default: every store found). An operator error is one line on stderr and a
+non-zero exit, never a traceback.
+
+    dprag ledger init --sqlite /var/lib/dprag/dprag.db --corpus-epsilon 50 \\
+        --corpus-delta 1e-5 --name records
     DPRAG_LEDGER_DSN=postgresql://owner@db/app dprag ledger init \\
         --table dprag_ledger --budget-per-unit 10 --grant-to dprag_app
-    DPRAG_LEDGER_DSN=postgresql://owner@db/app dprag ledger init \\
-        --table dprag_corpus --corpus-epsilon 50 --corpus-delta 1e-5 --grant-to dprag_app
+    dprag ledger status --sqlite /var/lib/dprag/dprag.db --plot spend.png
+    dprag ledger export --sqlite /var/lib/dprag/dprag.db --table corpus --format csv
 
 >>> import argparse
 >>> sub = argparse.ArgumentParser().add_subparsers()
@@ -19,12 +37,37 @@ True
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import sys
+from typing import Any
 
+from dprag_core.accounting import (
+    PostgresCorpusAccountant,
+    SQLiteCorpusAccountant,
+)
+from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
+from dprag_core.accounting.ledger import Ledger, PostgresLedger, SQLiteLedger
+from dprag_core.accounting.stores.errors import LedgerUnavailable
+from dprag_core.accounting.stores.pgschema import postgres_stores
+from dprag_core.accounting.stores.postgres import PostgresStore
+from dprag_core.accounting.stores.sqlite import SQLiteStore
 from dprag_core.budget import Budget
+from dprag_core.ledger_report import (
+    export_rows,
+    plot_spend,
+    status_json,
+    status_lines,
+    utc,
+    write_private,
+)
 
 __all__ = ["add_ledger_command", "ledger_init"]
+
+_CORPUS, _LEDGER = "corpus budget", "per-unit ledger"
+_OPERATOR_ERRORS = (ValueError, TypeError, LedgerUnavailable, OSError, ImportError)
+Store = DurableCorpusAccountant | Ledger
 
 
 def _positive(text: str) -> float:
@@ -41,49 +84,236 @@ def _delta(text: str) -> float:
     return value
 
 
-def ledger_init(args: argparse.Namespace) -> int:
-    """Run ``dprag ledger init`` (the schema owner's step)."""
-    from dprag_core.accounting.corpus_postgres import PostgresCorpusAccountant
-    from dprag_core.accounting.ledger import PostgresLedger
-
+def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:
+    """("sqlite", path) or ("postgres", dsn), from the arguments or the environment."""
+    path = getattr(args, "sqlite", None)
+    if path:
+        if args.dsn:
+            raise SystemExit(f"dprag ledger {action}: give --sqlite or --dsn, not both")
+        return "sqlite", str(path)
     dsn = args.dsn or os.environ.get("DPRAG_LEDGER_DSN", "")
     if not dsn:
-        raise SystemExit("dprag ledger init: give --dsn or set DPRAG_LEDGER_DSN")
+        raise SystemExit(
+            f"dprag ledger {action}: give --sqlite PATH or --dsn, or set DPRAG_LEDGER_DSN"
+        )
+    return "postgres", dsn
+
+
+def ledger_init(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger init`` (the owner's step): create or migrate one store."""
+    kind, target = _target(args, "init")
+    name, grant_to = getattr(args, "name", None), args.grant_to
     if (args.budget_per_unit is None) == (args.corpus_epsilon is None):
         raise SystemExit(
             "dprag ledger init: give exactly one of --budget-per-unit (a per-unit ledger) "
             "and --corpus-epsilon (a corpus budget)"
         )
+    if args.corpus_epsilon is not None and args.corpus_delta is None:
+        raise SystemExit(
+            "dprag ledger init: --corpus-epsilon needs --corpus-delta (write --corpus-delta 0 "
+            "for a pure budget: every (epsilon, delta) mechanism is then refused)"
+        )
+    if kind == "sqlite" and grant_to is not None:
+        raise SystemExit("dprag ledger init: --grant-to is for PostgreSQL (a file has no roles)")
+    if kind == "sqlite" and args.budget_per_unit is not None and args.table:
+        raise SystemExit("dprag ledger init: a SQLite file holds one per-unit ledger: drop --table")
+    store: Store
     if args.budget_per_unit is not None:
         table = args.table or "dprag_ledger"
-        PostgresLedger.create_schema(
-            dsn, budget_per_unit=args.budget_per_unit, table=table, grant_to=args.grant_to
-        )
-        what = f"per-unit ledger {table!r} (budget_per_unit={args.budget_per_unit:g})"
+        if kind == "sqlite":
+            store = SQLiteLedger(
+                target, budget_per_unit=args.budget_per_unit, name=name, create=True
+            )
+        else:
+            store = PostgresLedger(
+                target,
+                budget_per_unit=args.budget_per_unit,
+                table=table,
+                name=name,
+                create=True,
+                grant_to=grant_to,
+            )
+        what = f"per-unit ledger (budget_per_unit={args.budget_per_unit:g})"
     else:
-        table = args.table or "dprag_corpus"
         total = Budget(args.corpus_epsilon, args.corpus_delta)
-        PostgresCorpusAccountant.create_schema(
-            dsn, total=total, table=table, grant_to=args.grant_to
-        )
-        what = f"corpus budget {table!r} (total {total})"
-    granted = f"; runtime rights granted to {args.grant_to!r}" if args.grant_to else ""
-    print(f"ready: {what}{granted}")
+        if kind == "sqlite":
+            table = args.table or "corpus"
+            store = SQLiteCorpusAccountant(target, total=total, table=table, name=name, create=True)
+        else:
+            table = args.table or "dprag_corpus"
+            store = PostgresCorpusAccountant(
+                target, total=total, table=table, name=name, create=True, grant_to=grant_to
+            )
+        what = f"corpus budget (total epsilon={total.epsilon:g}, delta={total.delta:g})"
+    granted = f"; runtime rights granted to {grant_to!r}" if grant_to else ""
+    print(f"ready: {what}, name {store.name!r}: {store.label}{granted}")
+    store.close()
     return 0
+
+
+def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
+    """The stores the viewing commands show, opened read-only (``--table``/``--ledger``)."""
+    kind, target = _target(args, action)
+    if kind == "sqlite":
+        found = SQLiteStore(
+            target, busy_timeout=10.0, label=f"budget file {target!r}", read_only=True
+        ).listed()
+        chosen = [
+            (k, key.split(":", 1)[-1])
+            for k, key in found
+            if (args.table is None and not args.ledger)
+            or (args.ledger and k == _LEDGER)
+            or (args.table is not None and key == f"corpus:{args.table}")
+        ]
+    else:
+        if args.ledger:
+            raise SystemExit(f"dprag ledger {action}: --ledger is for SQLite; give --table")
+        listing = PostgresStore(target, None, label="PostgreSQL schema")
+        chosen = [
+            (k, prefix)
+            for k, prefix in postgres_stores(listing)
+            if args.table is None or prefix == args.table
+        ]
+        listing.close()
+    if not chosen:
+        which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
+        raise SystemExit(f"dprag ledger {action}: no {which} found there (see dprag ledger init)")
+    stores: list[Store] = []
+    for k, prefix in chosen:
+        if kind == "sqlite":
+            stores.append(
+                SQLiteCorpusAccountant(target, table=prefix, read_only=True)
+                if k == _CORPUS
+                else SQLiteLedger(target, read_only=True)
+            )
+        else:
+            stores.append(
+                PostgresCorpusAccountant(target, table=prefix)
+                if k == _CORPUS
+                else PostgresLedger(target, table=prefix)
+            )
+    return stores
+
+
+def _one(args: argparse.Namespace, action: str) -> Store:
+    stores = _open_all(args, action)
+    if len(stores) > 1:
+        raise SystemExit(
+            f"dprag ledger {action}: {len(stores)} stores found: choose one with --table "
+            "(or --ledger for the SQLite file's per-unit ledger)"
+        )
+    return stores[0]
+
+
+def _rows(store: Store) -> tuple[list[Any], tuple[str, ...]]:
+    if isinstance(store, DurableCorpusAccountant):
+        return list(store.history()), ("query_id", "epsilon", "delta", "time")
+    return list(store.audit_log()), ("query_id", "unit", "cost", "time")
+
+
+def ledger_status(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger status``."""
+    stores = _open_all(args, "status")
+    views = [
+        s.status() if isinstance(s, DurableCorpusAccountant) else s.status(min_cost=args.min_cost)
+        for s in stores
+    ]
+    if args.json:
+        print(json.dumps([status_json(v) for v in views], indent=1))
+    else:
+        print("\n\n".join("\n".join(status_lines(v)) for v in views))
+    if args.plot:
+        if len(stores) > 1:
+            raise SystemExit("dprag ledger status: --plot draws one store: choose it with --table")
+        store, view = stores[0], views[0]
+        rows, _ = _rows(store)
+        if isinstance(store, DurableCorpusAccountant):
+            plot_spend(args.plot, view.store, [(r.time, r.epsilon, "") for r in rows],
+                       limit=store.total.epsilon)  # fmt: skip
+        else:
+            plot_spend(args.plot, view.store, [(r.time, r.cost, r.unit) for r in rows],
+                       limit=None, budget_per_unit=store.budget_per_unit)  # fmt: skip
+        print(f"spend over time: {args.plot}")
+    return 0
+
+
+def ledger_history(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger history``: the last ``--last`` charges, oldest first."""
+    store = _one(args, "history")
+    rows, fields = _rows(store)
+    shown = rows[-args.last :] if args.last else rows
+    print(f"{store.label}: {len(rows)} rows, the last {len(shown)}:")
+    for r in shown:
+        amounts = "  ".join(
+            f"{f}={getattr(r, f)!r}" for f in fields if f not in ("query_id", "time")
+        )
+        print(f"  {utc(r.time)}  {r.query_id}  {amounts}")
+    return 0
+
+
+def ledger_export(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger export``: every audit row as CSV or JSON."""
+    rows, fields = _rows(_one(args, "export"))
+    text = export_rows(rows, fields, args.format)
+    if args.output:
+        write_private(args.output, text.encode())
+        print(f"{len(rows)} rows written to {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _guarded(run: Any, action: str) -> Any:
+    """Turn operator errors into one line and a non-zero exit (never a traceback)."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            result: int = run(args)
+        except _OPERATOR_ERRORS as exc:
+            raise SystemExit(f"dprag ledger {action}: {exc}") from None
+        return result
+
+    return guarded
+
+
+def _where(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sqlite", default=None, metavar="PATH", help="a SQLite store file")
+    parser.add_argument("--dsn", default=None, help="libpq DSN (default: $DPRAG_LEDGER_DSN)")
+    parser.add_argument("--table", default=None, help="table-name prefix of the store")
 
 
 def add_ledger_command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
-    """Register ``ledger init`` on the ``dprag`` command's subparsers."""
-    ledger = sub.add_parser("ledger", help="operate ledgers and corpus budgets")
+    """Register ``ledger init|status|history|export`` on the ``dprag`` command's subparsers."""
+    ledger = sub.add_parser("ledger", help="create, inspect and export budgets and ledgers")
     actions = ledger.add_subparsers(dest="action", required=True)
-    init = actions.add_parser("init", help="create or migrate a PostgreSQL schema (as its owner)")
-    init.add_argument("--dsn", default=None, help="libpq DSN (default: $DPRAG_LEDGER_DSN)")
-    init.add_argument("--table", default=None, help="table-name prefix")
+    init = actions.add_parser("init", help="create or migrate a store (as its owner)")
+    _where(init)
     init.add_argument("--budget-per-unit", type=_positive, default=None, help="per-unit epsilon")
     init.add_argument("--corpus-epsilon", type=_positive, default=None, help="corpus epsilon")
-    init.add_argument("--corpus-delta", type=_delta, default=0.0, help="corpus delta")
-    init.add_argument("--grant-to", default=None, help="role that may charge and read")
-    init.set_defaults(func=ledger_init)
+    init.add_argument("--corpus-delta", type=_delta, default=None, help="corpus delta (0: pure)")
+    init.add_argument("--name", default=None, help="the store's identity (default: its table)")
+    init.add_argument("--grant-to", default=None, help="PostgreSQL role that may charge and read")
+    init.set_defaults(func=_guarded(ledger_init, "init"))
+    views = {
+        "status": (ledger_status, "total, spent, remaining, queries, refusals, last charge"),
+        "history": (ledger_history, "the last charges"),
+        "export": (ledger_export, "every audit row as CSV or JSON"),
+    }
+    for action, (run, about) in views.items():
+        view = actions.add_parser(action, help=about)
+        _where(view)
+        view.add_argument("--ledger", action="store_true", help="the SQLite per-unit ledger")
+        if action == "status":
+            view.add_argument("--min-cost", type=float, default=0.0,
+                              help="count units with less than this left as exhausted")  # fmt: skip
+            view.add_argument("--json", action="store_true", help="JSON instead of text")
+            view.add_argument("--plot", default=None, metavar="FILE.png", help="spend over time")
+        elif action == "history":
+            view.add_argument("--last", type=int, default=20, help="rows to show (0: all)")
+        else:
+            view.add_argument("--format", choices=("csv", "json"), default="csv")
+            view.add_argument("--output", default=None, help="file to write (0600)")
+        view.set_defaults(func=_guarded(run, action))
     return ledger

@@ -1,15 +1,21 @@
-"""``dprag ledger init``: the schema owner's step, from the command line."""
+"""``dprag ledger``: init, status, history, export and plot, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+import stat
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
-from ledger_support import POSTGRES_DSN, drop_postgres_tables, needs_postgres
+from ledger_support import POSTGRES_DSN, drop_postgres_tables, needs_postgres, needs_roles
 
-from dprag_core.accounting import PostgresCorpusAccountant
-from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger
-from dprag_core.budget import Budget
+from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
+from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.cli import main
 
 
@@ -46,3 +52,142 @@ def test_init_creates_what_runtime_opens_with_create_false(
     finally:
         drop_postgres_tables(table)
         drop_postgres_tables(f"{table}_l")
+
+
+def _fails(argv: list[str]) -> str:
+    """``dprag`` ``argv`` must end in one line (the SystemExit message), not a traceback."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    message = str(info.value.code)
+    assert info.value.code not in (0, None) and "\n" not in message
+    return message
+
+
+def test_operator_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DPRAG_LEDGER_DSN", raising=False)
+    db = str(tmp_path / "b.db")
+    assert "missing" in _fails(["ledger", "status", "--sqlite", str(tmp_path / "none.db")])
+    assert not (tmp_path / "none.db").exists()
+    init = ["ledger", "init", "--sqlite", db]
+    assert "--corpus-delta" in _fails([*init, "--corpus-epsilon", "2"])  # no silent delta = 0
+    assert main([*init, "--corpus-epsilon", "2", "--corpus-delta", "0"]) == 0
+    assert main([*init, "--budget-per-unit", "1"]) == 0
+    assert "differs" in _fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"])
+    assert "PostgreSQL" in _fails([*init, "--budget-per-unit", "1", "--grant-to", "app"])
+    assert "choose one with --table" in _fails(["ledger", "export", "--sqlite", db])
+    assert "no table 'nope'" in _fails(["ledger", "status", "--sqlite", db, "--table", "nope"])
+    (tmp_path / "app.db").write_text("not a database")
+    assert "not a SQLite database" in _fails(
+        ["ledger", "status", "--sqlite", str(tmp_path / "app.db")]
+    )
+    secret = "postgresql://alice:hunter2@127.0.0.1:1/db?connect_timeout=1"
+    for argv in (["ledger", "status", "--dsn", secret], ["ledger", "status"]):
+        monkeypatch.setenv("DPRAG_LEDGER_DSN", secret)
+        message = _fails(argv)
+        assert "unreachable" in message and "hunter2" not in message and "alice" not in message
+
+
+def test_an_operator_error_from_the_console_is_one_line_without_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dprag_core.cli",
+            "ledger",
+            "status",
+            "--sqlite",
+            str(tmp_path / "x.db"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "x.db" in done.stderr
+
+
+def _operator_target(kind: str, tmp_path: Path, table: str) -> list[str]:
+    return ["--sqlite", str(tmp_path / "b.db")] if kind == "sqlite" else ["--dsn", POSTGRES_DSN]
+
+
+@pytest.mark.parametrize(
+    "kind", ["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, needs_postgres])]
+)
+def test_the_operator_view_on_both_backends(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = f"t_{uuid.uuid4().hex[:12]}"
+    where = _operator_target(kind, tmp_path, table)
+    corpus = ["--table", table if kind == "postgres" else "corpus"]
+    ledger = ["--table", f"{table}_l"] if kind == "postgres" else ["--ledger"]
+    try:
+        init = ["ledger", "init", *where]
+        assert main([*init, *corpus, "--corpus-epsilon", "1", "--corpus-delta", "1e-6"]) == 0
+        ledger_init_table = ["--table", f"{table}_l"] if kind == "postgres" else []
+        assert main([*init, *ledger_init_table, "--budget-per-unit", "1", "--name", "people"]) == 0
+        acc, led = _opened(kind, tmp_path, table)
+        for i in range(2):
+            acc.charge(Budget(0.5, 5e-7), query_id=f"q{i}")
+        with pytest.raises(PrivacyBudgetExhausted, match="persists"):
+            acc.charge(Budget(0.5))
+        led.charge("q1", ["a", "b"], 0.5)
+        led.charge("q2", ["a"], 0.5)
+        assert not led.charge("q3", ["a"], 0.5).granted
+        capsys.readouterr()
+        assert main(["ledger", "status", *where, *corpus]) == 0
+        text = capsys.readouterr().out
+        assert "remaining    epsilon=0  delta=0  (exhausted)" in text and "1e-300" not in text
+        assert main(["ledger", "status", *where, *ledger, "--json"]) == 0
+        (view,) = json.loads(capsys.readouterr().out)
+        assert view["kind"] == "per-unit ledger" and view["name"] == "people"
+        assert (view["units"], view["exhausted"], view["refusals"], view["queries"]) == (2, 1, 1, 2)
+        assert view["histogram"][5] == 1 and view["histogram"][9] == 1
+        assert main(["ledger", "status", *where, *corpus, "--json"]) == 0
+        (budget,) = json.loads(capsys.readouterr().out)
+        assert (budget["spent_epsilon"], budget["remaining_epsilon"], budget["refusals"]) == (
+            1.0, 0.0, 1,
+        )  # fmt: skip
+        out = tmp_path / "audit.csv"
+        assert main(["ledger", "export", *where, *ledger, "--output", str(out)]) == 0
+        rows = list(csv.DictReader(out.open()))
+        assert [(r["query_id"], r["unit"]) for r in rows] == [("q1", "a"), ("q1", "b"), ("q2", "a")]
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        assert "3 rows written" in capsys.readouterr().out
+        assert main(["ledger", "export", *where, *corpus, "--format", "json"]) == 0
+        exported = json.loads(capsys.readouterr().out)
+        assert [r["query_id"] for r in exported] == [r.query_id for r in acc.history()]
+        assert main(["ledger", "history", *where, *corpus, "--last", "1"]) == 0
+        assert "2 rows, the last 1" in capsys.readouterr().out
+        plot = tmp_path / "spend.png"
+        assert main(["ledger", "status", *where, *ledger, "--plot", str(plot)]) == 0
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert POSTGRES_DSN not in capsys.readouterr().out or not POSTGRES_DSN
+    finally:
+        if kind == "postgres":
+            drop_postgres_tables(table)
+            drop_postgres_tables(f"{table}_l")
+
+
+def _opened(kind: str, tmp_path: Path, table: str) -> tuple[Any, Any]:
+    """The serving side's view of the stores that ``dprag ledger init`` made."""
+    if kind == "sqlite":
+        return SQLiteCorpusAccountant(tmp_path / "b.db"), SQLiteLedger(tmp_path / "b.db")
+    return PostgresCorpusAccountant(POSTGRES_DSN, table=table), PostgresLedger(
+        POSTGRES_DSN, table=f"{table}_l"
+    )
+
+
+@pytest.mark.postgres
+@needs_postgres
+@needs_roles
+def test_init_checks_the_role_before_creating_anything(table: str) -> None:
+    import psycopg
+
+    init = ["ledger", "init", "--dsn", POSTGRES_DSN, "--table", table, "--budget-per-unit", "1"]
+    assert "not 'public'" in _fails([*init, "--grant-to", "public"])
+    assert "no role 'nobody_here'" in _fails([*init, "--grant-to", "nobody_here"])
+    with psycopg.connect(POSTGRES_DSN) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (f"{table}_meta",)).fetchone() == (None,)

@@ -146,6 +146,9 @@ class Ledger(StrictKeywords, ABC):
     ['x']
     """
 
+    label = "in-memory per-unit ledger"
+    """What and where the ledger is, as its messages name it."""
+
     def __init__(self, *, budget_per_unit: float) -> None:
         self._budget = to_units("budget_per_unit", budget_per_unit, positive=True)
         self._pending = PendingRetries()
@@ -231,11 +234,11 @@ class Ledger(StrictKeywords, ABC):
         Ledger.__init__(self, budget_per_unit=from_units(stored))
         self._budget = stored
 
-    def _make_status(self, label: str, row: Sequence[Any], bins: list[int]) -> LedgerStatus:
+    def _make_status(self, row: Sequence[Any], bins: list[int]) -> LedgerStatus:
         """A status from a store's row (units, exhausted, queries, last, spent, refusals)."""
         units, exhausted, queries, last, spent, refusals = row
         return LedgerStatus(
-            store=label,
+            store=self.label,
             name=getattr(self, "name", type(self).__name__),
             budget_per_unit=self.budget_per_unit,
             units=int(units),

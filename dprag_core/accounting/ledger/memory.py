@@ -77,7 +77,7 @@ class InMemoryLedger(Ledger):
             for left in self._left.values():
                 bins[histogram_bin(self._budget - left, self._budget)] += 1
             return LedgerStatus(
-                store="in-memory per-unit ledger",
+                store=self.label,
                 name="in-memory",
                 budget_per_unit=self.budget_per_unit,
                 units=len(self._left),

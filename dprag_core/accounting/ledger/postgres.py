@@ -191,7 +191,8 @@ class PostgresLedger(Ledger):
             settings=[(_SETTINGS, (given,))],
             grant_to=grant_to,
         )
-        self._adopt_budget(given, self._store.run(self._stored_budget), self._store.label)
+        self.label = self._store.label
+        self._adopt_budget(given, self._store.run(self._stored_budget), self.label)
 
     @classmethod
     def create_schema(
@@ -292,7 +293,7 @@ class PostgresLedger(Ledger):
                 ):
                     bins[int(k)] = int(n)
             assert row is not None
-            return self._make_status(self._store.label, row, bins)
+            return self._make_status(row, bins)
 
         return self._store.run(work)
 

@@ -111,10 +111,11 @@ class SQLiteLedger(Ledger):
             "ledger", "per-unit ledger", _OBJECTS, _DDL, ((),) * 6 + ((given,),), _MIGRATE
         )
         self.name = self._store.open(spec, create=create, name=name)
+        self.label = self._store.label
         rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
         if not rows:
             raise LedgerUnavailable(f"the {self._store.label} records no budget_per_unit")
-        self._adopt_budget(given, int(rows[0][0]), self._store.label)
+        self._adopt_budget(given, int(rows[0][0]), self.label)
 
     @property
     def path(self) -> Path:
@@ -193,7 +194,7 @@ class SQLiteLedger(Ledger):
             (b, HISTOGRAM_BINS, b, HISTOGRAM_BINS - 1),
         ):
             bins[int(k)] = int(n)
-        return self._make_status(self._store.label, row, bins)
+        return self._make_status(row, bins)
 
     def close(self) -> None:
         """Close this thread's connection (other threads close their own on exit)."""

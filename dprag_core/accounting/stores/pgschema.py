@@ -42,7 +42,7 @@ from dprag_core.accounting.stores.postgres import INIT_HINT, PostgresStore, psyc
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["SCHEMA_VERSION", "PostgresSchema", "PostgresSpec", "check_role"]
+__all__ = ["SCHEMA_VERSION", "PostgresSchema", "PostgresSpec", "check_role", "postgres_stores"]
 
 SCHEMA_VERSION = 3
 """Version 3: identity table, refusal counts, charge functions without caller-chosen budgets."""
@@ -68,6 +68,30 @@ class PostgresSpec:
     charge_sql: str
     charge_args: str
     migrate: tuple[str, ...] = ()
+
+
+def postgres_stores(store: PostgresStore) -> list[tuple[str, str]]:
+    """(kind, table prefix) of every dprag store in the role's current schema, by prefix."""
+
+    def work(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+        sql = psycopg_module().sql
+        found = []
+        for (relname,) in conn.execute(
+            "SELECT c.relname FROM pg_class AS c"
+            " WHERE c.relnamespace = to_regnamespace(current_schema()) AND c.relkind = 'r'"
+            " AND right(c.relname, 6) = '_store' AND (SELECT count(*) FROM pg_attribute AS a"
+            "   WHERE a.attrelid = c.oid AND a.attname IN ('id', 'kind', 'name')) = 3"
+            " ORDER BY 1"
+        ).fetchall():
+            prefix = relname[: -len("_store")]
+            row = conn.execute(
+                sql.SQL("SELECT kind FROM {} WHERE id = 1").format(sql.Identifier(relname))
+            ).fetchone()
+            if row is not None and _ROLE.fullmatch(prefix):
+                found.append((str(row[0]), prefix))
+        return found
+
+    return store.run(work)
 
 
 def check_role(role: object) -> str:

@@ -313,6 +313,16 @@ class SQLiteStore:
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
 
+    def listed(self) -> list[tuple[str, str]]:
+        """(kind, catalog key) of every store this file holds, sorted by key.
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "e.db")
+        >>> SQLiteStore(path, busy_timeout=1.0, label="file", create=True).listed()
+        []
+        """
+        return sorted((s.kind, key) for key, s in self._listed.items())
+
     def open(self, spec: SQLiteSpec, *, create: bool, name: str | None) -> str:
         """Open (or, with ``create``, create) the store ``spec``; return its recorded name.
 
