@@ -4,8 +4,10 @@ The doc's ``layers`` block lists every top-level module and subpackage of
 ``dprag_core`` (and the two adapter packages) by layer; this test reads every
 import statement (lazy and type-checking ones included) and asserts that each
 one points to a strictly lower layer, and that the doc names exactly the
-modules that exist. A new module, a moved one or an upward import fails here
-until the doc is redrawn.
+modules that exist. The ``accounting layers`` block does the same inside
+``dprag_core.accounting`` (its package face, ``__init__``, sits above them
+all). A new module, a moved one or an upward import fails here until the doc
+is redrawn.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("dprag_core", "langchain_dprag", "llamaindex_dprag")
-BLOCK = re.compile(r"<!-- layers -->\s*```text\n(.*?)```", re.DOTALL)
 
 
-def documented_layers() -> dict[str, int]:
-    """``{component: layer}`` from the doc's layers block (``N  name name ...`` lines)."""
-    found = BLOCK.search((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
-    assert found, "docs/architecture.md has no <!-- layers --> block"
+def documented_layers(block: str = "layers") -> dict[str, int]:
+    """``{component: layer}`` from one of the doc's blocks (``N  name name ...`` lines)."""
+    pattern = re.compile(rf"<!-- {block} -->\s*```text\n(.*?)```", re.DOTALL)
+    found = pattern.search((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert found, f"docs/architecture.md has no <!-- {block} --> block"
     layers: dict[str, int] = {}
     for line in found.group(1).splitlines():
         if re.match(r"\s*\d", line):
@@ -86,6 +88,51 @@ def test_imports_point_to_lower_layers_only(src: str) -> None:
     layers = documented_layers()
     upward = {dst for dst in graph()[src] if layers.get(dst, 99) >= layers.get(src, -1)}
     assert not upward, f"{src} (layer {layers.get(src)}) imports {sorted(upward)}"
+
+
+ACCOUNTING = ROOT / "dprag_core" / "accounting"
+
+
+def accounting_component(module: str) -> str | None:
+    """``dprag_core.accounting.X...`` -> X (the package face -> ``__init__``)."""
+    parts = module.split(".")
+    if parts[:2] != ["dprag_core", "accounting"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def accounting_graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for path in sorted(ACCOUNTING.rglob("*.py")):
+        parts = path.relative_to(ACCOUNTING).with_suffix("").parts
+        src = "__init__" if parts == ("__init__",) else parts[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                found.add(accounting_component(node.module or "") or "")
+            elif isinstance(node, ast.Import):
+                found.update(accounting_component(a.name) or "" for a in node.names)
+        edges.setdefault(src, set()).update(found - {src, ""})
+    return edges
+
+
+def test_the_accounting_drawing_names_every_module_once() -> None:
+    assert set(documented_layers("accounting layers")) == set(accounting_graph()) - {"__init__"}
+
+
+@pytest.mark.parametrize("src", sorted(set(accounting_graph()) - {"__init__"}))
+def test_accounting_imports_point_to_lower_layers_only(src: str) -> None:
+    layers = documented_layers("accounting layers")
+    upward = {dst for dst in accounting_graph()[src] if layers.get(dst, 99) >= layers[src]}
+    assert not upward, f"accounting.{src} (layer {layers[src]}) imports {sorted(upward)}"
+
+
+def test_an_upward_import_inside_accounting_is_caught() -> None:
+    layers = documented_layers("accounting layers")
+    assert layers["stores"] < layers["corpus_durable"] < layers["corpus_sqlite"]
+    assert layers["ledger"] >= layers["stores"]  # stores importing the ledger: flagged above
+    assert accounting_component("dprag_core.accounting.stores.sqlite") == "stores"
+    assert accounting_component("dprag_core.accounting") == "__init__"
 
 
 def test_an_upward_import_is_caught(tmp_path: Path) -> None:

@@ -21,21 +21,20 @@ True
 from __future__ import annotations
 
 from dprag_core.accounting.composition import BOUNDS, composition_fits, max_compositions
+from dprag_core.accounting.search import boundary
 from dprag_core.budget import Budget
 from dprag_core.validation import positive_int
 
 __all__ = ["per_token_epsilon"]
 
-_RELATIVE_TOLERANCE = 1e-10
-
 
 def per_token_epsilon(total: Budget, tokens: int, *, bounded_range: bool = False) -> float:
     """The largest per-step ε₀ such that ``tokens`` compositions of it fit within ``total``.
 
-    Bisection on ε₀ in [total.epsilon / tokens, total.epsilon] (the lower end
-    fits by sequential composition) to a relative precision of 1e-10, always
-    returning a value that fits; the result is checked with
-    :func:`~dprag_core.accounting.composition.max_compositions`.
+    The calibration search (:func:`~dprag_core.accounting.search.boundary`)
+    on ε₀ in [total.epsilon / tokens, total.epsilon] (the lower end fits by
+    sequential composition), always returning a value that fits; the result is
+    checked with :func:`~dprag_core.accounting.composition.max_compositions`.
 
     >>> per_token_epsilon(Budget(1.0), 4)  # delta = 0: only sequential applies
     0.25
@@ -56,15 +55,7 @@ def per_token_epsilon(total: Budget, tokens: int, *, bounded_range: bool = False
         step = Budget(eps0)
         return any(composition_fits(b, step, n, t) for b in bounds)
 
-    lo, hi = t.epsilon / n, t.epsilon
-    if fits(hi):
-        lo = hi
-    while hi - lo > _RELATIVE_TOLERANCE * hi:
-        mid = 0.5 * (lo + hi)
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo = boundary(fits, good=t.epsilon / n, bad=t.epsilon)
     if max_compositions(Budget(lo), t, bounded_range=br).count < n:  # pragma: no cover
         raise RuntimeError("per_token_epsilon: calibrated step does not fit (bug)")
     return lo

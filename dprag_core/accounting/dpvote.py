@@ -35,14 +35,13 @@ from dprag_core.accounting.composition import (
     max_rdp_compositions,
 )
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, pure_dp_rdp
+from dprag_core.accounting.search import boundary
 from dprag_core.budget import Budget
 
 __all__ = ["default_delta_token", "token_limit"]
 
-#: The bisection for the default per-token δ searches [δ/C* · 1e-15, δ/C*] ...
+#: The search for the default per-token δ starts from [δ/C* · 1e-15, δ/C*].
 _DELTA_FLOOR = 1e-15
-#: ... to this relative precision.
-_DELTA_PRECISION = 1e-3
 
 
 def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -> float:
@@ -52,7 +51,9 @@ def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -
     1 − (1 − δ_token)^c for KOV), so c_max never grows with δ_token: its maximum
     C* is the count of a pure (ε_token, 0) step, whose composition may use all of
     δ. Among the δ_token that still reach C* the largest is returned (found by
-    bisection in log space, to 0.1%), because LimitedDomain's threshold grows with
+    the calibration search in log space, :func:`~dprag_core.accounting.search.boundary`,
+    then rounded down to three significant digits), because LimitedDomain's threshold
+    grows with
     ln(1/δ_token). When the sequential bound sets C* (ε_token a large share of ε)
     this is δ/C*; when many cheap tokens compose, most of δ goes to the
     composition. For (ε, δ, ε_token) = (1, 1e-5, 0.01) C* = 720 (KOV), where the
@@ -77,16 +78,12 @@ def default_delta_token(*, epsilon: float, delta: float, epsilon_token: float) -
     hi = delta / best
     if reaches(hi):
         return hi
-    lo = hi * _DELTA_FLOOR
-    if not reaches(lo):  # pragma: no cover - C* fits with δ_token → 0 (continuity)
-        raise RuntimeError("default_delta_token: the pure count does not fit (bug)")
-    while hi / lo > 1 + _DELTA_PRECISION:
-        mid = math.sqrt(lo * hi)
-        if reaches(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    found = boundary(reaches, good=hi * _DELTA_FLOOR, bad=hi, geometric=True)
+    # rounded down to 3 significant digits: a readable default with a margin against the
+    # floating-point noise of the bounds at their boundary (an independent PLD check of a
+    # δ_token within 1e-9 of it can read ε 1e-10 over); it still reaches C* (monotone)
+    scale = 10.0 ** (math.floor(math.log10(found)) - 2)
+    return math.floor(found / scale) * scale
 
 
 def token_limit(

@@ -27,6 +27,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld.common import DifferentialPrivacyParameters
 
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, rdp_to_dp
+from dprag_core.accounting.search import boundary
 from dprag_core.budget import FIT_SLACK, Budget
 from dprag_core.validation import positive_finite, positive_int
 
@@ -34,7 +35,6 @@ __all__ = ["ICL_BOUNDS", "ICLParameters", "calibrate_icl", "icl_epsilon"]
 
 ICL_BOUNDS = ("sequential", "bounded_range_rdp", "pld")
 _PLD_INTERVAL = 1e-3
-_RELATIVE_PRECISION = 1e-4
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,9 @@ def _largest_fitting(bound: str, total: Budget, e_sel: float, tokens: int, lo: f
         )
         return eps <= total.epsilon * (1 + FIT_SLACK)
 
-    hi = total.epsilon - e_sel
-    if fits(hi):
-        return hi
-    if not fits(lo * (1 + 10 * _RELATIVE_PRECISION)):
+    if not fits(lo):  # this bound does not even certify the sequential split
         return lo
-    while hi - lo > _RELATIVE_PRECISION * lo:
-        mid = 0.5 * (lo + hi)
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return boundary(fits, good=lo, bad=total.epsilon - e_sel)
 
 
 def calibrate_icl(total: Budget, *, max_new_tokens: int, selection_epsilon: float) -> ICLParameters:

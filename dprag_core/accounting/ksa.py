@@ -31,8 +31,9 @@ bounded-range curve (which the PLD's pure-DP pair does not use) matters most.
 The final answer is post-processing of (k̂, pass, keyword set).
 
 :func:`calibrate_ksa` inverts this: for a target (ε, δ) it splits δ into δ₁ and
-δ_conv, picks the share of ε given to FindBestK, and bisects σ so that the
-achieved ε is ≤ the target and within 1% of it.
+δ_conv, picks the share of ε given to FindBestK, and finds the smallest σ whose
+ε is ≤ the target (the calibration search,
+:func:`~dprag_core.accounting.search.boundary`: never over the target).
 
 >>> p = calibrate_ksa(Budget(5.0, 1e-4))
 >>> p.achieved.epsilon <= 5.0 and p.achieved.epsilon >= 0.99 * 5.0
@@ -58,6 +59,7 @@ from dprag_core.accounting.rdp import (
     gaussian_rdp,
     rdp_to_dp,
 )
+from dprag_core.accounting.search import boundary
 from dprag_core.budget import Budget
 from dprag_core.validation import positive_finite, positive_int, probability
 
@@ -75,8 +77,6 @@ __all__ = [
 #: The valid bounds on one query's ε, in the order ties are broken.
 KSA_BOUNDS = ("rdp", "pld")
 
-#: Relative tolerance of the calibration: achieved ε in [(1 − tol)·target, target].
-CALIBRATION_TOLERANCE = 0.01
 _SHARES = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
 
 
@@ -213,40 +213,34 @@ def required_gap(params: KSAParameters, *, k_candidates: int = 20) -> float:
 def _sigma_for(
     target: Budget, epsilon_k: float, delta_ptr: float, orders: NDArray[np.float64]
 ) -> tuple[float, Budget, str] | None:
-    """Bisect σ so that the achieved ε lies in [(1 − tol)·target, target]; None if impossible."""
+    """The smallest σ for which a bound certifies ε ≤ target (the calibration search);
+    None if FindBestK alone exceeds the target."""
     conv = target.delta - delta_ptr
-    low = (1.0 - CALIBRATION_TOLERANCE) * target.epsilon
-
     find_best_k = bounded_range_rdp(epsilon_k, orders)  # the same for every σ
 
-    def fits(sigma: float, epsilon: float) -> bool:
-        """Some bound certifies ε ≤ ``epsilon`` (PLD: δ(ε) ≤ δ_conv, no root finding)."""
+    def fits(sigma: float) -> bool:
+        """Some bound certifies ε ≤ target (PLD: δ(target) ≤ δ_conv, exact, no root finding)."""
         curve = find_best_k + orders / (2.0 * sigma * sigma)  # + PTR, as in ksa_rdp
         rdp = rdp_to_dp(curve, orders, delta=conv)
-        return rdp <= epsilon or _pld_delta(epsilon, epsilon_k, 1.0 / sigma) <= conv
+        return rdp <= target.epsilon or _pld_delta(target.epsilon, epsilon_k, 1.0 / sigma) <= conv
 
-    def done(sigma: float) -> tuple[float, Budget, str] | None:
-        got, bound = _tightest(epsilon_k, sigma, delta_ptr, conv, orders)
-        return (sigma, got, bound) if got.epsilon <= target.epsilon else None
-
-    lo, hi = 1e-3, 1.0
-    while not fits(hi, target.epsilon):
+    hi = 1.0
+    while not fits(hi):
         hi *= 2.0
         if hi > 1e8:
-            return None  # FindBestK alone exceeds the target
-    if fits(lo, target.epsilon):
-        return done(lo)
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if not fits(mid, target.epsilon):
-            lo = mid
-            continue
-        hi = mid
-        if not fits(mid, low):  # achieved ε in (low, target]
-            result = done(mid)
-            if result is not None:
-                return result
-    return done(hi)  # pragma: no cover - bisection always converges first
+            return None
+    sigma = boundary(fits, good=hi, bad=1e-3, geometric=True)
+
+    def reported(s: float) -> bool:  # the ε reported (its PLD root rounded up) fits too
+        return _tightest(epsilon_k, s, delta_ptr, conv, orders)[0].epsilon <= target.epsilon
+
+    if not reported(sigma):  # rare: only the root's rounding is over; a little more noise
+        more = sigma * (1 + 1e-6)
+        while not reported(more):
+            more = sigma + 2 * (more - sigma)
+        sigma = boundary(reported, good=more, bad=sigma, geometric=True)
+    got, bound = _tightest(epsilon_k, sigma, delta_ptr, conv, orders)
+    return sigma, got, bound
 
 
 def calibrate_ksa(
@@ -262,8 +256,8 @@ def calibrate_ksa(
     δ₁ = ``delta_share``·δ; the remaining δ goes to the RDP conversion.
     ε_k = ``epsilon_share``·ε; with ``None`` the share (0.05 … 0.90) minimising
     :func:`required_gap` over ``k_candidates`` values of k is chosen (a public,
-    data-independent choice). σ is then bisected so that the achieved ε is
-    ≤ ``total.epsilon`` and ≥ 99% of it; ``achieved.delta`` = δ.
+    data-independent choice). σ is then the smallest that keeps the achieved ε
+    ≤ ``total.epsilon`` (the calibration search); ``achieved.delta`` = δ.
 
     >>> p = calibrate_ksa(Budget(2.0, 1e-4), epsilon_share=0.5)
     >>> p.epsilon_k, p.delta_ptr
