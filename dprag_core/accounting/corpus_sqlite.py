@@ -7,7 +7,7 @@ append-only row per query id), listed in the file's catalog with the budget's
 identity (:mod:`~dprag_core.accounting.stores.sqlite`). A charge is one
 ``BEGIN IMMEDIATE`` transaction: look the query id up, then ``UPDATE ... SET
 spent = spent + cost WHERE spent + cost <= total`` and insert the charge row,
-committed together (WAL, ``synchronous=FULL``: a committed charge survives
+committed together and fsync'd before the charge returns: a committed charge survives
 kill -9 and power loss; a crash between the charge and the release loses
 budget, never privacy).
 

@@ -2,16 +2,14 @@
 
 One charge is one transaction, run server-side by a PL/pgSQL function in one
 round trip: take a transaction lock on the query id (an id already in the
-audit log is reported as recorded, never charged twice), insert the units
-never seen before (with the ``budget_per_unit`` recorded in the store, never
-one the caller chose), lock all the query's unit rows in sorted order
-(``SELECT ... ORDER BY unit FOR UPDATE``, so overlapping charges queue instead
-of deadlocking), and if any unit lacks ``cost`` roll all of it back, count the
-refusal and return the lacking units; else debit them with a conditional
-``UPDATE ... SET remaining = remaining - cost WHERE unit = ANY(...) AND
-remaining >= cost`` whose row count must equal the number of units (else
-everything rolls back and the charge is retried), and append the audit rows
-(time stamped by the server) in the same transaction. A committed charge is
+audit log is reported as recorded, never charged twice), then one upsert
+(``INSERT ... ON CONFLICT (unit) DO UPDATE SET remaining = remaining - cost``,
+rows in unit order, so overlapping charges queue instead of deadlocking)
+inserts the units never seen before (with the ``budget_per_unit`` recorded in
+the store, never one the caller chose), locks and debits every unit; if any
+unit is left below zero it lacked the cost: all of it rolls back, the refusal
+is counted and the lacking units are returned. Else the audit rows (time
+stamped by the server) are appended in the same transaction. A committed charge is
 durable (PostgreSQL's WAL), so a crash between the charge and the release
 loses budget, never privacy. Every wait is bounded
 (:class:`~dprag_core.accounting.stores.postgres.PostgresTimeouts`).
@@ -50,20 +48,16 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # The whole charge runs server-side in one statement (one round trip, one
 # transaction), as the schema owner (SECURITY DEFINER, fixed search_path). It
 # refuses a bad cost, reads the per-unit budget from the store, and takes a
-# transaction lock on the query id. Inside a sub-transaction: insert the
-# missing units (sorted), then lock every unit row in unit order, so
-# overlapping charges queue instead of deadlocking, and check the budgets; a
-# refusal raises DPLAC, which rolls the sub-transaction back (the inserted rows
-# too), counts the refusal and returns the lacking units. The conditional
-# UPDATE's row count is checked as well (a mismatch raises a serialisation
-# failure: everything rolls back and the client retries).
+# transaction lock on the query id. Inside a sub-transaction one upsert inserts
+# the missing units, locks every unit row in unit order and debits it; a unit
+# left below zero lacked the cost: DPLAC rolls the sub-transaction back (the
+# inserted rows too), counts the refusal and returns the lacking units.
 _LEDGER_CHARGE = """
 CREATE OR REPLACE FUNCTION {charge}(q text, us text[], c bigint, OUT outcome text,
     OUT lacking text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     b bigint;
-    n_updated integer;
     done text[];
     same boolean;
 BEGIN
@@ -86,19 +80,19 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
     BEGIN
-        INSERT INTO {units}(unit, remaining)
-            SELECT DISTINCT x.u, b FROM unnest(us) AS x(u) ORDER BY x.u
-            ON CONFLICT (unit) DO NOTHING;
-        PERFORM 1 FROM {units} WHERE unit = ANY(us) ORDER BY unit FOR UPDATE;
-        SELECT coalesce(array_agg(unit ORDER BY unit), '{{}}') INTO lacking
-            FROM {units} WHERE unit = ANY(us) AND remaining < c;
+        -- one statement inserts the new units, locks every unit row in unit order (so
+        -- overlapping charges queue instead of deadlocking) and debits it; a unit left
+        -- below zero lacked the cost: the sub-transaction rolls all of it back
+        WITH debited AS (
+            INSERT INTO {units} AS u (unit, remaining)
+                SELECT DISTINCT x.u, b - c FROM unnest(us) AS x(u) ORDER BY 1
+            ON CONFLICT (unit) DO UPDATE SET remaining = u.remaining - c
+            RETURNING u.unit, u.remaining
+        )
+        SELECT coalesce(array_agg(d.unit ORDER BY d.unit) FILTER (WHERE d.remaining < 0), '{{}}')
+            INTO lacking FROM debited AS d;
         IF cardinality(lacking) > 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'DPLAC', MESSAGE = 'ledger charge refused';
-        END IF;
-        UPDATE {units} SET remaining = remaining - c WHERE unit = ANY(us) AND remaining >= c;
-        GET DIAGNOSTICS n_updated = ROW_COUNT;
-        IF n_updated <> (SELECT count(DISTINCT x.u) FROM unnest(us) AS x(u)) THEN
-            RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'ledger charge raced; retrying';
         END IF;
         INSERT INTO {audit}(query_id, unit, cost, at)
             SELECT DISTINCT q, x.u, c, extract(epoch FROM clock_timestamp())

@@ -4,9 +4,9 @@ Every charge is one ``BEGIN IMMEDIATE`` transaction (SQLite's write lock is
 taken before anything is read, so two processes can never both see the same
 remaining budget and both spend it): read the remaining budget of every unit,
 refuse if any lacks ``cost`` (counting the refusal), else insert the new
-units, debit them with a conditional ``UPDATE ... WHERE remaining >= cost``
-whose row count is checked, and append the audit rows — all committed
-together or not at all. The file uses WAL with ``synchronous=FULL``, so a
+units and debit them with one upsert whose row count is checked, and append
+the audit rows — all committed together or not at all. The commit is fsync'd
+before the charge returns (:mod:`~dprag_core.accounting.stores.sqlite`), so a
 committed charge survives a crash or power loss: a crash between the charge
 and the release loses budget, never privacy. Writers wait up to
 ``busy_timeout`` seconds for the lock (in turn, see
@@ -144,14 +144,10 @@ class SQLiteLedger(Ledger):
             if lacking:
                 conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'refusals'")
                 return "refused", lacking
-            conn.execute(
-                "INSERT OR IGNORE INTO units(unit, remaining) SELECT value, ? FROM json_each(?)",
-                (self._budget, payload),
-            )
-            cur = conn.execute(
-                "UPDATE units SET remaining = remaining - ?"
-                " WHERE unit IN (SELECT value FROM json_each(?)) AND remaining >= ?",
-                (cost, payload, cost),
+            cur = conn.execute(  # no unit lacks it (checked above, under the write lock)
+                "INSERT INTO units(unit, remaining) SELECT value, ? FROM json_each(?) WHERE 1"
+                " ON CONFLICT(unit) DO UPDATE SET remaining = remaining - ?",
+                (self._budget - cost, payload, cost),
             )
             if cur.rowcount != len(units):
                 raise LedgerUnavailable(f"the {self._store.label} changed during a locked charge")

@@ -139,15 +139,19 @@ def ms(seconds: float) -> int:
 
 
 class _Deadline:
-    """Closes a connection's socket if the server has not answered by the deadline."""
+    """Closes a connection's socket if the server has not answered by the deadline.
+
+    Deadlines are watched by one thread per process (:class:`_Watchdog`), not a
+    timer thread per statement: starting a thread waits for the scheduler,
+    which on a busy machine costs a charge milliseconds.
+    """
 
     def __init__(self, conn: psycopg.Connection[Any], seconds: float) -> None:
         self.fired = False
+        self.at = time.monotonic() + seconds
         self._conn = conn
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         self.fired = True
         try:
             sock = socket.socket(fileno=os.dup(self._conn.fileno()))
@@ -161,11 +165,46 @@ class _Deadline:
             sock.close()
 
     def __enter__(self) -> _Deadline:
-        self._timer.start()
+        _WATCHDOG.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._timer.cancel()
+        _WATCHDOG.discard(self)
+
+
+class _Watchdog:
+    """One daemon thread per process that fires the deadlines that pass (every 0.1 s)."""
+
+    TICK = 0.1
+
+    def __init__(self) -> None:
+        self._active: set[_Deadline] = set()
+        self._lock = threading.Lock()
+        self._pid = -1
+
+    def add(self, deadline: _Deadline) -> None:
+        with self._lock:
+            self._active.add(deadline)
+            if self._pid != os.getpid():  # first use, or a forked child: start this one's thread
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, daemon=True, name="dprag-deadlines").start()
+
+    def discard(self, deadline: _Deadline) -> None:
+        with self._lock:
+            self._active.discard(deadline)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK)
+            now = time.monotonic()
+            with self._lock:
+                due = [d for d in self._active if d.at <= now]
+                self._active.difference_update(due)
+            for d in due:
+                d.fire()
+
+
+_WATCHDOG = _Watchdog()
 
 
 class PostgresStore:

@@ -27,8 +27,14 @@ its kind, its identity (``name``), its objects and its schema version.
   the kernel hands to a blocked waiter as soon as it is released: SQLite's own
   busy handler sleeps in growing steps and lets a waiting writer starve under
   contention. Both waits are bounded by ``busy_timeout``.
-* WAL with ``synchronous=FULL``: a committed write survives a crash or power
-  loss. A charge whose ``COMMIT`` fails has an unknown outcome
+* **Durable, with group commit.** WAL with ``synchronous=NORMAL`` (SQLite
+  syncs around checkpoints) and an ``fsync`` of the WAL file after every
+  commit, before :meth:`SQLiteStore.write` returns: a committed write survives
+  a crash or power loss. The fsync runs after the writers' queue is released,
+  so the fsyncs of several processes overlap (one device flush serves them
+  all) instead of each writer holding the queue through its own; checkpoints
+  run there too, passively, once the WAL exceeds :data:`CHECKPOINT_BYTES`. A
+  charge whose ``COMMIT`` or fsync fails has an unknown outcome
   (:class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`).
 
 Each thread (and each process, after a fork) opens its own connection.
@@ -69,10 +75,13 @@ try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
 except ImportError:  # pragma: no cover - depends on the platform
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CATALOG", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
+__all__ = ["CATALOG", "CHECKPOINT_BYTES", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
 
 FILE_MODE = 0o600
 """Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
+
+CHECKPOINT_BYTES = 4 << 20
+"""A WAL larger than this is checkpointed (passive) after a commit, outside the writers' queue."""
 
 CATALOG = "dprag_stores"
 """The table that lists a file's stores: key, kind, name, objects, version, created."""
@@ -215,6 +224,7 @@ class SQLiteStore:
         self.label = label
         self._local = threading.local()
         self._immutable = False
+        self._dir_synced = -1
         if not self.path.exists():
             if not create or read_only:
                 raise LedgerUnavailable(
@@ -409,7 +419,10 @@ class SQLiteStore:
             else:
                 conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = FULL")
+                # commits are made durable by write()'s own fsync of the WAL, outside the
+                # writers' queue; checkpoints run there too (_checkpoint), never inside it
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         except sqlite3.Error as exc:
             raise unavailable(self.label, exc) from None
@@ -446,6 +459,7 @@ class SQLiteStore:
         if self.read_only:
             raise LedgerUnavailable(f"the {self.label} is read-only for this process")
         conn = self.conn()
+        committed = False
         with self._writer_turn():
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -466,11 +480,50 @@ class SQLiteStore:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     if charge:
-                        raise LedgerOutcomeUnknown(
-                            f"the {self.label} failed while committing a charge: the outcome is "
-                            "unknown; release nothing and retry with the same query id"
-                        ) from None
+                        raise self._unknown() from None
                     raise unavailable(self.label, exc) from None
+                committed = True
+        if committed:  # the queue is free again: fsyncs of several writers overlap
+            self._make_durable(charge)
+
+    def _unknown(self) -> LedgerOutcomeUnknown:
+        return LedgerOutcomeUnknown(
+            f"the {self.label} failed while committing a charge: the outcome is "
+            "unknown; release nothing and retry with the same query id"
+        )
+
+    def _make_durable(self, charge: bool) -> None:
+        """fsync the WAL (and once per WAL file its directory): the commit is durable now.
+
+        Group commit: the fsync runs after the writers' queue is released, so the
+        fsyncs of several processes overlap and one device flush serves them all.
+        A failing fsync leaves a charge's durability unknown. A WAL over
+        :data:`CHECKPOINT_BYTES` is then checkpointed (passive), also outside the queue.
+        """
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            fd = os.open(wal, os.O_RDONLY)
+        except FileNotFoundError:  # checkpointed and removed: the database file holds it all
+            return
+        try:
+            os.fsync(fd)
+            info = os.fstat(fd)
+            if info.st_ino != self._dir_synced:  # a new WAL file: its directory entry too
+                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+                self._dir_synced = info.st_ino
+        except OSError:
+            if charge:
+                raise self._unknown() from None
+            raise LedgerUnavailable(f"the {self.label} could not be made durable") from None
+        finally:
+            os.close(fd)
+        if info.st_size > CHECKPOINT_BYTES:
+            with contextlib.suppress(sqlite3.Error):  # another process is checkpointing
+                self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """All rows of one read (no transaction needed: WAL readers never block)."""
