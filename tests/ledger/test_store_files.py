@@ -284,3 +284,34 @@ def test_a_missing_or_other_postgres_store_is_refused_naming_its_table(
     other = PostgresLedger if what == "corpus" else PostgresCorpusAccountant
     with pytest.raises(LedgerUnavailable, match=r"is a (corpus budget|per-unit ledger), not a"):
         other(POSTGRES_DSN, table=table)  # the other kind of store under this prefix
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd (Linux)")
+def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit: durable before the charge returns, without holding the queue for it."""
+    import fcntl
+
+    path = tmp_path / "b.db"
+    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True)
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        lock = os.open(f"{path}-lock", os.O_RDWR)
+        try:  # is the writers' queue free while this fsync runs?
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = True
+        except BlockingIOError:
+            free = False
+        finally:
+            os.close(lock)
+        synced.append((Path(os.readlink(f"/proc/self/fd/{fd}")).name, free))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    acc.charge(Budget(0.5), query_id="q1")
+    assert ("b.db-wal", True) in synced
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert acc._store.conn().execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
