@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ledger_support import POSTGRES_DSN, needs_postgres
+from ledger_support import POSTGRES_DSN, dsn_with, needs_postgres, needs_roles
 
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
@@ -315,3 +315,58 @@ def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
     assert ("b.db-wal", True) in synced
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert acc._store.conn().execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+
+
+def test_rerunning_in_the_same_folder_says_the_budget_persists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for run in range(2):  # the README quick start, run twice in one folder
+        acc = SQLiteCorpusAccountant("budget.db", total=Budget(1.0), create=True)
+        if run == 0:
+            acc.charge(Budget(1.0))
+    with pytest.raises(PrivacyBudgetExhausted, match="persists") as info:
+        acc.charge(Budget(0.5))
+    assert str(tmp_path / "budget.db") in str(info.value) and "new store" in str(info.value)
+
+
+@pytest.mark.postgres
+@needs_postgres
+@needs_roles
+def test_postgres_read_only_access_reads_and_never_charges(table: str, runtime_role: str) -> None:
+    """A role holding SELECT only, and a read-only session (as on a hot standby)."""
+    import psycopg
+
+    PostgresCorpusAccountant(POSTGRES_DSN, total=Budget(2.0), table=table, create=True).charge(
+        Budget(0.5), query_id="q1"
+    )
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {runtime_role}")
+        for suffix in ("meta", "store", "budget", "charges"):
+            conn.execute(f"GRANT SELECT ON {table}_{suffix} TO {runtime_role}")
+    for dsn, refusal in (
+        (dsn_with(user=runtime_role), "lacks a right"),
+        (dsn_with(options="-c default_transaction_read_only=on"), "read-only here"),
+    ):
+        replica = PostgresCorpusAccountant(dsn, table=table)
+        assert (replica.status().spent_epsilon, [r.query_id for r in replica.history()]) == (
+            0.5, ["q1"],
+        )  # fmt: skip
+        with pytest.raises(LedgerUnavailable, match=refusal):
+            replica.charge(Budget(0.5))
+        assert replica.queries == 1
+
+
+def test_a_backup_taken_while_serving_opens_with_the_same_status(tmp_path: Path) -> None:
+    path, copy = tmp_path / "b.db", tmp_path / "backup.db"
+    acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True, name="records")
+    led = SQLiteLedger(path, budget_per_unit=1.0, create=True)
+    acc.charge(Budget(0.5), query_id="q1")
+    led.charge("q1", ["a"], 0.25)
+    with sqlite3.connect(path) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)  # SQLite's online backup: consistent while others charge
+    acc.charge(Budget(0.5), query_id="q2")  # after the backup
+    restored = SQLiteCorpusAccountant(copy, read_only=True, name="records")
+    assert (restored.spent_epsilon, [r.query_id for r in restored.history()]) == (0.5, ["q1"])
+    assert SQLiteLedger(copy, read_only=True).remaining(["a"]) == {"a": 0.75}
+    assert acc.spent_epsilon == 1.0  # a restored backup has forgotten q2: it would refund it

@@ -270,6 +270,11 @@ class PostgresStore:
             except (errors.DeadlockDetected, errors.SerializationFailure):
                 time.sleep(0.001)
                 continue
+            except errors.ReadOnlySqlTransaction:
+                raise LedgerUnavailable(
+                    f"the {self.label} is read-only here (a standby or a read-only session):"
+                    " charges go to the primary; nothing was charged"
+                ) from None
             except (errors.QueryCanceled, errors.LockNotAvailable):
                 raise LedgerUnavailable(
                     f"the {self.label} timed out (statement_timeout or lock_timeout);"
