@@ -15,10 +15,11 @@ constructor refuses an unknown keyword, naming the nearest valid one
 
 from __future__ import annotations
 
-from abc import ABCMeta, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer
@@ -96,16 +97,23 @@ def check_question(question: object) -> str:
     return question
 
 
-class _Checked(ABCMeta):
-    """Mechanisms' metaclass: a mechanism's templates are checked once it is built."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        mechanism = super().__call__(*args, **kwargs)
-        mechanism.check_templates()
-        return mechanism
+_Init = TypeVar("_Init", bound=Callable[..., None])
 
 
-class Mechanism(StrictKeywords, metaclass=_Checked):
+def _then_check_templates(init: _Init) -> _Init:
+    """Wrap a mechanism's ``__init__``: once the outermost constructor has run, check templates."""
+
+    @functools.wraps(init)
+    def built(self: Mechanism, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if type(self).__init__ is built:  # not a super().__init__ call: the mechanism is built
+            self.check_templates()
+
+    built.checks_templates = True  # type: ignore[attr-defined]
+    return built  # type: ignore[return-value]
+
+
+class Mechanism(StrictKeywords, ABC):
     """Base class of all answer mechanisms (DP and non-private baselines).
 
     Subclasses set :attr:`name` and implement :meth:`answer`; token-level ones
@@ -137,6 +145,12 @@ class Mechanism(StrictKeywords, metaclass=_Checked):
     """``details`` keys this mechanism adds to the shared public vocabulary
     (:data:`~dprag_core.algorithms.contract.PUBLIC_DETAILS`), each with its kind:
     declare only values that are public parameters or post-processings of DP outputs."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # StrictKeywords: unknown keywords refused
+        own = cls.__dict__.get("__init__")
+        if own is not None and not getattr(own, "checks_templates", False):
+            cls.__init__ = _then_check_templates(own)  # type: ignore[method-assign]
 
     def check_templates(self) -> None:
         """Refuse a malformed template: a ValueError naming the parameter and its fields.
