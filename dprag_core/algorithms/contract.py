@@ -237,7 +237,8 @@ def _check_templates(mechanism: Mechanism) -> None:
 def _check_wrapping(mechanism: Mechanism, parameter: str) -> None:
     name = mechanism.name
     if not isinstance(mechanism, MechanismWrapper):
-        held = [attr for attr, value in vars(mechanism).items() if isinstance(value, Mechanism)]
+        fields = getattr(mechanism, "__dict__", {}).items()
+        held = [attr for attr, value in fields if isinstance(value, Mechanism)]
         if held:
             raise TypeError(
                 f"{name} holds a mechanism in .{held[0]} but is not a MechanismWrapper: "
