@@ -296,7 +296,9 @@ def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
     path = tmp_path / "b.db"
     acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True)
     synced: list[tuple[str, bool]] = []
-    real_fsync = os.fsync
+    from dprag_core.accounting.stores import sqlite as sqlite_store
+
+    real_fsync = sqlite_store._datasync
 
     def fsync(fd: int) -> None:
         lock = os.open(f"{path}-lock", os.O_RDWR)
@@ -310,10 +312,10 @@ def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
         synced.append((Path(os.readlink(f"/proc/self/fd/{fd}")).name, free))
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(sqlite_store, "_datasync", fsync)
     acc.charge(Budget(0.5), query_id="q1")
     assert ("b.db-wal", True) in synced
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.setattr(sqlite_store, "_datasync", real_fsync)
     assert acc._store.conn().execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
 
 

@@ -48,10 +48,11 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # The whole charge runs server-side in one statement (one round trip, one
 # transaction), as the schema owner (SECURITY DEFINER, fixed search_path). It
 # refuses a bad cost, reads the per-unit budget from the store, and takes a
-# transaction lock on the query id. Inside a sub-transaction one upsert inserts
-# the missing units, locks every unit row in unit order and debits it; a unit
-# left below zero lacked the cost: DPLAC rolls the sub-transaction back (the
-# inserted rows too), counts the refusal and returns the lacking units.
+# transaction lock on the query id. Inside a sub-transaction it appends the
+# audit rows, then one upsert inserts the missing units, locks every unit row
+# in unit order and debits it; a unit left below zero lacked the cost: DPLAC
+# rolls the sub-transaction back (audit rows and inserted units too), counts
+# the refusal and returns the lacking units.
 _LEDGER_CHARGE = """
 CREATE OR REPLACE FUNCTION {charge}(q text, us text[], c bigint, OUT outcome text,
     OUT lacking text[])
@@ -80,9 +81,15 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
     BEGIN
+        -- the audit rows first: the unit rows below stay locked until the commit, so
+        -- nothing else runs while they are held
+        INSERT INTO {audit}(query_id, unit, cost, at)
+            SELECT DISTINCT q, x.u, c, extract(epoch FROM clock_timestamp())
+            FROM unnest(us) AS x(u);
         -- one statement inserts the new units, locks every unit row in unit order (so
         -- overlapping charges queue instead of deadlocking) and debits it; a unit left
-        -- below zero lacked the cost: the sub-transaction rolls all of it back
+        -- below zero lacked the cost: the sub-transaction rolls all of it back (the
+        -- audit rows too)
         WITH debited AS (
             INSERT INTO {units} AS u (unit, remaining)
                 SELECT DISTINCT x.u, b - c FROM unnest(us) AS x(u) ORDER BY 1
@@ -94,9 +101,6 @@ BEGIN
         IF cardinality(lacking) > 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'DPLAC', MESSAGE = 'ledger charge refused';
         END IF;
-        INSERT INTO {audit}(query_id, unit, cost, at)
-            SELECT DISTINCT q, x.u, c, extract(epoch FROM clock_timestamp())
-            FROM unnest(us) AS x(u);
     EXCEPTION WHEN SQLSTATE 'DPLAC' THEN
         UPDATE {meta} SET value = value + 1 WHERE key = 'refusals';
         outcome := 'refused';

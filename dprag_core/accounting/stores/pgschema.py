@@ -124,6 +124,7 @@ class PostgresSchema:
     def __init__(self, table: str, spec: PostgresSpec) -> None:
         self.table = check_table(table)
         self.spec = spec
+        self._composed: dict[tuple[str, str | None], Any] = {}
         self.tables = {
             "meta": "key text PRIMARY KEY, value bigint NOT NULL",
             "store": "id integer PRIMARY KEY CHECK (id = 1), kind text NOT NULL,"
@@ -142,7 +143,16 @@ class PostgresSchema:
         return names
 
     def sql(self, text: str, schema: str | None = None) -> Any:
-        """``text`` with ``{suffix}`` placeholders as identifiers (schema-qualified if given)."""
+        """``text`` with ``{suffix}`` placeholders as identifiers (schema-qualified if given).
+
+        Composed once per text (a charge runs the same statement every time).
+        """
+        key = (text, schema)
+        if key not in self._composed:
+            self._composed[key] = self._compose(text, schema)
+        return self._composed[key]
+
+    def _compose(self, text: str, schema: str | None) -> Any:
         sql = psycopg_module().sql
         ids = {
             k: sql.Identifier(schema, v) if schema else sql.Identifier(v)

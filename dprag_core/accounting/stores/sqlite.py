@@ -32,8 +32,9 @@ its kind, its identity (``name``), its objects and its schema version.
   commit, before :meth:`SQLiteStore.write` returns: a committed write survives
   a crash or power loss. The fsync runs after the writers' queue is released,
   so the fsyncs of several processes overlap (one device flush serves them
-  all) instead of each writer holding the queue through its own; checkpoints
-  run there too, passively, once the WAL exceeds :data:`CHECKPOINT_BYTES`. A
+  all) instead of each writer holding the queue through its own. Checkpoints
+  run passively in a background thread every :data:`CHECKPOINT_EVERY` commits
+  of a process, never inside a commit or a charge. A
   charge whose ``COMMIT`` or fsync fails has an unknown outcome
   (:class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`).
 
@@ -57,6 +58,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,13 +77,13 @@ try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
 except ImportError:  # pragma: no cover - depends on the platform
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CATALOG", "CHECKPOINT_BYTES", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
+__all__ = ["CATALOG", "CHECKPOINT_EVERY", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
 
 FILE_MODE = 0o600
 """Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
 
-CHECKPOINT_BYTES = 4 << 20
-"""A WAL larger than this is checkpointed (passive) after a commit, outside the writers' queue."""
+CHECKPOINT_EVERY = 64
+"""Commits of one process between two passive checkpoints (run by a background thread)."""
 
 CATALOG = "dprag_stores"
 """The table that lists a file's stores: key, kind, name, objects, version, created."""
@@ -161,6 +163,11 @@ def _create_private(path: Path, label: str) -> None:
     os.close(fd)
 
 
+# fdatasync, as SQLite's own syncs: the WAL's data and size, not its mtime (which would
+# cost a journal commit per charge); plain fsync where the platform has no fdatasync
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
 def _flock_within(fd: int, timeout: float) -> bool:
     """Take an exclusive flock on ``fd`` within ``timeout`` seconds; False if not.
 
@@ -191,6 +198,21 @@ def _flock_within(fd: int, timeout: float) -> bool:
     with guard:
         gave_up[0] = not got.is_set()
         return got.is_set()
+
+
+def _checkpointer(ref: weakref.ref[SQLiteStore], due: threading.Event) -> None:
+    """Copy the WAL into the database file, passively (writers go on meanwhile), when woken;
+    ends once its store is gone."""
+    while True:
+        woken = due.wait(timeout=30.0)
+        store = ref()
+        if store is None:
+            return
+        if woken:
+            due.clear()
+            with contextlib.suppress(sqlite3.Error, LedgerUnavailable):  # busy: the next one
+                store.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        del store
 
 
 class SQLiteStore:
@@ -225,6 +247,9 @@ class SQLiteStore:
         self._local = threading.local()
         self._immutable = False
         self._dir_synced = -1
+        self._commits = 0
+        self._checkpoint_due = threading.Event()
+        self._checkpointer_pid = -1
         if not self.path.exists():
             if not create or read_only:
                 raise LedgerUnavailable(
@@ -493,12 +518,12 @@ class SQLiteStore:
         )
 
     def _make_durable(self, charge: bool) -> None:
-        """fsync the WAL (and once per WAL file its directory): the commit is durable now.
+        """fdatasync the WAL (and once per WAL file its directory): the commit is durable now.
 
         Group commit: the fsync runs after the writers' queue is released, so the
         fsyncs of several processes overlap and one device flush serves them all.
-        A failing fsync leaves a charge's durability unknown. A WAL over
-        :data:`CHECKPOINT_BYTES` is then checkpointed (passive), also outside the queue.
+        A failing fsync leaves a charge's durability unknown. Every
+        :data:`CHECKPOINT_EVERY` commits the background checkpointer is woken.
         """
         wal = self.path.with_name(self.path.name + "-wal")
         try:
@@ -506,7 +531,7 @@ class SQLiteStore:
         except FileNotFoundError:  # checkpointed and removed: the database file holds it all
             return
         try:
-            os.fsync(fd)
+            _datasync(fd)
             info = os.fstat(fd)
             if info.st_ino != self._dir_synced:  # a new WAL file: its directory entry too
                 dir_fd = os.open(self.path.parent, os.O_RDONLY)
@@ -521,9 +546,18 @@ class SQLiteStore:
             raise LedgerUnavailable(f"the {self.label} could not be made durable") from None
         finally:
             os.close(fd)
-        if info.st_size > CHECKPOINT_BYTES:
-            with contextlib.suppress(sqlite3.Error):  # another process is checkpointing
-                self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            self._checkpoint_soon()
+
+    def _checkpoint_soon(self) -> None:
+        """Wake this process's checkpointer thread (started on first use, again after a fork)."""
+        if self._checkpointer_pid != os.getpid():
+            self._checkpointer_pid = os.getpid()
+            self._checkpoint_due = threading.Event()
+            args = (weakref.ref(self), self._checkpoint_due)
+            threading.Thread(target=_checkpointer, args=args, daemon=True, name="dprag-wal").start()
+        self._checkpoint_due.set()
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """All rows of one read (no transaction needed: WAL readers never block)."""
