@@ -372,3 +372,21 @@ def test_a_backup_taken_while_serving_opens_with_the_same_status(tmp_path: Path)
     assert (restored.spent_epsilon, [r.query_id for r in restored.history()]) == (0.5, ["q1"])
     assert SQLiteLedger(copy, read_only=True).remaining(["a"]) == {"a": 0.75}
     assert acc.spent_epsilon == 1.0  # a restored backup has forgotten q2: it would refund it
+
+
+def test_the_wal_is_checkpointed_in_the_background(tmp_path: Path) -> None:
+    """Autocheckpoints are off (they would run inside a commit); a thread does them."""
+    import time
+
+    from dprag_core.accounting.stores.sqlite import CHECKPOINT_EVERY
+
+    path = tmp_path / "l.db"
+    led = SQLiteLedger(path, budget_per_unit=1e3, create=True)
+    before = path.stat().st_size
+    for i in range(2 * CHECKPOINT_EVERY):
+        led.charge(f"q{i}", [f"u{i}-{j}" for j in range(20)], 0.5)
+    deadline = time.monotonic() + 20
+    while path.stat().st_size <= before and time.monotonic() < deadline:
+        time.sleep(0.05)  # the pages reach the database file only through a checkpoint
+    assert path.stat().st_size > before
+    assert led._store.conn().execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
