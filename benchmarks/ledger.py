@@ -29,6 +29,7 @@ small configuration (tests).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -36,6 +37,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +97,36 @@ def open_corpus(
     return SQLiteCorpusAccountant(target, total=total, create=create)
 
 
+def instrument() -> dict[str, list[float]]:
+    """In this (worker) process: time each charge's wait for the writers' queue, its hold of
+    the queue, and its fdatasync (the group commit's, after the queue is released)."""
+    phases: dict[str, list[float]] = {"wait": [], "hold": [], "sync": []}
+    turn, durable = sqlite_store.SQLiteStore._writer_turn, sqlite_store.SQLiteStore._make_durable
+
+    @contextlib.contextmanager
+    def timed_turn(self: sqlite_store.SQLiteStore) -> Iterator[None]:
+        t0 = time.perf_counter()
+        with turn(self):
+            t1 = time.perf_counter()
+            phases["wait"].append(t1 - t0)
+            yield
+        phases["hold"].append(time.perf_counter() - t1)
+
+    def timed_durable(self: sqlite_store.SQLiteStore, charge: bool) -> None:
+        t0 = time.perf_counter()
+        durable(self, charge)
+        phases["sync"].append(time.perf_counter() - t0)
+
+    sqlite_store.SQLiteStore._writer_turn = timed_turn  # type: ignore[method-assign]
+    sqlite_store.SQLiteStore._make_durable = timed_durable  # type: ignore[method-assign]
+    return phases
+
+
 def latency_worker(
     kind: str, target: str, seed: int, charges: int, units: int, barrier: Any
-) -> tuple[list[float], float]:
+) -> tuple[list[float], float, dict[str, list[float]]]:
     gen = np.random.default_rng(seed)
+    phases = instrument() if kind == "sqlite" else {}
     barrier.wait()  # every process opens at once: opening is timed too
     t0 = time.perf_counter()
     with open_ledger(kind, target) as led:
@@ -111,7 +139,7 @@ def latency_worker(
             granted = led.charge(f"s{seed}-q{i}", batch, 0.001).granted
             times.append(time.perf_counter() - t0)
             assert granted
-    return times, opened
+    return times, opened, phases
 
 
 def in_processes(procs: int, target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
@@ -128,14 +156,18 @@ def latency(kind: str, target: str, procs: int, charges: int, units: int) -> dic
     args = [(kind, target, s, charges, units, barrier) for s in range(1, procs + 1)]
     results = in_processes(procs, latency_worker, args)  # the busy-handler switch stays there
     wall = time.perf_counter() - t0
-    ms = np.array([t for times, _ in results for t in times]) * 1e3
-    return {
+    ms = np.array([t for times, _, _ in results for t in times]) * 1e3
+    out = {
         "median": float(np.median(ms)),
         "p99": float(np.percentile(ms, 99)),
         "worst": float(ms.max()),
-        "open": max(o for _, o in results) * 1e3,
+        "open": max(o for _, o, _ in results) * 1e3,
         "rate": len(ms) / wall,
     }
+    for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
+        part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
+        out[f"{phase} median"], out[f"{phase} p99"] = np.median(part), np.percentile(part, 99)
+    return out
 
 
 def corpus_worker(kind: str, target: str, total: Budget, worker: int, charges: int) -> list[str]:
@@ -288,6 +320,12 @@ def main() -> None:
             )
     n = args.procs
     q, f, b = (rows[(k, n)] for k in ("sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"))
+    print(
+        f"where a sqlite charge's time goes at {n} processes (median / p99 ms): waiting for the "
+        f"writers' queue {q['wait median']:.2f} / {q['wait p99']:.2f}, holding it "
+        f"{q['hold median']:.2f} / {q['hold p99']:.2f}, fdatasync after it "
+        f"{q['sync median']:.2f} / {q['sync p99']:.2f}"
+    )
     print(
         f"sqlite at {n} processes, group commit vs fsync in the queue: median "
         f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, charges/s "
