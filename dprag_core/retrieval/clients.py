@@ -1,0 +1,171 @@
+"""Facts read from the store clients both adapters share: FAISS, Chroma, Qdrant, pgvector.
+
+The LangChain and LlamaIndex store tables (``langchain_dprag.stores``,
+``llamaindex_dprag.stores``) wrap the same clients, so what a client object says
+about its metric and its exact search is read here once. Each client package is
+imported only when a store of its kind is read.
+
+- FAISS: :func:`faiss_index` unwraps ID maps and L2-normalisation transforms
+  down to the index that searches; only the flat ``IndexFlat*`` are exact; its
+  ``metric_type`` says inner product or squared L2.
+- Chroma: :func:`chroma_space` (``l2``, ``cosine``, ``ip``: Chroma returns the
+  *distances* squared L2, 1 - cos, 1 - q·v); Chroma's HNSW has no exact mode,
+  so the adapters rank its stored vectors (:mod:`~dprag_core.retrieval.exact`).
+- Qdrant: :func:`qdrant_distance` from the collection's vector parameters
+  (Cosine and Dot are similarities, Euclid and Manhattan distances);
+  :func:`qdrant_exact_params` asks for a full scan without quantized vectors.
+- pgvector: :func:`exact_session_maker` runs each query's transaction with
+  index scans off, so no HNSW or IVFFlat index can answer it.
+
+>>> CHROMA_METRICS["cosine"], QDRANT_METRICS["Euclid"]
+('cosine_distance', 'l2')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CHROMA_EXACT",
+    "CHROMA_METRICS",
+    "FLAT_EXACT",
+    "PG_EXACT",
+    "QDRANT_EXACT",
+    "QDRANT_METRICS",
+    "FaissIndex",
+    "chroma_space",
+    "exact_session_maker",
+    "faiss_index",
+    "qdrant_distance",
+    "qdrant_exact_params",
+]
+
+FLAT_EXACT = "flat index (every stored vector scored)"
+CHROMA_EXACT = (
+    "exact ranking computed from the stored vectors (Chroma's HNSW has no exact mode: every "
+    "query reads all N vectors and scores them, O(N·d))"
+)
+QDRANT_EXACT = "exact=True on every query (a full scan; quantization ignored)"
+PG_EXACT = "index scans off in each query's transaction (an exact sequential scan)"
+
+CHROMA_METRICS = {"l2": "squared_l2", "cosine": "cosine_distance", "ip": "ip_distance"}
+"""Chroma's distance spaces -> metrics."""
+
+QDRANT_METRICS = {
+    "Cosine": "cosine",
+    "Dot": "inner_product",
+    "Euclid": "l2",
+    "Manhattan": "manhattan",
+}
+"""Qdrant's distances -> metrics (Cosine: Qdrant normalises the vectors it stores)."""
+
+_FLAT = {"IndexFlat", "IndexFlatL2", "IndexFlatIP"}
+_ID_MAPS = {"IndexIDMap", "IndexIDMap2"}
+
+
+@dataclass(frozen=True)
+class FaissIndex:
+    """A FAISS index as dprag reads it.
+
+    ``kind``: the class of the index that searches (under ID maps and
+    normalisation); ``flat``: whether it scores every vector (exact);
+    ``metric``: ``"squared_l2"``, ``"inner_product"``, ``"cosine"`` (inner
+    product behind an L2 normalisation), or None; ``unreadable``: a transform
+    dprag does not know (PCA, OPQ, ...), else None.
+    """
+
+    kind: str
+    flat: bool
+    metric: str | None
+    unreadable: str | None = None
+
+
+def faiss_index(index: Any, *, normalised: bool = False) -> FaissIndex:
+    """Read a FAISS index (``normalised``: the vectors are known to be unit-norm).
+
+    >>> import faiss
+    >>> faiss_index(faiss.IndexFlatIP(4), normalised=True)
+    FaissIndex(kind='IndexFlatIP', flat=True, metric='cosine', unreadable=None)
+    >>> faiss_index(faiss.IndexHNSWFlat(4, 8)).flat
+    False
+    """
+    import faiss
+
+    index = faiss.downcast_index(index)
+    while True:
+        kind = type(index).__name__
+        if kind in _ID_MAPS:
+            index = faiss.downcast_index(index.index)
+        elif kind == "IndexPreTransform":
+            chain = [
+                type(faiss.downcast_VectorTransform(index.chain.at(i))).__name__
+                for i in range(index.chain.size())
+            ]
+            if chain != ["NormalizationTransform"]:
+                return FaissIndex(kind, flat=False, metric=None, unreadable=", ".join(chain))
+            normalised = True
+            index = faiss.downcast_index(index.index)
+        else:
+            break
+    metric = None
+    if index.metric_type == faiss.METRIC_L2:
+        metric = "squared_l2"
+    elif index.metric_type == faiss.METRIC_INNER_PRODUCT:
+        metric = "cosine" if normalised else "inner_product"
+    return FaissIndex(kind, flat=kind in _FLAT, metric=metric)
+
+
+def chroma_space(collection: Any) -> str:
+    """The distance space of a Chroma collection: its configuration, else metadata, else l2.
+
+    chromadb 1.x keeps it in the collection's configuration (``hnsw`` or
+    ``spann``), older versions in ``metadata["hnsw:space"]``; ``l2`` is Chroma's
+    default.
+    """
+    config = getattr(collection, "configuration", None) or {}
+    for section in ("hnsw", "spann"):
+        space = (config.get(section) or {}).get("space")
+        if space:
+            return str(space)
+    metadata = getattr(collection, "metadata", None) or {}
+    return str(metadata.get("hnsw:space", "l2"))
+
+
+def qdrant_distance(client: Any, collection: str, vector_name: str) -> str | None:
+    """The distance of ``collection``'s dense vector ``vector_name`` ('' = unnamed), or None."""
+    vectors = client.get_collection(collection).config.params.vectors
+    params = vectors.get(vector_name) if isinstance(vectors, dict) else vectors
+    distance = getattr(params, "distance", None)
+    return None if distance is None else str(getattr(distance, "value", distance))
+
+
+def qdrant_exact_params() -> Any:
+    """``SearchParams`` for an exact search: no HNSW, no quantized vectors."""
+    from qdrant_client import models
+
+    return models.SearchParams(
+        exact=True, quantization=models.QuantizationSearchParams(ignore=True)
+    )
+
+
+def exact_session_maker(engine: Any) -> Any:
+    """A SQLAlchemy sessionmaker whose transactions scan tables sequentially: pgvector exact.
+
+    ``SET LOCAL`` lasts for the transaction only, so the pooled connection is
+    left as it was. With index scans off no HNSW or IVFFlat index can serve
+    ``ORDER BY embedding <=> q LIMIT k`` (they offer no bitmap or index-only
+    scans), so the scan is sequential and exact; sequential scans are switched
+    on in case a role or server setting turned them off.
+    """
+    from sqlalchemy import event
+    from sqlalchemy.orm import sessionmaker
+
+    maker = sessionmaker(bind=engine)
+
+    def exact_scan(session: Any, transaction: Any, connection: Any) -> None:
+        connection.exec_driver_sql("SET LOCAL enable_indexscan = off")
+        connection.exec_driver_sql("SET LOCAL enable_seqscan = on")
+
+    event.listen(maker, "after_begin", exact_scan)
+    return maker
