@@ -222,12 +222,13 @@ class IndexSource(_Conversion):
         for attr in ("vector_store", "docstore", "index_struct"):
             if not hasattr(index, attr):
                 raise TypeError(f"index must be a VectorStoreIndex, got {type(index).__name__}")
+        exact_search = strict_bool("exact_search", exact_search)
         if score_direction is not None:
             check_direction(score_direction)
         self.reading = read_vector_store(index.vector_store)
         facts = self.reading.facts
         unknown = facts.metric is None and facts.exact is None and facts.refused is None
-        if unknown and (score_direction is None or exact_search is not True):
+        if unknown and (score_direction is None or not exact_search):
             raise refusal(
                 facts.store,
                 "dprag cannot establish what its similarities are nor that its query is "
@@ -236,9 +237,7 @@ class IndexSource(_Conversion):
                 "score_range=(low, high)) and exact_search=True (your promise that its "
                 "query returns the exact top k of one ranking, best first)",
             )
-        self.exact = exactness(
-            facts, declared=strict_bool("exact_search", exact_search), fix=_EXACT_FIX
-        )
+        self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
         super().__init__(
             unit_key=unit_key,
             score_direction=_direction(self.reading, score_direction),
