@@ -51,7 +51,6 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval import clients
-from dprag_core.retrieval.exact import exact_ranking
 from dprag_core.retrieval.stores import StoreFacts
 
 __all__ = ["SUPPORTED_STORES", "Search", "StoreReading", "read_store"]
@@ -141,31 +140,20 @@ def _chroma(store: Any) -> StoreReading:
 
 
 def _chroma_searcher(store: Any, metric: str) -> Search:
-    ranked: dict[str, list[tuple[Document, float]]] = {}
+    scans: dict[str, clients.ChromaScan] = {}
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        if question not in ranked:
-            ranked.clear()
-            ranked[question] = _chroma_ranking(store, question, metric)
-        return ranked[question][:k]
+        if question not in scans:  # one question per searcher; a new one rescans
+            scans.clear()
+            embedding: Embeddings = store._embedding_function
+            query = embedding.embed_query(question)
+            scans[question] = clients.ChromaScan(store._collection, metric, query)
+        return [
+            (Document(page_content=text, metadata=dict(meta), id=i), raw)
+            for i, text, meta, raw in scans[question].first(k)
+        ]
 
     return search
-
-
-def _chroma_ranking(store: Any, question: str, metric: str) -> list[tuple[Document, float]]:
-    embedding: Embeddings = store._embedding_function
-    query = embedding.embed_query(question)
-    got = store._collection.get(include=["embeddings", "documents", "metadatas"])
-    ids = list(got["ids"])
-    if not ids:
-        return []
-    order, raw = exact_ranking(query, got["embeddings"], ids, metric=metric)
-    texts, metadatas = got["documents"], got["metadatas"]
-    return [  # as langchain-chroma reads a result: documents without text are skipped
-        (Document(page_content=texts[i], metadata=metadatas[i] or {}, id=ids[i]), float(raw[i]))
-        for i in map(int, order)
-        if texts[i] is not None
-    ]
 
 
 _PG_STRATEGIES = {"cosine": "cosine_distance", "l2": "l2", "inner": "negative_inner_product"}

@@ -45,7 +45,6 @@ from typing import Any
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
 from dprag_core.retrieval import clients
-from dprag_core.retrieval.exact import exact_ranking
 from dprag_core.retrieval.stores import StoreFacts
 
 __all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store"]
@@ -121,44 +120,26 @@ def _chroma(store: Any) -> StoreReading:
 
 
 def _chroma_querier(store: Any, metric: str) -> Query:
-    ranked: dict[tuple[float, ...], VectorStoreQueryResult] = {}
+    scans: dict[tuple[Any, ...], clients.ChromaScan] = {}
 
     def query(q: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        key = tuple(q.query_embedding or ())
-        if key not in ranked:
-            ranked.clear()
-            ranked[key] = _chroma_ranking(store, q, metric, kwargs)
-        full = ranked[key]
-        k = q.similarity_top_k
+        from llama_index.vector_stores.chroma.base import _to_chroma_filter
+
+        where = _to_chroma_filter(q.filters) if q.filters is not None else kwargs.get("where")
+        key = (tuple(q.query_embedding or ()), repr(where))
+        if key not in scans:  # one question per querier; a new one rescans
+            scans.clear()
+            scans[key] = clients.ChromaScan(
+                store._collection, metric, list(q.query_embedding or ()), where
+            )
+        first = scans[key].first(q.similarity_top_k)
         return VectorStoreQueryResult(
-            nodes=list(full.nodes or [])[:k],
-            similarities=list(full.similarities or [])[:k],
-            ids=list(full.ids or [])[:k],
+            nodes=[_chroma_node(i, text, meta) for i, text, meta, _ in first],
+            similarities=[raw for *_, raw in first],
+            ids=[i for i, *_ in first],
         )
 
     return query
-
-
-def _chroma_ranking(
-    store: Any, q: VectorStoreQuery, metric: str, kwargs: dict[str, Any]
-) -> VectorStoreQueryResult:
-    from llama_index.vector_stores.chroma.base import _to_chroma_filter
-
-    where = _to_chroma_filter(q.filters) if q.filters is not None else kwargs.get("where")
-    got = store._collection.get(
-        where=where or None, include=["embeddings", "documents", "metadatas"]
-    )
-    ids = list(got["ids"])
-    if not ids:
-        return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-    order, raw = exact_ranking(list(q.query_embedding or ()), got["embeddings"], ids, metric=metric)
-    ranked = [int(i) for i in order]
-    texts, metadatas = got["documents"], got["metadatas"]
-    return VectorStoreQueryResult(
-        nodes=[_chroma_node(ids[i], texts[i], metadatas[i]) for i in ranked],
-        similarities=[float(raw[i]) for i in ranked],
-        ids=[ids[i] for i in ranked],
-    )
 
 
 def _chroma_node(node_id: str, text: str | None, metadata: Any) -> Any:

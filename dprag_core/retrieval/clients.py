@@ -23,8 +23,11 @@ imported only when a store of its kind is read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from dprag_core.retrieval.exact import exact_ranking
 
 __all__ = [
     "CHROMA_EXACT",
@@ -33,6 +36,7 @@ __all__ = [
     "PG_EXACT",
     "QDRANT_EXACT",
     "QDRANT_METRICS",
+    "ChromaScan",
     "FaissIndex",
     "chroma_space",
     "exact_session_maker",
@@ -130,6 +134,41 @@ def chroma_space(collection: Any) -> str:
             return str(space)
     metadata = getattr(collection, "metadata", None) or {}
     return str(metadata.get("hnsw:space", "l2"))
+
+
+class ChromaScan:
+    """One question's exact ranking of a Chroma collection: vectors read once, records on demand.
+
+    The collection's vectors (and ids) are read once, with ``where`` (a Chroma
+    filter, applied by Chroma: exact within the filtered set) and ranked by
+    :func:`~dprag_core.retrieval.exact.exact_ranking` with the collection's
+    metric; :meth:`first` fetches the text and metadata of the first k only.
+    A record without text (or one deleted since the scan) reads as empty text
+    and no metadata, never an error: the query has been charged.
+    """
+
+    def __init__(
+        self, collection: Any, metric: str, query: Any, where: Mapping[str, Any] | None = None
+    ) -> None:
+        got = collection.get(where=where or None, include=["embeddings"])
+        ids = [str(i) for i in got["ids"]]
+        self.collection = collection
+        if ids:
+            order, raw = exact_ranking(query, got["embeddings"], ids, metric=metric)
+            self.ranked = [(ids[i], float(raw[i])) for i in map(int, order)]
+        else:
+            self.ranked = []
+        self._records: dict[str, tuple[str, Mapping[str, Any]]] = {}
+
+    def first(self, k: int) -> list[tuple[str, str, Mapping[str, Any], float]]:
+        """``(id, text, metadata, raw score)`` of the first ``k``, best first."""
+        wanted = self.ranked[:k]
+        missing = [i for i, _ in wanted if i not in self._records]
+        if missing:
+            got = self.collection.get(ids=missing, include=["documents", "metadatas"])
+            for i, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                self._records[str(i)] = (text or "", meta or {})
+        return [(i, *self._records.get(i, ("", {})), raw) for i, raw in wanted]
 
 
 def qdrant_distance(client: Any, collection: str, vector_name: str) -> str | None:
