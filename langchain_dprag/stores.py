@@ -25,6 +25,9 @@ PGVector                ``cosine_distance`` / ``l2`` /      each query runs with
 QdrantVectorStore       ``cosine`` / ``inner_product`` /    ``SearchParams(exact=True)``,
                         ``l2`` / ``manhattan`` (collection  quantization ignored; dense mode
                         vector params)                      only
+LanceDB (community)     ``squared_l2`` / ``cosine_distance``  ``bypass_vector_index()``: a flat
+                        / ``ip_distance`` (the vector       scan, never the IVF index
+                        index's metric, else ``l2``)
 ======================  ==================================  ===================================
 
 Only these classes are read (a subclass may override the search): any other
@@ -60,7 +63,8 @@ Search = Callable[[str, int], list[tuple[Document, float]]]
 
 SUPPORTED_STORES = (
     "InMemoryVectorStore, langchain-community FAISS (flat index), langchain-chroma Chroma, "
-    "langchain-postgres PGVector, langchain-qdrant QdrantVectorStore (dense)"
+    "langchain-postgres PGVector, langchain-qdrant QdrantVectorStore (dense), "
+    "langchain-community LanceDB"
 )
 
 
@@ -198,11 +202,34 @@ def _qdrant(store: Any) -> StoreReading:
     return _fixed(StoreFacts(name, metric=metric, exact=clients.QDRANT_EXACT), search)
 
 
+def _lancedb(store: Any) -> StoreReading:
+    distance = clients.lance_distance(store.get_table(), store._vector_key)
+    facts = StoreFacts(
+        f"LanceDB (distance {distance!r})",
+        metric=clients.LANCE_METRICS.get(distance),
+        exact=clients.LANCE_EXACT,
+    )
+    return _fixed(facts, partial(_lance_search, store, distance))
+
+
+def _lance_search(store: Any, distance: str, question: str, k: int) -> list[tuple[Document, float]]:
+    found = clients.lance_exact(
+        store.get_table(),
+        store._embedding.embed_query(question),
+        column=store._vector_key,
+        distance=distance,
+        k=k,
+    )
+    pairs: list[tuple[Document, float]] = store.results_to_docs(found, score=True)
+    return pairs
+
+
 _TABLE: dict[str, Callable[[Any], StoreReading]] = {
     "langchain_core.vectorstores.in_memory.InMemoryVectorStore": _in_memory,
     "langchain_community.vectorstores.faiss.FAISS": _faiss,
     "langchain_chroma.vectorstores.Chroma": _chroma,
     "langchain_postgres.vectorstores.PGVector": _pgvector,
     "langchain_qdrant.qdrant.QdrantVectorStore": _qdrant,
+    "langchain_community.vectorstores.lancedb.LanceDB": _lancedb,
 }
 """The supported classes, by module and name (module docstring)."""

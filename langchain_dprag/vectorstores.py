@@ -259,9 +259,7 @@ class OpenedStore:
         relevance = _relevance(self.store, self.facts, function) if function.relevance else None
 
         def first(question: str, k: int) -> list[tuple[Document, float]]:
-            pairs = tie_complete(
-                lambda n: search(question, n), k, score=lambda p: float(p[1]), ident=_pair_id
-            )
+            pairs = tie_complete(lambda n: search(question, n), k, score=_raw, ident=_pair_id)
             if relevance is not None:
                 return [(doc, function.convert(relevance(raw))) for doc, raw in pairs]
             return [(doc, function.convert(raw)) for doc, raw in pairs]
@@ -324,6 +322,12 @@ def search_with_scores(
 
 def _pair_id(pair: tuple[Document, float]) -> str:
     return document_id(pair[0])
+
+
+def _raw(pair: tuple[Document, float]) -> float:
+    """A pair's raw score; NaN when the store gave none (its document becomes a placeholder)."""
+    raw = pair[1]
+    return float(raw) if isinstance(raw, (int, float)) else math.nan
 
 
 class NormalizedEmbeddings(Embeddings):

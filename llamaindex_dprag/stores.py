@@ -23,6 +23,9 @@ PGVectorStore          ``cosine`` (1 - cosine distance)  index scans off in each
                                                          transaction (a sequential scan)
 QdrantVectorStore      ``cosine`` / ``inner_product`` /  ``search_params=SearchParams(exact=True)``
                        ``l2`` / ``manhattan``            (quantization ignored)
+LanceDBVectorStore     the vector index's distance, else ``bypass_vector_index()``: a flat scan
+                       ``squared_l2`` (its own query     (its own query probes the IVF index)
+                       returns exp(-distance))
 =====================  ================================  =====================================
 
 Only these classes are read (a subclass may override ``query``); any other
@@ -54,7 +57,7 @@ Query = Callable[..., VectorStoreQueryResult]
 
 SUPPORTED_STORES = (
     "SimpleVectorStore, FaissVectorStore (flat index), ChromaVectorStore, PGVectorStore, "
-    "QdrantVectorStore"
+    "QdrantVectorStore, LanceDBVectorStore"
 )
 
 
@@ -134,7 +137,7 @@ def _chroma_querier(store: Any, metric: str) -> Query:
             )
         first = scans[key].first(q.similarity_top_k)
         return VectorStoreQueryResult(
-            nodes=[_chroma_node(i, text, meta) for i, text, meta, _ in first],
+            nodes=[_stored_node(i, text, meta) for i, text, meta, _ in first],
             similarities=[raw for *_, raw in first],
             ids=[i for i, *_ in first],
         )
@@ -142,8 +145,8 @@ def _chroma_querier(store: Any, metric: str) -> Query:
     return query
 
 
-def _chroma_node(node_id: str, text: str | None, metadata: Any) -> Any:
-    """A node from Chroma's stored metadata, as ChromaVectorStore rebuilds one."""
+def _stored_node(node_id: str, text: str | None, metadata: Any) -> Any:
+    """A node from a store's stored metadata, as ChromaVectorStore and LanceDB rebuild one."""
     from llama_index.core.schema import TextNode
     from llama_index.core.vector_stores.utils import (
         legacy_metadata_dict_to_node,
@@ -152,7 +155,7 @@ def _chroma_node(node_id: str, text: str | None, metadata: Any) -> Any:
 
     try:
         return metadata_dict_to_node(metadata or {}, text=text)
-    except Exception:  # the legacy layout: ChromaVectorStore falls back the same way
+    except Exception:  # the legacy layout: the stores fall back the same way
         meta, info, relationships = legacy_metadata_dict_to_node(metadata or {})
         return TextNode(
             text=text or "",
@@ -197,11 +200,51 @@ def _qdrant_exact(store: Any, q: VectorStoreQuery, **kwargs: Any) -> VectorStore
     return result
 
 
+def _lancedb(store: Any) -> StoreReading:
+    if store._table is None:
+        refused = (
+            "its table does not exist yet, so dprag cannot read its vector index. Fix: "
+            "build the index (add the documents) first"
+        )
+        return _fixed(StoreFacts("LanceDBVectorStore", refused=refused), store.query)
+    distance = clients.lance_distance(store.table, store.vector_column_name)
+    facts = StoreFacts(
+        f"LanceDBVectorStore (distance {distance!r})",
+        metric=clients.LANCE_METRICS.get(distance),
+        exact=clients.LANCE_EXACT,
+    )
+    return _fixed(facts, partial(_lance_query, store, distance))
+
+
+def _lance_query(
+    store: Any, distance: str, q: VectorStoreQuery, **kwargs: Any
+) -> VectorStoreQueryResult:
+    from llama_index.vector_stores.lancedb.base import _to_lance_filter
+
+    where = kwargs.get("where")
+    if q.filters is not None:
+        where = _to_lance_filter(q.filters, store._metadata_keys)
+    rows = clients.lance_exact(
+        store.table,
+        list(q.query_embedding or ()),
+        column=store.vector_column_name,
+        distance=distance,
+        k=q.similarity_top_k,
+        where=where,
+    ).to_pylist()
+    return VectorStoreQueryResult(
+        nodes=[_stored_node(r["id"], r.get(store.text_key), r.get("metadata")) for r in rows],
+        similarities=[float(r["_distance"]) for r in rows],
+        ids=[r["id"] for r in rows],
+    )
+
+
 _TABLE: dict[str, Callable[[Any], StoreReading]] = {
     "llama_index.core.vector_stores.simple.SimpleVectorStore": _simple,
     "llama_index.vector_stores.faiss.base.FaissVectorStore": _faiss,
     "llama_index.vector_stores.chroma.base.ChromaVectorStore": _chroma,
     "llama_index.vector_stores.postgres.base.PGVectorStore": _pgvector,
     "llama_index.vector_stores.qdrant.base.QdrantVectorStore": _qdrant,
+    "llama_index.vector_stores.lancedb.base.LanceDBVectorStore": _lancedb,
 }
 """The supported classes, by module and name (module docstring)."""

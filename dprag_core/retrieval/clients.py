@@ -16,6 +16,9 @@ imported only when a store of its kind is read.
   :func:`qdrant_exact_params` asks for a full scan without quantized vectors.
 - pgvector: :func:`exact_session_maker` runs each query's transaction with
   index scans off, so no HNSW or IVFFlat index can answer it.
+- LanceDB: :func:`lance_distance` (the metric of the column's vector index,
+  else LanceDB's default ``l2``, a squared L2); :func:`lance_exact` searches
+  with ``bypass_vector_index()``: a flat scan, never the IVF index.
 
 >>> CHROMA_METRICS["cosine"], QDRANT_METRICS["Euclid"]
 ('cosine_distance', 'l2')
@@ -33,6 +36,8 @@ __all__ = [
     "CHROMA_EXACT",
     "CHROMA_METRICS",
     "FLAT_EXACT",
+    "LANCE_EXACT",
+    "LANCE_METRICS",
     "PG_EXACT",
     "QDRANT_EXACT",
     "QDRANT_METRICS",
@@ -41,6 +46,8 @@ __all__ = [
     "chroma_space",
     "exact_session_maker",
     "faiss_index",
+    "lance_distance",
+    "lance_exact",
     "qdrant_distance",
     "qdrant_exact_params",
 ]
@@ -52,6 +59,7 @@ CHROMA_EXACT = (
 )
 QDRANT_EXACT = "exact=True on every query (a full scan; quantization ignored)"
 PG_EXACT = "index scans off in each query's transaction (an exact sequential scan)"
+LANCE_EXACT = "a flat scan of every stored vector (bypass_vector_index: no IVF index answers)"
 
 CHROMA_METRICS = {"l2": "squared_l2", "cosine": "cosine_distance", "ip": "ip_distance"}
 """Chroma's distance spaces -> metrics."""
@@ -63,6 +71,9 @@ QDRANT_METRICS = {
     "Manhattan": "manhattan",
 }
 """Qdrant's distances -> metrics (Cosine: Qdrant normalises the vectors it stores)."""
+
+LANCE_METRICS = {"l2": "squared_l2", "cosine": "cosine_distance", "dot": "ip_distance"}
+"""LanceDB's distance types -> metrics (its l2 is the squared L2 distance)."""
 
 _FLAT = {"IndexFlat", "IndexFlatL2", "IndexFlatIP"}
 _ID_MAPS = {"IndexIDMap", "IndexIDMap2"}
@@ -169,6 +180,31 @@ class ChromaScan:
             for i, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
                 self._records[str(i)] = (text or "", meta or {})
         return [(i, *self._records.get(i, ("", {})), raw) for i, raw in wanted]
+
+
+def lance_distance(table: Any, column: str) -> str:
+    """The distance type LanceDB searches ``column`` with: its vector index's metric, else l2."""
+    for index in table.list_indices():
+        details = getattr(index, "index_details", None) or {}
+        metric = details.get("metric_type") if isinstance(details, Mapping) else None
+        if metric and column in (getattr(index, "columns", None) or [column]):
+            return str(metric).lower()
+    return "l2"
+
+
+def lance_exact(
+    table: Any, query: Any, *, column: str, distance: str, k: int, where: Any = None
+) -> Any:
+    """The exact top ``k`` of ``table`` for ``query`` (an Arrow table with ``_distance``).
+
+    ``where`` is applied before the search (``prefilter=True``): the exact top k
+    of the filtered rows.
+    """
+    search = table.search(query, vector_column_name=column).distance_type(distance)
+    search = search.bypass_vector_index().limit(k)
+    if where:
+        search = search.where(where, prefilter=True)
+    return search.to_arrow()
 
 
 def qdrant_distance(client: Any, collection: str, vector_name: str) -> str | None:

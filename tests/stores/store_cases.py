@@ -12,6 +12,7 @@ Store kinds (one configuration each): LangChain ``LC_KINDS``, LlamaIndex
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ LC_KINDS = (
     "qdrant_cosine",
     "qdrant_dot",
     "qdrant_euclid",
+    "lancedb_l2",
 )
 LI_KINDS = (
     "simple",
@@ -49,6 +51,7 @@ LI_KINDS = (
     "qdrant_cosine",
     "qdrant_dot",
     "qdrant_euclid",
+    "lancedb_l2",
 )
 
 
@@ -210,6 +213,20 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         docs, ids = _documents(rows, uuids=True)
         qdrant.add_documents(docs, ids=ids)
         return qdrant
+    if store == "lancedb":
+        import lancedb
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from langchain_community.vectorstores import LanceDB
+
+        lance = LanceDB(
+            connection=lancedb.connect(tempfile.mkdtemp(prefix="dprag-lance-")),
+            embedding=emb, table_name=_name(), distance=metric,
+        )  # fmt: skip
+        docs, ids = _documents(rows)
+        lance.add_documents(docs, ids=ids)
+        return lance
     raise ValueError(kind)
 
 
@@ -292,6 +309,12 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
             },
         )
         return QdrantVectorStore(collection_name=name, client=client)
+    if store == "lancedb":
+        from llama_index.vector_stores.lancedb import LanceDBVectorStore
+
+        return LanceDBVectorStore(
+            uri=tempfile.mkdtemp(prefix="dprag-lance-"), table_name=_name(), **options
+        )
     raise ValueError(kind)
 
 

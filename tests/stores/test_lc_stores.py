@@ -61,6 +61,7 @@ METRICS = {
     "qdrant_cosine": "cosine",
     "qdrant_dot": "inner_product",
     "qdrant_euclid": "l2",
+    "lancedb_l2": "squared_l2",
 }
 
 
@@ -261,3 +262,17 @@ def test_pgvector_exact_scan_bypasses_an_hnsw_index(request: pytest.FixtureReque
             session.execute(text("DROP INDEX lc_hnsw"))
             session.commit()
         store._engine.dispose()
+
+
+def test_lancedb_ivf_index_is_bypassed_and_its_metric_read() -> None:
+    rows = random_rows(n=300, seed=5)
+    store = lc_store("lancedb_l2", rows)
+    store.get_table().create_index(
+        metric="cosine", num_partitions=4, num_sub_vectors=2, vector_column_name="vector"
+    )
+    opened = open_store(store)
+    assert opened.facts.metric == "cosine_distance"  # from the index, not the scores
+    exact = [d.metadata["ref"] for d, _ in opened.searcher()(QUESTION, 10)]
+    assert exact == brute_force(rows, 10)
+    own = [d.metadata["ref"] for d, _ in store.similarity_search_with_score(QUESTION, k=10)]
+    assert own != exact  # the IVF-PQ index answers the store's own search

@@ -46,6 +46,7 @@ METRICS = {
     "qdrant_cosine": "cosine",
     "qdrant_dot": "inner_product",
     "qdrant_euclid": "l2",
+    "lancedb_l2": "squared_l2",
 }
 DISTANCE = {"squared_l2", "cosine_distance", "ip_distance", "l2"}
 
