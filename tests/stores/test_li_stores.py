@@ -179,3 +179,30 @@ def test_chroma_hnsw_is_approximate_where_the_exact_scan_is_not() -> None:
         VectorStoreQuery(query_embedding=query_vector().tolist(), similarity_top_k=10)
     )
     assert [n.metadata["ref"] for n in own.nodes] != brute_force(rows, 10)
+
+
+def test_pgvector_exact_scan_bypasses_an_hnsw_index(pg_url: str) -> None:
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+    from sqlalchemy import create_engine, text
+
+    rows = random_rows(n=300, seed=4)
+    hnsw = {"hnsw_m": 2, "hnsw_ef_construction": 4, "hnsw_ef_search": 1,
+            "hnsw_dist_method": "vector_cosine_ops"}  # fmt: skip
+    # its hnsw path binds SET parameters, which only psycopg2 interpolates client-side
+    index = li_index("pgvector", rows, pg_url.replace("+psycopg", "+psycopg2"), hnsw_kwargs=hnsw)
+    store = index.vector_store
+    admin = create_engine(pg_url)
+    with admin.begin() as connection:  # a role setting that pushes the planner to the index
+        connection.execute(text("ALTER ROLE postgres SET enable_seqscan = off"))
+    try:
+        store._engine.dispose()  # new connections take the role's settings
+        query = VectorStoreQuery(query_embedding=query_vector().tolist(), similarity_top_k=10)
+        own = [n.metadata["ref"] for n in store.query(query).nodes]
+        assert own != brute_force(rows, 10)  # the HNSW index (ef_search 1): approximate
+        source = IndexSource(index, unit_key="ref")
+        assert [d.unit for d in source.bind(QUESTION)(QUESTION, 10)] == brute_force(rows, 10)
+    finally:
+        with admin.begin() as connection:
+            connection.execute(text("ALTER ROLE postgres RESET ALL"))
+        admin.dispose()
+        store._engine.dispose()
