@@ -189,13 +189,15 @@ def _score_function(facts: StoreFacts, given: ScoreFunction | None) -> ScoreFunc
         if natural is None:
             raise refusal(
                 facts.store,
-                f"it returns {describe_metric(metric)}, for which dprag ships no score function",
+                f"it returns {metric} scores ({describe_metric(metric)}), for which dprag ships "
+                "no score function",
                 f"pass your own ScoreFunction(..., metrics=frozenset({{{metric!r}}}))",
             )
         return natural
     if given.metrics is not None and metric in given.metrics:
         return given
-    if given.metrics is None and given.as_is and METRICS[metric].direction == "similarity":
+    plain = given.as_is and not given.relevance  # a relevance function may invert (FAISS IP)
+    if given.metrics is None and plain and METRICS[metric].direction == "similarity":
         return given  # a similarity range, read as it is, on a similarity store
     yours = f"declare yours with ScoreFunction(..., metrics=frozenset({{{metric!r}}}))"
     fix = yours if natural is None else f"leave score_function out (dprag picks {natural.name!r}"

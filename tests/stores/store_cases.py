@@ -203,7 +203,9 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         from langchain_qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
 
-        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid"}[metric]
+        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}[
+            metric
+        ]
         client = QdrantClient(":memory:")
         name = _name()
         client.create_collection(
@@ -302,7 +304,9 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
         from llama_index.vector_stores.qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
 
-        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid"}[metric]
+        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}[
+            metric
+        ]
         client, name = QdrantClient(":memory:"), _name()
         client.create_collection(
             name,

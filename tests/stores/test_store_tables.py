@@ -212,3 +212,13 @@ def test_llamaindex_filters_stay_exact_within_the_filtered_set(
     source = IndexSource(index, unit_key="ref", score_direction=direction, filters=filters)
     odd: list[Row] = [r for r in rows if r.ref[-1] in "13579"]
     assert [d.unit for d in source.bind(QUESTION)(QUESTION, 8)] == brute_force(odd, 8)
+
+
+def test_a_metric_without_a_shipped_function_needs_yours() -> None:
+    store = lc_store("qdrant_manhattan", random_rows())
+    with pytest.raises(ValueError, match=r"manhattan scores .* dprag ships no score function"):
+        _chain(store)
+    l1 = ScoreFunction(
+        "l1", low=-6.0, high=0.0, direction="distance", metrics=frozenset({"manhattan"})
+    )
+    assert open_store(store, score_function=l1).score_function is l1
