@@ -55,6 +55,9 @@ LI_KINDS = (
 )
 
 
+QDRANT_DISTANCES = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}
+
+
 @dataclass(frozen=True)
 class Row:
     """One document: its reference (metadata ``ref``, the privacy unit), text and vector."""
@@ -203,9 +206,7 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         from langchain_qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
 
-        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}[
-            metric
-        ]
+        distance = QDRANT_DISTANCES[metric]
         client = QdrantClient(":memory:")
         name = _name()
         client.create_collection(
@@ -304,9 +305,7 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
         from llama_index.vector_stores.qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
 
-        distance = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}[
-            metric
-        ]
+        distance = QDRANT_DISTANCES[metric]
         client, name = QdrantClient(":memory:"), _name()
         client.create_collection(
             name,
