@@ -58,7 +58,13 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval.scores import METRIC_SCALES, METRICS, ScoreScale
-from dprag_core.retrieval.stores import StoreFacts, describe_metric, exactness, refusal
+from dprag_core.retrieval.stores import (
+    StoreFacts,
+    describe_metric,
+    exactness,
+    refusal,
+    require_declarations,
+)
 from dprag_core.retrieval.ties import tie_complete
 from langchain_dprag.stores import SUPPORTED_STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
@@ -290,14 +296,13 @@ def open_store(
         raise TypeError(f"exact_search must be True or False, got {type(exact_search).__name__}")
     reading = read_store(store)
     facts = reading.facts
-    unknown = facts.metric is None and facts.exact is None and facts.refused is None
-    if unknown and (score_function is None or not exact_search):
-        raise refusal(
-            facts.store,
-            "dprag cannot establish what its raw scores are nor that its search is exact: "
-            f"it reads {SUPPORTED_STORES}",
-            _DECLARE,
-        )
+    require_declarations(
+        facts,
+        scores=score_function is not None,
+        exact=exact_search,
+        supported=SUPPORTED_STORES,
+        fix=_DECLARE,
+    )
     exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
     function = _score_function(facts, score_function)
     opened = OpenedStore(store, facts, function, exact, reading)

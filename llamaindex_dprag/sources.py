@@ -60,7 +60,12 @@ from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import METRICS, ScoreScale
-from dprag_core.retrieval.stores import describe_metric, exactness, refusal
+from dprag_core.retrieval.stores import (
+    describe_metric,
+    exactness,
+    refusal,
+    require_declarations,
+)
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import strict_bool
 from llamaindex_dprag.stores import SUPPORTED_STORES, Query, StoreReading, read_vector_store
@@ -227,16 +232,15 @@ class IndexSource(_Conversion):
             check_direction(score_direction)
         self.reading = read_vector_store(index.vector_store)
         facts = self.reading.facts
-        unknown = facts.metric is None and facts.exact is None and facts.refused is None
-        if unknown and (score_direction is None or not exact_search):
-            raise refusal(
-                facts.store,
-                "dprag cannot establish what its similarities are nor that its query is "
-                f"exact: it reads {SUPPORTED_STORES}",
-                "declare both: score_direction='similarity' or 'distance' (with "
-                "score_range=(low, high)) and exact_search=True (your promise that its "
-                "query returns the exact top k of one ranking, best first)",
-            )
+        require_declarations(
+            facts,
+            scores=score_direction is not None,
+            exact=exact_search,
+            supported=SUPPORTED_STORES,
+            fix="declare both: score_direction='similarity' or 'distance' (with "
+            "score_range=(low, high)) and exact_search=True (your promise that its "
+            "query returns the exact top k of one ranking, best first)",
+        )
         self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
         super().__init__(
             unit_key=unit_key,

@@ -42,7 +42,14 @@ from dataclasses import dataclass
 
 from dprag_core.retrieval.scores import METRICS
 
-__all__ = ["DECLARED_EXACT", "StoreFacts", "describe_metric", "exactness", "refusal"]
+__all__ = [
+    "DECLARED_EXACT",
+    "StoreFacts",
+    "describe_metric",
+    "exactness",
+    "refusal",
+    "require_declarations",
+]
 
 DECLARED_EXACT = "declared exact (exact_search=True)"
 
@@ -80,6 +87,27 @@ def refusal(store: str, problem: str, fix: str) -> ValueError:
     'MyStore: dprag cannot establish X. Fix: pass Y'
     """
     return ValueError(f"{store}: {problem}. Fix: {fix}")
+
+
+def require_declarations(
+    facts: StoreFacts, *, scores: bool, exact: bool, supported: str, fix: str
+) -> None:
+    """Refuse a store the table knows nothing about unless both facts are declared.
+
+    ``scores``/``exact``: whether the user declared the score semantics and
+    exactness; ``supported``: the stores the table reads; ``fix``: how to
+    declare both.
+
+    >>> require_declarations(StoreFacts("MyStore"), scores=True, exact=True, supported="", fix="")
+    """
+    unknown = facts.metric is None and facts.exact is None and facts.refused is None
+    if unknown and not (scores and exact):
+        raise refusal(
+            facts.store,
+            "dprag cannot establish what its scores are nor that its search is exact: it "
+            f"reads {supported}",
+            fix,
+        )
 
 
 def exactness(facts: StoreFacts, *, declared: bool, fix: str) -> str:

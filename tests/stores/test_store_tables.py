@@ -53,7 +53,7 @@ def test_an_unknown_store_is_refused_unless_both_are_declared() -> None:
         with pytest.raises(ValueError) as refused:
             _chain(store, **partial)
         message = str(refused.value)
-        assert "MyStore: dprag cannot establish what its raw scores are" in message
+        assert "MyStore: dprag cannot establish what its scores are" in message
         assert "Fix: declare both: score_function=" in message and "exact_search=True" in message
     budget = accountant()
     recorder = Recorder(UNITS)
