@@ -86,7 +86,7 @@ from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag._steps import WorkerSteps
 from langchain_dprag.prompts import context_template
-from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
+from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = [
     "QUERY_END_EVENT",
@@ -218,9 +218,11 @@ def _combine(chunks: Iterator[Any]) -> Any:
 class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
-    Fields: exactly one of ``vectorstore`` (read with scores through
-    ``score_function``, which declares the public score range; a store that
-    says it returns distances is refused with a similarity function) or
+    Fields: exactly one of ``vectorstore`` (read through the store table, which
+    establishes what its scores are and searches it exactly; ``score_function``
+    (default: the one for the store's metric) declares the public score range;
+    a store or configuration dprag cannot establish, or knows to be approximate,
+    is refused unless declared: ``exact_search=True``) or
     ``retriever`` (a ``BaseRetriever``, possibly configured or after query
     steps; scores from ``metadata[score_key]`` when the mechanism needs them),
     which qualifies when it is the store's own similarity retriever or with
@@ -281,7 +283,12 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     vectorstore: VectorStore | None = None
     retriever: Runnable[Any, Any] | None = None
     """A ``BaseRetriever``, configured (``with_config``, ``bind``) or after query steps."""
-    score_function: ScoreFunction = COSINE
+    score_function: ScoreFunction | None = None
+    """How to read scores: ``None`` picks the one for the store's metric (a retriever's
+    ``metadata[score_key]`` is read with ``COSINE``); see :mod:`langchain_dprag.vectorstores`."""
+    exact_search: StrictBool = False
+    """Your promise that a store dprag does not know searches exactly (never overrides what
+    dprag knows: an approximate index is refused); see :mod:`langchain_dprag.stores`."""
     score_key: str = "score"
     unit_key: str | None = None
     retriever_honours_k: StrictBool = False
@@ -321,15 +328,14 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
         source = self._source
-        if source.resolved.vectorstore is not None:
-            check_score_function(source.resolved.vectorstore, self.score_function)
+        source.check()
         check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
         accountant = require_accountant(self.mechanism, self.accountant)
         object.__setattr__(self, "accountant", accountant)  # the one really charged
         positive_int("max_question_tokens", self.max_question_tokens)
         tau = self.mechanism.min_score()
         if tau is not None:
-            self.score_function.check_threshold(tau, parameter="the mechanism's min_score()")
+            source.scale.check_threshold(tau, parameter="the mechanism's min_score()")
         self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
@@ -339,7 +345,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         source = self.vectorstore if self.vectorstore is not None else self.retriever
         yield "mechanism", self.mechanism
         yield "source", type(source).__name__
-        yield "score_function", self.score_function.name
+        yield "score_function", self._source.scale.name
         yield "unit_key", self.unit_key
         yield "accountant", self.accountant
 
@@ -352,6 +358,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
             score_key=self.score_key,
             unit_key=self.unit_key,
             retriever_honours_k=self.retriever_honours_k,
+            exact_search=self.exact_search,
         )
 
     # -- the pipeline: validate, charge, retrieve, answer -----------------------------

@@ -100,14 +100,15 @@ __all__ = ["DPQueryEngine", "EngineOptions", "answer_metadata"]
 _T = TypeVar("_T")
 _END = object()
 dispatcher = get_dispatcher(__name__)
-_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode")
+_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode", "exact_search")
 
 
 class EngineOptions(TypedDict, total=False):
     """The options :meth:`DPQueryEngine.from_index` and ``from_retriever`` share.
 
     ``unit_key``, ``score_direction``, ``score_range`` and ``metadata_mode``
-    say how nodes become scored documents (:mod:`llamaindex_dprag.sources`);
+    say how nodes become scored documents, and ``exact_search=True`` declares a
+    vector store dprag does not know exact (:mod:`llamaindex_dprag.sources`);
     the others are :class:`DPQueryEngine`'s.
 
     >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
@@ -118,8 +119,9 @@ class EngineOptions(TypedDict, total=False):
     budget: CorpusAccountant | None
     similarity_top_k: int | None
     max_question_tokens: int
-    score_direction: str
+    score_direction: str | None
     score_range: tuple[float, float] | None
+    exact_search: bool
     unit_key: str | None
     metadata_mode: MetadataMode
     streaming: bool
