@@ -68,7 +68,7 @@ from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.query_ids import check_query_id, new_query_id, query_scope
+from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
@@ -99,6 +99,7 @@ __all__ = [
     "retrieve_for",
     "select_above_threshold",
     "select_by_ledger",
+    "selection_query_id",
 ]
 
 T = TypeVar("T")
@@ -469,8 +470,8 @@ def select_above_threshold(
 ) -> list[ScoredDocument]:
     """Grislain's DP threshold as a step of its own: charge, then fetch and select.
 
-    ``selector.cost()`` is charged to ``accountant`` under ``query_id`` (a
-    fresh id without one) *before* ``candidates()`` runs, so a query that
+    ``selector.cost()`` is charged to ``accountant`` under the query's id
+    (:func:`selection_query_id`) *before* ``candidates()`` runs, so a query that
     would overspend is refused before the store is searched. ``candidates``
     must return every unit scoring above the selector's lower bound (the
     completeness :class:`~dprag_core.algorithms.threshold.DPThreshold`'s claim
@@ -485,8 +486,7 @@ def select_above_threshold(
     >>> len(select_above_threshold(sel, acc, lambda: docs, rng=0)) >= 0, acc.spent_epsilon
     (True, 1.0)
     """
-    qid = new_query_id() if query_id is None else check_query_id(query_id)
-    charge(accountant, selector.cost(), query_id=qid)
+    charge(accountant, selector.cost(), query_id=selection_query_id(query_id))
     return list(selector.select(candidates(), rng=rng))
 
 
@@ -499,12 +499,26 @@ def select_by_ledger(
     k: int,
     query_id: str | None = None,
 ) -> list[ScoredDocument]:
-    """MuRAG's ledger filter under the query's id (a fresh one without it).
+    """MuRAG's ledger filter under the query's id (:func:`selection_query_id`).
 
     :func:`~dprag_core.retrieval.selection.ledger_filter` records every charge
     under that id, so a retry after ``LedgerOutcomeUnknown`` with the same id
     is charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
     ``PrivacyBudgetPostprocessor``.
     """
-    qid = new_query_id() if query_id is None else check_query_id(query_id)
+    qid = selection_query_id(query_id)
     return ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+
+
+def selection_query_id(query_id: object = None) -> str:
+    """A selection step's query id: ``query_id`` (checked), else the current run's, else fresh.
+
+    The current run's id is set by :func:`~dprag_core.query_ids.query_scope`
+    (``DPRetriever`` sets its retriever run's ``run_id``).
+
+    >>> selection_query_id("q-7"), len(selection_query_id())
+    ('q-7', 36)
+    """
+    if query_id is not None:
+        return check_query_id(query_id)
+    return current_query_id() or new_query_id()

@@ -35,6 +35,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate, ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
+from dprag_core.validation import strict_keywords
 from langchain_dprag.chain import DPRAGChain
 
 __all__ = ["CONDENSE_PROMPT", "condense_question", "condensed_chat"]
@@ -52,6 +53,7 @@ CONDENSE_PROMPT = ChatPromptTemplate.from_messages(
 """The default condensing prompt: variables ``chat_history`` (messages) and ``question``."""
 
 
+@strict_keywords
 def condense_question(
     llm: BaseLanguageModel[Any],
     *,
@@ -86,6 +88,7 @@ def condense_question(
     return RunnableLambda(route).with_config(run_name="condense_question")
 
 
+@strict_keywords
 def condensed_chat(
     chain: DPRAGChain,
     llm: BaseLanguageModel[Any],
