@@ -99,12 +99,17 @@ def condensed_chat(
     """``chain`` answering the condensed question of each turn (the other keys pass through).
 
     The turn's ``chain.input_key`` is replaced by :func:`condense_question`'s
-    standalone question; ``chain``'s output form is kept (``output="text"``
-    for ``RunnableWithMessageHistory`` without an ``output_messages_key``).
+    standalone question. The answer comes in a form a chat history records:
+    ``output="text"`` as it is (``RunnableWithMessageHistory`` without an
+    ``output_messages_key``), ``"dict"`` as it is (with
+    ``output_messages_key=chain.output_key``), and the default ``"object"``
+    form as text (a ``DPRAGOutput`` is no message: the history would drop the
+    turn, with an error only in a callback log).
     """
     if not isinstance(chain, DPRAGChain):
         raise TypeError(f"chain must be a DPRAGChain, got {type(chain).__name__}")
     condense = condense_question(
         llm, prompt=prompt, input_key=chain.input_key, history_key=history_key
     )
-    return RunnablePassthrough.assign(**{chain.input_key: condense}) | chain
+    answering = chain.model_copy(update={"output": "text"}) if chain.output == "object" else chain
+    return RunnablePassthrough.assign(**{chain.input_key: condense}) | answering
