@@ -197,7 +197,9 @@ class QueryRun:
     range when the source does not carry one); a DP mechanism needs a
     :class:`CorpusAccountant` (:func:`require_accountant`, ``parameter``
     naming the app's keyword for it); ``max_question_tokens`` is a positive
-    integer; ``public_fallback`` is checked (:func:`check_public_fallback`).
+    integer; ``public_fallback`` is checked (:func:`check_public_fallback`);
+    ``rng`` (a seed: tests and benchmarks only) starts one generator that every
+    query draws from, so queries never reuse noise (default: OS entropy per query).
     ``accountant`` is the checked budget; apps pass theirs again to
     :meth:`start`, which re-checks it (a budget replaced or removed after the
     app was built is refused before anything is charged).
@@ -223,6 +225,7 @@ class QueryRun:
         source_name: str | None = None,
         scale: ScoreScale | None = None,
         parameter: str = "accountant",
+        rng: RngLike = None,
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
@@ -233,6 +236,7 @@ class QueryRun:
         self.mechanism = mechanism
         self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
         self.fallback = check_public_fallback(public_fallback, mechanism)
+        self.rng = None if rng is None else make_rng(rng)
 
     def start(
         self,
@@ -245,6 +249,7 @@ class QueryRun:
     ) -> Query:
         """Check the question, the id, the rng and the budget, then charge: the query to run.
 
+        ``rng`` (a seed or generator) replaces the run's for this query.
         Raises before anything is charged for a bad question, id or rng, or a
         budget that is missing or not the mechanism's own; ``PrivacyBudgetExhausted``
         (nothing charged) when the cost does not fit; ``LedgerOutcomeUnknown``
@@ -254,7 +259,7 @@ class QueryRun:
         """
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
         qid = new_query_id() if query_id is None else check_query_id(query_id)
-        generator = make_rng(rng)
+        generator = make_rng(self.rng if rng is None else rng)
         if accountant is None:  # still required by a DP mechanism (unless it has its own)
             require_accountant(self.mechanism, None, parameter=self.parameter)
         else:

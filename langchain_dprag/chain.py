@@ -74,7 +74,7 @@ from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
-from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, RunHooks
 from dprag_core.retrieval.above import Retriever
 from langchain_dprag._compat import message_text
@@ -356,10 +356,10 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
             public_fallback=self.public_fallback,
             source_name=source.name,
             scale=self.score_function,
+            rng=self.rng,
         )
         object.__setattr__(self, "accountant", self._run.accountant)  # the one really charged
-        if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
-            object.__setattr__(self, "rng", make_rng(self.rng))
+        object.__setattr__(self, "rng", self._run.rng)  # one generator for all queries
         return self
 
     def __repr_args__(self) -> Any:
@@ -392,9 +392,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     ) -> tuple[Query, _Hooks]:
         hooks = _Hooks(self._source, run_manager)
         question, qid = question_of(value, self.input_key), query_id_of(run_manager, config)
-        query = self._run.start(
-            question, accountant=self.accountant, rng=self.rng, query_id=qid, hooks=hooks
-        )
+        query = self._run.start(question, accountant=self.accountant, query_id=qid, hooks=hooks)
         hooks.event(QUERY_START_EVENT, start_payload(self.mechanism))
         return query, hooks
 

@@ -77,7 +77,7 @@ from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.events import end_payload, start_payload
-from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
@@ -241,7 +241,6 @@ class DPQueryEngine(CustomQueryEngine):
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
 
     _source: CandidateSource = PrivateAttr()
-    _rng: Any = PrivateAttr(default=None)
     _run: QueryRun = PrivateAttr()
 
     @strict_init
@@ -277,6 +276,7 @@ class DPQueryEngine(CustomQueryEngine):
             max_question_tokens=max_question_tokens,
             public_fallback=public_fallback,
             parameter="budget",
+            rng=rng,
         )
         fields: dict[str, Any] = {
             "mechanism": run.mechanism,
@@ -289,7 +289,6 @@ class DPQueryEngine(CustomQueryEngine):
         }
         super().__init__(**fields)
         self._source, self._run = source, run
-        self._rng = None if rng is None else make_rng(rng)
 
     @classmethod
     def _over(
@@ -415,9 +414,7 @@ class DPQueryEngine(CustomQueryEngine):
         return wider if self._source.honours_k else lambda q, k: wider(q, k)
 
     def _respond(self, query_str: str, query_id: str | None) -> Response | StreamingResponse:
-        query = self._run.start(
-            query_str, accountant=self.accountant, rng=self._rng, query_id=query_id
-        )
+        query = self._run.start(query_str, accountant=self.accountant, query_id=query_id)
         dispatcher.event(DPQueryStartEvent(**start_payload(self.mechanism)))
         hooks, retriever = _Hooks(self.source_ids), self._retriever(query.question)
         if self.streaming:
