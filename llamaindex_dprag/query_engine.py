@@ -19,10 +19,11 @@ k, for a top-n mechanism; one that cannot return every node above the
 threshold, for MuRAG, MuRAG-Ada, DP-ICL) is refused when the engine is built;
 why each source keeps the neighbouring relation is in :mod:`llamaindex_dprag.sources`.
 
-The query id (:mod:`dprag_core.query_ids`): ``engine.query(question,
-query_id="...")`` (or a :class:`~llamaindex_dprag.bundles.DPQueryBundle`); a
-fresh one otherwise. After ``LedgerOutcomeUnknown``, query again with the same
-id: the answer is charged once and ``metadata["details"]["charge"]`` is ``"retry"``.
+The query id (:mod:`dprag_core.query_ids`) travels in the query bundle:
+``engine.query(DPQueryBundle(question, query_id="..."))``
+(:mod:`llamaindex_dprag.bundles`); a fresh one otherwise. After
+``LedgerOutcomeUnknown``, query again with the same id: the answer is charged
+once and ``metadata["details"]["charge"]`` is ``"retry"``.
 
 What leaves the engine: the DP answer and its guarantee (``Response.metadata``:
 ``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``,
@@ -68,7 +69,7 @@ from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.query_engine import CustomQueryEngine
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, QueryType, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 from typing_extensions import Unpack
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -90,7 +91,7 @@ from dprag_core.validation import (
     strict_keywords,
 )
 from llamaindex_dprag._quiet import private_section
-from llamaindex_dprag.bundles import query_id_of, with_query_id
+from llamaindex_dprag.bundles import query_id_of
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.prompts import context_template
 from llamaindex_dprag.responses import DPAsyncStreamingResponse, DPResponse, DPStreamingResponse
@@ -225,10 +226,10 @@ class DPQueryEngine(CustomQueryEngine):
 
     Build it with :meth:`from_index` or :meth:`from_retriever`; its options
     are :class:`EngineOptions` (a misspelt one is a ``TypeError`` naming the
-    nearest). ``query(question, query_id=...)``: module docstring.
+    nearest). The query id: module docstring.
 
     >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
-    >>> # print(engine.query("Which treatment did Alice receive?", query_id="req-42"))
+    >>> # print(engine.query(DPQueryBundle("Which treatment did Alice get?", query_id="r-42")))
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -430,21 +431,10 @@ class DPQueryEngine(CustomQueryEngine):
             metadata=answer_metadata(answer),
         )
 
-    def query(
-        self, str_or_query_bundle: QueryType, *, query_id: str | None = None
-    ) -> RESPONSE_TYPE:
-        """Answer one question (``query_id``: the query's id, module docstring).
-
-        LlamaIndex's own entry point (``QueryStartEvent``/``QueryEndEvent``,
-        the trace), not ``CustomQueryEngine``'s, which reports neither.
-        """
-        return BaseQueryEngine.query(self, with_query_id(str_or_query_bundle, query_id))
-
-    async def aquery(
-        self, str_or_query_bundle: QueryType, *, query_id: str | None = None
-    ) -> RESPONSE_TYPE:
-        """Async :meth:`query`."""
-        return await BaseQueryEngine.aquery(self, with_query_id(str_or_query_bundle, query_id))
+    # BaseQueryEngine's entry points (QueryStartEvent / QueryEndEvent, the trace),
+    # not CustomQueryEngine's, which report neither
+    query = BaseQueryEngine.query
+    aquery = BaseQueryEngine.aquery
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         """One ``QUERY`` callback event (question, DP response) around the query."""
