@@ -130,6 +130,9 @@ _NOT_PRIVATE = {
 }
 
 
+_ANOTHER = "it does not answer each turn with one DP query of this engine"
+
+
 class EngineOptions(TypedDict, total=False):
     """The options :meth:`DPQueryEngine.from_index` and ``from_retriever`` share.
 
@@ -505,8 +508,8 @@ def _check_chat_mode(chat_mode: object) -> None:
         private = PRIVATE_CHAT_MODES[ChatMode.CONDENSE_QUESTION]
         raise ValueError(
             f"chat_mode={mode.value!r} is not available on a DP query engine: "
-            f"{_NOT_PRIVATE[mode]}. The private mode is 'condense_question' (the default): "
-            f"{private}"
+            f"{_NOT_PRIVATE.get(mode, _ANOTHER)}. The private mode is 'condense_question' "
+            f"(the default): {private}"
         )
 
 
