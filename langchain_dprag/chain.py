@@ -84,7 +84,7 @@ from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag._steps import relay, stepped_in_worker
 from langchain_dprag._strict import KnownFields
 from langchain_dprag.prompts import context_template
-from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
+from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = [
     "QUERY_END_EVENT",
@@ -266,9 +266,12 @@ class _Hooks(RunHooks):
 class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
-    The source is exactly one of ``vectorstore`` (read with scores through
-    ``score_function``, its public score range; a store that says it returns
-    distances is refused with a similarity function) or ``retriever`` (a
+    The source is exactly one of ``vectorstore`` (read through the store
+    table, which establishes what its scores are and searches it exactly;
+    ``score_function``, default the one for the store's metric, declares the
+    public score range; a store or configuration dprag cannot establish, or
+    knows to be approximate, is refused unless declared with
+    ``exact_search=True``: :mod:`langchain_dprag.stores`) or ``retriever`` (a
     ``BaseRetriever``, possibly configured or after query steps; scores from
     ``metadata[score_key]``), which qualifies when it is the store's own
     similarity retriever or with ``retriever_honours_k=True`` (why:
@@ -311,7 +314,12 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     vectorstore: VectorStore | None = None
     retriever: Runnable[Any, Any] | None = None
     """A ``BaseRetriever``, configured (``with_config``, ``bind``) or after query steps."""
-    score_function: ScoreFunction = COSINE
+    score_function: ScoreFunction | None = None
+    """How to read scores: ``None`` picks the one for the store's metric (a retriever's
+    ``metadata[score_key]`` is read with ``COSINE``); see :mod:`langchain_dprag.vectorstores`."""
+    exact_search: StrictBool = False
+    """Your promise that a store dprag does not know searches exactly (never overrides what
+    dprag knows: an approximate index is refused); see :mod:`langchain_dprag.stores`."""
     score_key: str = "score"
     unit_key: str | None = None
     """The metadata key naming the privacy unit (default: one document = one unit)."""
@@ -345,8 +353,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
         source = self._source
-        if source.resolved.vectorstore is not None:
-            check_score_function(source.resolved.vectorstore, self.score_function)
+        source.check()
         self._run = QueryRun(
             self.mechanism,
             source,
@@ -355,7 +362,6 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
             max_question_tokens=self.max_question_tokens,
             public_fallback=self.public_fallback,
             source_name=source.name,
-            scale=self.score_function,
             rng=self.rng,
         )
         object.__setattr__(self, "accountant", self._run.accountant)  # the one really charged
@@ -366,7 +372,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         source = self.vectorstore if self.vectorstore is not None else self.retriever
         yield "mechanism", self.mechanism
         yield "source", type(source).__name__
-        yield "score_function", self.score_function.name
+        yield "score_function", self._source.scale.name
         yield "unit_key", self.unit_key
         yield "accountant", self.accountant
 
@@ -383,6 +389,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
             score_key=self.score_key,
             unit_key=self.unit_key,
             retriever_honours_k=self.retriever_honours_k,
+            exact_search=self.exact_search,
         )
 
     # -- one query: the core's run, translated ------------------------------------------

@@ -33,14 +33,18 @@ The charges of one call are recorded under the retriever run's ``run_id``
 ``run_id`` after ``LedgerOutcomeUnknown`` is charged once. A misspelt keyword
 is a ``TypeError`` naming the nearest field.
 
-Both read the store through :func:`~langchain_dprag.vectorstores.search_with_scores`
-(one fixed ranking, ties by id); a store that says it returns distances is
-refused with a similarity ``score_function`` when the retriever is built.
-Documents without a finite score or without their ``unit_key`` are dropped.
+Both read the store as ``DPRAGChain(vectorstore=...)`` does, through
+:class:`~langchain_dprag._retrieval.DocumentSource` and the store table
+(:mod:`langchain_dprag.stores`): the store's exact ranking, one fixed ranking
+with ties by id; a store whose scores or exactness dprag cannot establish (and
+was not told: ``score_function``, ``exact_search=True``), or knows to be
+approximate, is refused when the retriever is built. Documents without a finite
+score or without their ``unit_key`` are dropped.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -48,7 +52,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, StrictBool, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -59,15 +63,9 @@ from dprag_core.query_ids import query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import positive_finite, positive_int
-from langchain_dprag._sealed import run_sealed
+from langchain_dprag._retrieval import DocumentSource
 from langchain_dprag._strict import KnownFields
-from langchain_dprag.units import to_scored_document
-from langchain_dprag.vectorstores import (
-    COSINE,
-    ScoreFunction,
-    check_score_function,
-    search_with_scores,
-)
+from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = ["DPRetriever"]
 
@@ -96,8 +94,10 @@ class DPRetriever(KnownFields, BaseRetriever):
     ``k`` is the target number of units: the DP threshold returns *about* ``k``
     (the count is randomised for privacy); the ledger filter returns at most
     ``k``. ``fetch_k`` is only the size of the first store query (module
-    docstring). Scores come from ``score_function``, whose public range is the
-    threshold's range; ``unit_key`` names the metadata key of the privacy unit.
+    docstring). Scores come from ``score_function`` (default: the one for the
+    store's metric), whose public range is the threshold's range;
+    ``exact_search=True`` is your promise that a store dprag does not know
+    searches exactly; ``unit_key`` names the metadata key of the privacy unit.
     ``rng`` is for tests only (default: OS entropy).
 
     >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
@@ -109,7 +109,8 @@ class DPRetriever(KnownFields, BaseRetriever):
 
     vectorstore: VectorStore
     k: int = 4
-    score_function: ScoreFunction = COSINE
+    score_function: ScoreFunction | None = None
+    exact_search: StrictBool = False
     unit_key: str | None = None
     epsilon: float | None = None
     accountant: CorpusAccountant | None = None
@@ -123,7 +124,7 @@ class DPRetriever(KnownFields, BaseRetriever):
     def _check(self) -> Self:
         positive_int("k", self.k)
         positive_int("fetch_k", self.fetch_k)
-        check_score_function(self.vectorstore, self.score_function)
+        self._source.check()
         threshold = self.epsilon is not None or self.accountant is not None
         ledger = self.ledger is not None or self.tau is not None or self.epsilon_query is not None
         if threshold == ledger:
@@ -140,7 +141,7 @@ class DPRetriever(KnownFields, BaseRetriever):
             positive_finite("epsilon_query", self.epsilon_query)
             if self.tau is None:
                 raise ValueError("tau must be given with ledger= (the MuRAG ledger filter)")
-            object.__setattr__(self, "tau", self.score_function.check_threshold(self.tau))
+            object.__setattr__(self, "tau", self._source.scale.check_threshold(self.tau))
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
         return self
@@ -148,7 +149,7 @@ class DPRetriever(KnownFields, BaseRetriever):
     def __repr_args__(self) -> Any:
         yield "vectorstore", type(self.vectorstore).__name__
         yield "k", self.k
-        yield "score_function", self.score_function.name
+        yield "score_function", self._source.scale.name
         if self.ledger is None:
             yield "epsilon", self.epsilon
             yield "accountant", self.accountant
@@ -156,24 +157,27 @@ class DPRetriever(KnownFields, BaseRetriever):
             yield "tau", self.tau
             yield "epsilon_query", self.epsilon_query
 
-    def _searcher(self, found: dict[str, Document]) -> Retriever:
-        def search(query: str, k: int) -> list[ScoredDocument]:
-            pairs = run_sealed(search_with_scores, self.vectorstore, query, k, self.score_function)
-            scored = [
-                to_scored_document(d, s, unit_key=self.unit_key, slot=slot)
-                for slot, (d, s) in enumerate(pairs)
-            ]
-            found.update((sd.id, doc) for sd, (doc, _) in zip(scored, pairs, strict=True))
-            return scored
+    @cached_property
+    def _source(self) -> DocumentSource:
+        return DocumentSource(
+            retriever=None,
+            vectorstore=self.vectorstore,
+            score_function=self.score_function,
+            score_key="score",
+            unit_key=self.unit_key,
+            exact_search=self.exact_search,
+        )
 
-        return search
+    def _searcher(self, found: dict[str, Document]) -> Retriever:
+        return self._source.bind(None, needs_scores=True, found=found)
 
     def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         from dprag_core.algorithms.threshold import DPThreshold
 
         assert self.accountant is not None and self.epsilon is not None
-        selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function, k=k)
-        low = self.score_function.low  # every chunk above it: no top-N cut (module docstring)
+        scale = self._source.scale
+        selector = DPThreshold(epsilon=self.epsilon, bounds=scale, k=k)
+        low = scale.low  # every chunk above it: no top-N cut (module docstring)
         return select_above_threshold(
             selector,
             self.accountant,

@@ -106,7 +106,7 @@ __all__ = ["PRIVATE_CHAT_MODES", "DPQueryEngine", "EngineOptions", "answer_metad
 
 _T = TypeVar("_T")
 dispatcher = get_dispatcher(__name__)
-_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode")
+_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode", "exact_search")
 
 PRIVATE_CHAT_MODES = {
     ChatMode.CONDENSE_QUESTION: "each turn is one DP query: your public LLM condenses the "
@@ -157,8 +157,10 @@ class EngineOptions(TypedDict, total=False):
     is answered by the mechanism's model on the question alone, marked
     ``metadata["details"]["public_fallback"]`` (:mod:`dprag_core.fallback`).
     How nodes become scored documents (:mod:`llamaindex_dprag.sources`):
-    ``score_direction`` (``"distance"`` for stores that return distances:
-    negated, so higher = more relevant), ``score_range`` (the public range of
+    ``exact_search=True`` (declares a vector store dprag does not know exact;
+    never overrides what dprag knows), ``score_direction`` (``"distance"``
+    for stores that return distances: negated, so higher = more relevant),
+    ``score_range`` (the public range of
     the store's scores, e.g. ``(-1, 1)`` for
     :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`; scores are
     clipped into it), ``unit_key`` (the metadata key naming the privacy unit;
@@ -172,8 +174,9 @@ class EngineOptions(TypedDict, total=False):
     budget: CorpusAccountant | None
     similarity_top_k: int | None
     max_question_tokens: int
-    score_direction: str
+    score_direction: str | None
     score_range: tuple[float, float] | None
+    exact_search: bool
     unit_key: str | None
     metadata_mode: MetadataMode
     streaming: bool
