@@ -27,6 +27,12 @@ Two selections, for chains that want the selection step on its own:
   The relevant set is every chunk above ``tau`` (the same growing store query),
   so a unit is charged on its own score alone.
 
+The charges of one call are recorded under the retriever run's ``run_id``
+(:mod:`dprag_core.query_ids`): ``retriever.invoke(question, {"run_id": uuid})``
+(or LangChain's ``run_id=uuid`` keyword) names it, so a retry with the same
+``run_id`` after ``LedgerOutcomeUnknown`` is charged once. A misspelt keyword
+is a ``TypeError`` naming the nearest field.
+
 Both read the store as ``DPRAGChain(vectorstore=...)`` does, through
 :class:`~langchain_dprag._retrieval.DocumentSource` and the store table
 (:mod:`langchain_dprag.stores`): the store's exact ranking, one fixed ranking
@@ -38,13 +44,13 @@ score or without their ``unit_key`` are dropped.
 
 from __future__ import annotations
 
-import uuid
 from functools import cached_property
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, StrictBool, model_validator
 from typing_extensions import Self
@@ -52,18 +58,19 @@ from typing_extensions import Self
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.pipeline import check_accountant
+from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
+from dprag_core.query_ids import query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.selection import ledger_filter
 from dprag_core.validation import positive_finite, positive_int
 from langchain_dprag._retrieval import DocumentSource
+from langchain_dprag._strict import KnownFields
 from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = ["DPRetriever"]
 
 
-class DPRetriever(BaseRetriever):
+class DPRetriever(KnownFields, BaseRetriever):
     """Selects documents from ``vectorstore`` with a DP threshold or a MuRAG ledger filter.
 
     **What it guarantees.** *Which* documents are selected is differentially
@@ -170,33 +177,43 @@ class DPRetriever(BaseRetriever):
         assert self.accountant is not None and self.epsilon is not None
         scale = self._source.scale
         selector = DPThreshold(epsilon=self.epsilon, bounds=scale, k=k)
-        self.accountant.charge(selector.cost())
-        # every chunk above the public lower bound: no top-N cut (module docstring)
-        low = scale.low
-        candidates = retrieve_above(search, query, low, initial_k=self.fetch_k)
-        return list(selector.select(candidates, rng=self.rng))
+        low = scale.low  # every chunk above it: no top-N cut (module docstring)
+        return select_above_threshold(
+            selector,
+            self.accountant,
+            lambda: retrieve_above(search, query, low, initial_k=self.fetch_k),
+            rng=self.rng,
+        )
 
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
         relevant = retrieve_above(search, query, self.tau, initial_k=self.fetch_k)
-        return ledger_filter(
-            relevant,
-            ledger=self.ledger,
-            tau=self.tau,
-            cost=self.epsilon_query,
-            k=k,
-            query_id=f"dpretriever-{uuid.uuid4()}",
+        return select_by_ledger(
+            relevant, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=k
         )
+
+    def invoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """The selected documents; ``config``'s ``run_id`` names the query's charges."""
+        config, kwargs = _run_id(config, kwargs)
+        return super().invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """Async :meth:`invoke`."""
+        config, kwargs = _run_id(config, kwargs)
+        return await super().ainvoke(input, config, **kwargs)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self.k if k is None else positive_int("k", k)
         found: dict[str, Document] = {}
-        if self.ledger is None:
-            selected = self._threshold(query, k, self._searcher(found))
-        else:
-            selected = self._ledger_filter(query, k, self._searcher(found))
+        select = self._threshold if self.ledger is None else self._ledger_filter
+        with query_scope(str(run_manager.run_id)):  # the charges' query id (module docstring)
+            selected = select(query, k, self._searcher(found))
         return [
             Document(
                 page_content=d.text,
@@ -205,3 +222,13 @@ class DPRetriever(BaseRetriever):
             )
             for d in selected
         ]
+
+
+def _run_id(
+    config: RunnableConfig | None, kwargs: dict[str, Any]
+) -> tuple[RunnableConfig, dict[str, Any]]:
+    """A config's ``run_id`` as the keyword ``BaseRetriever.invoke`` reads (not the config's)."""
+    rest = RunnableConfig(**(config or {}))
+    if "run_id" in rest:
+        kwargs = {"run_id": rest.pop("run_id"), **kwargs}
+    return rest, kwargs
