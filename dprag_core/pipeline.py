@@ -30,6 +30,7 @@ import numpy as np
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.contract import check_mechanism
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
@@ -348,8 +349,7 @@ class PrivateRAG:
         max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         public_fallback: bool | NonRAG = False,
     ) -> None:
-        if not isinstance(mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
+        check_mechanism(mechanism)
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
         check_source(mechanism, retriever, qualifying=CORE_SOURCES)

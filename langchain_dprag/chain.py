@@ -61,6 +61,7 @@ from typing_extensions import Self
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.contract import check_mechanism
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
@@ -312,6 +313,7 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
                 f"output_key must not be one of the privacy fields {sorted(reserved)}, "
                 f"got {self.output_key!r}"
             )
+        check_mechanism(self.mechanism)
         if self.prompt is not None:
             template = context_template(self.prompt, question=self.input_key)
             object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))

@@ -65,6 +65,7 @@ from typing_extensions import Unpack
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
+from dprag_core.algorithms.contract import check_mechanism
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
@@ -207,8 +208,7 @@ class DPQueryEngine(CustomQueryEngine):
         text_qa_template: Any = None,
         public_fallback: bool | NonRAG = False,
     ) -> None:
-        if not isinstance(mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a dprag Mechanism, got {type(mechanism).__name__}")
+        check_mechanism(mechanism)
         if not callable(getattr(source, "bind", None)):
             raise TypeError("source must have bind(question) -> retriever")
         if callback_manager is not None and not isinstance(callback_manager, CallbackManager):

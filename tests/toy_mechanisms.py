@@ -1,15 +1,13 @@
-"""Mechanism doubles and the case table shared by the LangChain and LlamaIndex adapter tests.
+"""Mechanism doubles shared by the core and adapter tests.
 
 :class:`ToyMechanism` stands in for a DP mechanism (fixed cost, no model);
 :class:`LeakyMechanism` is deliberately broken so that the canary tests can show
-they catch a leak; :class:`Case` / :func:`build` build each real mechanism small.
+they catch a leak. Every real mechanism, built small, is in tests/mechanism_table.py.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dprag_core.algorithms.base import Mechanism
@@ -66,22 +64,6 @@ class LeakyMechanism(ToyMechanism):
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One mechanism of the canary tables: ``build(module, models)`` makes it small."""
-
-    name: str
-    module: str
-    build: Callable[[Any, Any], Mechanism]
-    private: bool = True  # False for the non-private baselines
-    modes: tuple[str, ...] = ("query", "stream")  # LlamaIndex: the async paths on a few cases
-
-
-def build(case: Case, models: Any) -> Mechanism:
-    """The case's mechanism, built from its module."""
-    return case.build(importlib.import_module(case.module), models)
 
 
 #: Word-level voting settings with a budget large enough that agreeing voters' words

@@ -21,13 +21,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
 from dprag_core.algorithms._decoding import IncrementalDecoder
 from dprag_core.algorithms._words import UNITS, Word, WordSplitter, word_ballot
-from dprag_core.algorithms.base import PublicModel, StreamingMechanism, check_question
+from dprag_core.algorithms.base import (
+    CONTEXT_FIELDS,
+    QUESTION_FIELDS,
+    PublicModel,
+    StreamingMechanism,
+    Templates,
+    check_question,
+    check_template,
+)
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -43,27 +51,8 @@ __all__ = [
     "Choice",
     "Unit",
     "VotingMechanism",
-    "check_template",
     "check_token_model",
 ]
-
-
-def check_template(name: str, template: object, fields: Sequence[str]) -> str:
-    """Check that ``template`` is a ``str.format`` string accepting exactly ``fields``.
-
-    >>> check_template("template", "Q: {question}", ["question"])
-    'Q: {question}'
-    """
-    if not isinstance(template, str):
-        raise TypeError(f"{name} must be a str.format template, got {type(template).__name__}")
-    try:
-        template.format(**{f: "" for f in fields})
-    except (KeyError, IndexError, ValueError) as err:
-        allowed = ", ".join("{" + f + "}" for f in fields)
-        raise ValueError(f"{name} must only use the fields {allowed}") from err
-    if "{question}" not in template:
-        raise ValueError(f"{name} must contain {{question}}")
-    return template
 
 
 Unit = Literal["token", "word"]
@@ -99,6 +88,10 @@ class VotingMechanism(StreamingMechanism):
     """
 
     context_template_field = "template"
+    templates: ClassVar[Templates] = {
+        "template": CONTEXT_FIELDS,
+        "public_template": QUESTION_FIELDS,
+    }
 
     uses_public: bool = False
 

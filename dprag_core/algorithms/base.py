@@ -1,25 +1,59 @@
-"""The mechanism contract shared by every algorithm and adapter (DESIGN §3).
+"""The mechanism classes every algorithm and adapter builds on (DESIGN §3).
 
 A mechanism turns a question plus retrieved candidates into a :class:`DPAnswer`.
 Adapters and :class:`dprag_core.pipeline.PrivateRAG` ask it how many candidates
 it needs, charge its fixed per-query cost *before* retrieval, then call
-:meth:`Mechanism.answer` (or :meth:`Mechanism.stream`).
+:meth:`Mechanism.answer` (or :meth:`Mechanism.stream`). A wrapper
+(:class:`MechanismWrapper`: MuRAG, MuRAG-Ada, NaiveMulti) runs another mechanism,
+its ``inner``, and forwards what the app reads from it.
+
+The rules a mechanism must keep are stated and checked in
+:mod:`dprag_core.algorithms.contract` (``docs/new-mechanism.md``); every
+constructor refuses an unknown keyword, naming the nearest valid one
+(:class:`~dprag_core.validation.StrictKeywords`).
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.validation import StrictKeywords
 
-__all__ = ["Mechanism", "PublicModel", "StreamingMechanism", "check_question"]
+__all__ = [
+    "CONTEXT_FIELDS",
+    "QUESTION_FIELDS",
+    "DetailKind",
+    "Mechanism",
+    "MechanismWrapper",
+    "PublicModel",
+    "StreamingMechanism",
+    "Templates",
+    "check_question",
+    "check_template",
+]
+
+CONTEXT_FIELDS = ("context", "question")
+"""The fields of a prompt built from documents (one voter's, one unit's)."""
+
+QUESTION_FIELDS = ("question",)
+"""The field of a public (no-context) prompt."""
+
+Templates = Mapping[str, tuple[str, ...]]
+"""A mechanism's template attributes and the fields each may use (:attr:`Mechanism.templates`)."""
+
+DetailKind = Literal["count", "number", "flag", "name", "stop_reason"]
+"""What a ``details`` value may be (:data:`~dprag_core.algorithms.contract.PUBLIC_DETAILS`):
+a ``count`` (an int >= 0), a finite ``number``, a ``flag`` (a bool), a public
+``name`` (a str), or a ``stop_reason`` (:mod:`dprag_core.stop_reasons`)."""
 
 
 @dataclass(frozen=True)
@@ -63,18 +97,80 @@ def check_question(question: object) -> str:
     return question
 
 
-class Mechanism(ABC):
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def _then_check_templates(init: _Init) -> _Init:
+    """Wrap a mechanism's ``__init__``: once the outermost constructor has run, check templates."""
+
+    @functools.wraps(init)
+    def built(self: Mechanism, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if type(self).__init__ is built:  # not a super().__init__ call: the mechanism is built
+            self.check_templates()
+
+    built.checks_templates = True  # type: ignore[attr-defined]
+    return built  # type: ignore[return-value]
+
+
+class Mechanism(StrictKeywords, ABC):
     """Base class of all answer mechanisms (DP and non-private baselines).
 
     Subclasses set :attr:`name` and implement :meth:`answer`; token-level ones
-    override :meth:`stream` to yield text as each token is released.
+    override :meth:`stream` to yield text as each token is released. The
+    contract (:func:`~dprag_core.algorithms.contract.check_mechanism`, run by
+    every app when it is built) is stated in ``docs/new-mechanism.md``.
+    A subclass's ``__init__`` refuses an unknown keyword:
+
+    >>> class Top(Mechanism):
+    ...     def __init__(self, *, k: int) -> None:
+    ...         self.k = k
+    ...     def answer(self, question, docs, *, rng=None): ...
+    >>> Top(kk=3)
+    Traceback (most recent call last):
+    ...
+    TypeError: Top got an unknown keyword argument 'kk'; did you mean 'k'?
     """
 
     name: str = "Mechanism"
     context_template_field: ClassVar[str | None] = None
     """The attribute holding the prompt built from documents (``{context}``,
     ``{question}``), replaced by :func:`~dprag_core.algorithms.templates.with_context_template`;
-    None for a mechanism that builds no such prompt."""
+    None for a mechanism that builds no such prompt. It must be one of :attr:`templates`."""
+    templates: ClassVar[Templates] = {}
+    """Every ``str.format`` template attribute (named as its constructor parameter) and
+    the fields it may use; ``{question}`` is always required. Checked as soon as
+    the mechanism is built (:meth:`check_templates`), before anything is charged."""
+    public_details: ClassVar[Mapping[str, DetailKind]] = {}
+    """``details`` keys this mechanism adds to the shared public vocabulary
+    (:data:`~dprag_core.algorithms.contract.PUBLIC_DETAILS`), each with its kind:
+    declare only values that are public parameters or post-processings of DP outputs."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)  # StrictKeywords: unknown keywords refused
+        own = cls.__dict__.get("__init__")
+        if own is not None and not getattr(own, "checks_templates", False):
+            cls.__init__ = _then_check_templates(own)  # type: ignore[method-assign]
+
+    def check_templates(self) -> None:
+        """Refuse a malformed template: a ValueError naming the parameter and its fields.
+
+        Each of :attr:`templates` must be a ``str.format`` template using only
+        its fields and containing ``{question}`` (and ``{context}`` for a prompt
+        built from documents). It runs right after every mechanism's
+        constructor, so that a template that would fail at query time, after
+        the charge, fails when the mechanism is built.
+
+        >>> from dprag_core.algorithms.ksa import DPKSA
+        >>> class Api:
+        ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+        >>> DPKSA(Api(), epsilon=2.0, response_template="Notes: {ctx}\\nQ: {question}")
+        Traceback (most recent call last):
+        ...
+        ValueError: response_template must only use the fields {context}, {question}
+        """
+        for parameter, fields in self.templates.items():
+            check_template(parameter, getattr(self, parameter, None), fields)
 
     def candidates_needed(self) -> int | None:
         """How many top candidates to retrieve; ``None`` = every one above :meth:`min_score`."""
@@ -134,6 +230,34 @@ class Mechanism(ABC):
         return f"{type(self).__name__}()"
 
 
+def check_template(name: str, template: object, fields: Sequence[str]) -> str:
+    """Check that ``template`` is a ``str.format`` string accepting exactly ``fields``.
+
+    ``{question}`` is required, and ``{context}`` when it is one of ``fields``
+    (a prompt built from documents that leaves them out would charge every
+    query for nothing); the message names the parameter and the fields.
+
+    >>> check_template("template", "Q: {question}", ["question"])
+    'Q: {question}'
+    >>> check_template("response_template", "Notes: {ctx}\\nQ: {question}", CONTEXT_FIELDS)
+    Traceback (most recent call last):
+    ...
+    ValueError: response_template must only use the fields {context}, {question}
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"{name} must be a str.format template, got {type(template).__name__}")
+    try:
+        template.format(**{f: "" for f in fields})
+    except (KeyError, IndexError, ValueError) as err:
+        allowed = ", ".join("{" + f + "}" for f in fields)
+        raise ValueError(f"{name} must only use the fields {allowed}") from err
+    if "{question}" not in template:
+        raise ValueError(f"{name} must contain {{question}}")
+    if "context" in fields and "{context}" not in template:
+        raise ValueError(f"{name} must contain {{context}}")
+    return template
+
+
 class StreamingMechanism(Mechanism):
     """A mechanism that generates by streaming: :meth:`answer` is the last item of :meth:`stream`.
 
@@ -165,3 +289,39 @@ class StreamingMechanism(Mechanism):
         if result is None:
             raise RuntimeError(f"{self.name}.stream ended without a DPAnswer")
         return result
+
+
+class MechanismWrapper(StreamingMechanism):
+    """A mechanism that runs another one, its ``inner`` (MuRAG, MuRAG-Ada, NaiveMulti).
+
+    The app reads a few things from the mechanism it is given that only the
+    inner mechanism knows: its model (:meth:`public_model`, for the public
+    fallback and for counting a question's tokens) and the accountant it was
+    built with (:meth:`corpus_accountant`). A wrapper forwards both by default;
+    :func:`~dprag_core.algorithms.templates.with_context_template` replaces the
+    prompt of ``inner``. Subclasses set ``inner`` in their constructor and
+    implement :meth:`stream` (the text chunks of ``inner``, then their own
+    :class:`DPAnswer`), :meth:`candidates_needed`/:meth:`min_score` and
+    :meth:`query_cost` as their own analysis says.
+
+    >>> class Same(MechanismWrapper):
+    ...     def __init__(self, inner: Mechanism) -> None:
+    ...         self.inner = inner
+    ...     def stream(self, question, docs, *, rng=None):
+    ...         yield from self.inner.stream(question, docs, rng=rng)
+    >>> class Api:
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> Same(NonRAG(Api(), max_new_tokens=5)).public_model().max_new_tokens
+    5
+    """
+
+    inner: Mechanism
+
+    def public_model(self) -> PublicModel | None:
+        """``inner``'s."""
+        return self.inner.public_model()
+
+    def corpus_accountant(self) -> CorpusAccountant | None:
+        """``inner``'s (a wrapper that hid it would be charged to another budget)."""
+        return self.inner.corpus_accountant()

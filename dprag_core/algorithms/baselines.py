@@ -18,13 +18,21 @@ token by token) or a :class:`~dprag_core.models.base.TextModel`.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dprag_core.algorithms._decoding import IncrementalDecoder
-from dprag_core.algorithms._voting import Choice, VotingMechanism, check_template
-from dprag_core.algorithms.base import PublicModel, StreamingMechanism, check_question
+from dprag_core.algorithms._voting import Choice, VotingMechanism
+from dprag_core.algorithms.base import (
+    CONTEXT_FIELDS,
+    QUESTION_FIELDS,
+    PublicModel,
+    StreamingMechanism,
+    Templates,
+    check_question,
+    check_template,
+)
 from dprag_core.budget import DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
@@ -130,6 +138,7 @@ class NonRAG(_SinglePrompt):
 
     name = "NonRAG"
     uses_corpus = False
+    templates: ClassVar[Templates] = {"template": QUESTION_FIELDS}
 
     def __init__(
         self,
@@ -141,7 +150,7 @@ class NonRAG(_SinglePrompt):
         super().__init__(
             model,
             max_new_tokens=max_new_tokens,
-            template=check_template("template", template, ("question",)),
+            template=check_template("template", template, QUESTION_FIELDS),
         )
 
     def candidates_needed(self) -> int:
@@ -163,6 +172,7 @@ class RAG(_SinglePrompt):
     """
 
     context_template_field = "template"
+    templates: ClassVar[Templates] = {"template": CONTEXT_FIELDS}
 
     name = "RAG"
 
@@ -177,7 +187,7 @@ class RAG(_SinglePrompt):
         super().__init__(
             model,
             max_new_tokens=max_new_tokens,
-            template=check_template("template", template, ("context", "question")),
+            template=check_template("template", template, CONTEXT_FIELDS),
         )
         self.k = positive_int("k", k)
 

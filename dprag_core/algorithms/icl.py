@@ -40,12 +40,19 @@ selected documents (their number is not a DP output).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from dprag_core.accounting.icl import ICLParameters, calibrate_icl
 from dprag_core.algorithms._decoding import IncrementalDecoder
-from dprag_core.algorithms.base import PublicModel, StreamingMechanism
+from dprag_core.algorithms.base import (
+    CONTEXT_FIELDS,
+    QUESTION_FIELDS,
+    PublicModel,
+    StreamingMechanism,
+    Templates,
+)
 from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.icl import dp_icl_token
@@ -79,6 +86,10 @@ class DPICL(StreamingMechanism):
     """
 
     context_template_field = "template"
+    templates: ClassVar[Templates] = {
+        "template": CONTEXT_FIELDS,
+        "public_template": QUESTION_FIELDS,
+    }
 
     name = "DPICL"
 

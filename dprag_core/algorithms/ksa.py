@@ -41,12 +41,18 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dprag_core.accounting.ksa import KSAParameters, calibrate_ksa
-from dprag_core.algorithms.base import Mechanism, PublicModel
+from dprag_core.algorithms.base import (
+    CONTEXT_FIELDS,
+    QUESTION_FIELDS,
+    Mechanism,
+    PublicModel,
+    Templates,
+)
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -166,6 +172,11 @@ class _KeywordAnswerer(Mechanism):
     """Shared steps of KSA and DP-KSA: responses, histogram, final prompt (KSA's constructor)."""
 
     context_template_field = "response_template"
+    templates: ClassVar[Templates] = {
+        "response_template": CONTEXT_FIELDS,
+        "answer_template": ("keywords", "question"),
+        "zero_shot_template": QUESTION_FIELDS,
+    }
 
     def __init__(
         self,

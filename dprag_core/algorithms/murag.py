@@ -61,7 +61,7 @@ from typing import Any
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
-from dprag_core.algorithms.base import Mechanism, PublicModel, StreamingMechanism, check_question
+from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -131,10 +131,9 @@ def _relevant(docs: Sequence[ScoredDocument], floor: float) -> list[ScoredDocume
     return [d for d in docs if not d.is_padding and d.score > floor]
 
 
-class _Individual(StreamingMechanism):
+class _Individual(MechanismWrapper):
     """Shared plumbing of MuRAG and MuRAG-Ada: charge, select, run inner, wrap."""
 
-    inner: Mechanism
     ledger: Ledger
     k: int
     epsilon_query: float
@@ -147,10 +146,6 @@ class _Individual(StreamingMechanism):
     def query_cost(self) -> Budget | None:
         """None: the per-unit ledger is charged inside :meth:`answer`."""
         return None
-
-    def public_model(self) -> PublicModel | None:
-        """``inner``'s."""
-        return self.inner.public_model()
 
     def _select(
         self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
@@ -362,7 +357,7 @@ class MuRAGAda(_Individual):
         )
 
 
-class NaiveMulti(StreamingMechanism):
+class NaiveMulti(MechanismWrapper):
     """NAIVE-MULTI-RAG (multi-query DP RAG paper, Alg. 4): sequential composition.
 
     ``query_cost()`` is ``inner.query_cost()``, charged to ``accountant`` (the
@@ -402,10 +397,6 @@ class NaiveMulti(StreamingMechanism):
     def min_score(self) -> float | None:
         """What ``inner`` needs."""
         return self.inner.min_score()
-
-    def public_model(self) -> PublicModel | None:
-        """``inner``'s."""
-        return self.inner.public_model()
 
     def query_cost(self) -> Budget:
         """``inner``'s guarantee, charged to :meth:`corpus_accountant` before retrieval."""

@@ -6,8 +6,9 @@ Every mechanism that reads documents builds its per-document prompts from one
 VoteRAG), DP-KSA's responses, DP-ICL's per-unit prompts, RAG's one prompt. Its
 name is the mechanism's :attr:`~dprag_core.algorithms.base.Mechanism.context_template_field`.
 :func:`with_context_template` replaces that template in a copy of the
-mechanism (wrappers such as MuRAG and NaiveMulti: in a copy of their inner
-mechanism), leaving the public (no-context) prompts alone.
+mechanism (a :class:`~dprag_core.algorithms.base.MechanismWrapper` such as
+MuRAG and NaiveMulti: in a copy of its inner mechanism), leaving the public
+(no-context) prompts alone.
 
 ``{context}`` is what *one* prompt holds: one voter's k documents, one privacy
 unit's chunks for DP-KSA and DP-ICL, never the whole retrieved set.
@@ -24,8 +25,7 @@ from __future__ import annotations
 
 import copy
 
-from dprag_core.algorithms._voting import check_template
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.base import CONTEXT_FIELDS, Mechanism, MechanismWrapper, check_template
 
 __all__ = ["with_context_template"]
 
@@ -46,13 +46,10 @@ def with_context_template(mechanism: Mechanism, template: str) -> Mechanism:
     ...
     ValueError: template must contain {context}
     """
-    checked = check_template("template", template, ("context", "question"))
-    if "{context}" not in checked:
-        raise ValueError("template must contain {context}")
-    inner = getattr(mechanism, "inner", None)
-    if isinstance(inner, Mechanism):
+    checked = check_template("template", template, CONTEXT_FIELDS)
+    if isinstance(mechanism, MechanismWrapper):
         wrapper = copy.copy(mechanism)
-        wrapper.inner = with_context_template(inner, checked)  # type: ignore[attr-defined]
+        wrapper.inner = with_context_template(mechanism.inner, checked)
         return wrapper
     field = mechanism.context_template_field
     if field is None:

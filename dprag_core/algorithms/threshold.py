@@ -42,7 +42,13 @@ from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import dp_threshold_select
 from dprag_core.retrieval.units import group_by_unit
-from dprag_core.validation import finite, nonnegative_finite, positive_finite, positive_int
+from dprag_core.validation import (
+    finite,
+    nonnegative_finite,
+    positive_finite,
+    positive_int,
+    strict_init,
+)
 
 __all__ = ["DPThreshold", "group_by_unit"]
 
@@ -59,6 +65,7 @@ class DPThreshold:
     Budget(epsilon=0.5, delta=0.0)
     """
 
+    @strict_init
     def __init__(
         self,
         *,

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.validation import finite, positive_finite, positive_int
+from dprag_core.validation import finite, positive_finite, positive_int, strict_init
 
 __all__ = ["AboveThreshold", "AboveThresholdBatch"]
 
@@ -45,6 +45,7 @@ class AboveThresholdBatch:
     ([True, True, True], [1, 1, 1])
     """
 
+    @strict_init
     def __init__(
         self,
         *,
@@ -98,6 +99,7 @@ class AboveThreshold:
     [False, True]
     """
 
+    @strict_init
     def __init__(
         self,
         *,

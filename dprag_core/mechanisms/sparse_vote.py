@@ -51,7 +51,7 @@ from dprag_core.mechanisms.limited_domain import (
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_exponential import sparse_exponential_sample
 from dprag_core.mechanisms.sparse_vector import AboveThresholdBatch
-from dprag_core.validation import finite, positive_finite, positive_int, probability
+from dprag_core.validation import finite, positive_finite, positive_int, probability, strict_init
 
 __all__ = ["MAX_CHANGED", "SELECTIONS", "Selection", "SparseVoteRule", "vote_select"]
 
@@ -118,6 +118,7 @@ class SparseVoteRule:
     ([0], [False])
     """
 
+    @strict_init
     def __init__(
         self,
         *,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
-from lc_support import EchoChatModel, HashingEmbeddings, Models, corpus
+from lc_support import EchoChatModel, HashingEmbeddings, corpus
+from mechanism_table import Models
 
 from langchain_dprag.models import LangChainTextModel
 
@@ -30,4 +31,4 @@ def faiss_store() -> Any:
 @pytest.fixture
 def models(tiny_token_model: Any) -> Models:
     """A tiny HF token model and an echoing LangChain chat model as TextModel."""
-    return Models(token=tiny_token_model, text=LangChainTextModel(EchoChatModel()))
+    return Models(token=lambda: tiny_token_model, text=LangChainTextModel(EchoChatModel()))

@@ -1,6 +1,6 @@
 """Shared pieces of the LangChain adapter tests: a deterministic embedding, a private
-corpus with a canary, a worst-case (echoing) chat model, a recording callback handler,
-and every dprag mechanism, built small (doubles and :class:`Case` in toy_mechanisms).
+corpus with a canary, a worst-case (echoing) chat model, a recording callback handler.
+Every dprag mechanism, built small, is in the shared table (tests/mechanism_table.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -24,9 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.retrievers import BaseRetriever
-from toy_mechanisms import Case, ToyMechanism
 
-from dprag_core.algorithms.base import Mechanism
 from langchain_dprag._compat import message_text
 
 SECRET = "zq7canary4417xylophone"
@@ -173,85 +170,6 @@ for _name in dir(BaseCallbackHandler):
 def dump(obj: Any) -> str:
     """Everything an object would show: json (repr for the rest) plus repr."""
     return json.dumps(obj, default=repr) + repr(obj)
-
-
-@dataclass
-class Models:
-    """What a case may build on: a token model and a text model."""
-
-    token: Any
-    text: Any
-
-
-def _murag(mod: Any, inner: Mechanism) -> Mechanism:
-    from dprag_core.accounting.ledger import InMemoryLedger
-
-    return mod.MuRAG(
-        inner, ledger=InMemoryLedger(budget_per_unit=100.0), tau=-0.5, epsilon_query=2.0
-    )
-
-
-def _dpsparse(m: Models, **kw: Any) -> Any:
-    from dprag_core.algorithms.dpvote import DPSparseVote
-
-    args: dict[str, Any] = {"epsilon": 5.0, "delta": 1e-4, "epsilon_token": 1.0}
-    args.update(kw)
-    return DPSparseVote(m.token, m=3, k=2, max_new_tokens=4, **args)
-
-
-CASES: list[Case] = [
-    Case("Toy", "dprag_core.algorithms.base", lambda mod, m: ToyMechanism()),
-    Case(
-        "NonRAG",
-        "dprag_core.algorithms.baselines",
-        lambda mod, m: mod.NonRAG(m.token, max_new_tokens=4),
-        private=False,
-    ),
-    Case(
-        "RAG",
-        "dprag_core.algorithms.baselines",
-        lambda mod, m: mod.RAG(m.token, k=3, max_new_tokens=4),
-        private=False,
-    ),
-    Case(
-        "RAG-text",
-        "dprag_core.algorithms.baselines",
-        lambda mod, m: mod.RAG(m.text, k=3),
-        private=False,
-    ),
-    Case(
-        "VoteRAG",
-        "dprag_core.algorithms.baselines",
-        lambda mod, m: mod.VoteRAG(m.token, m=2, k=2, max_new_tokens=4),
-        private=False,
-    ),
-    Case(
-        "DPVote",
-        "dprag_core.algorithms.dpvote",
-        lambda mod, m: mod.DPVote(
-            m.token, m=3, k=2, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=4
-        ),
-    ),
-    Case("DPSparseVote", "dprag_core.algorithms.dpvote", lambda mod, m: _dpsparse(m)),
-    Case(
-        "DPKSA",
-        "dprag_core.algorithms.ksa",
-        lambda mod, m: mod.DPKSA(m.text, epsilon=5.0, delta=1e-4, n_docs=8),
-    ),
-    Case(
-        "KSA", "dprag_core.algorithms.ksa", lambda mod, m: mod.KSA(m.text, n_docs=8), private=False
-    ),
-    Case(
-        "DPICL",
-        "dprag_core.algorithms.icl",
-        lambda mod, m: mod.DPICL(m.token, epsilon=5.0, delta=1e-4, max_new_tokens=4),
-    ),
-    Case(
-        "MuRAG",
-        "dprag_core.algorithms.murag",
-        lambda mod, m: _murag(mod, _dpsparse(m, epsilon=2.0, delta=0.0, selection="exponential")),
-    ),
-]
 
 
 def budget() -> Any:

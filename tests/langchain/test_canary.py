@@ -24,16 +24,15 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.tracers.context import collect_runs
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import (
-    CASES,
     QUESTION,
     SECRET,
     EchoChatModel,
     FailingTokenModel,
-    Models,
     RecordingHandler,
     dump,
 )
-from toy_mechanisms import Case, LeakyMechanism, build
+from mechanism_table import CASES, Case, Models, build
+from toy_mechanisms import LeakyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget
@@ -61,8 +60,8 @@ def _chain(mechanism: Any, store: InMemoryVectorStore) -> DPRAGChain:
     return DPRAGChain(
         vectorstore=store,
         mechanism=mechanism,
-        unit_key="patient",
-        accountant=InMemoryCorpusAccountant(Budget(1e6, 0.5)),
+        unit_key="patient",  # NaiveMulti is charged to the accountant it was built with
+        accountant=mechanism.corpus_accountant() or InMemoryCorpusAccountant(Budget(1e6, 0.5)),
     )
 
 
@@ -72,7 +71,8 @@ async def test_canary_never_leaks(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     if not case.private:  # a non-private answer may quote the secret: don't echo it
-        models = Models(models.token, LangChainTextModel(FakeListChatModel(responses=["no idea"])))
+        text = LangChainTextModel(FakeListChatModel(responses=["no idea"]))
+        models = Models(token=lambda token=models.token: token, text=text)
     chain = _chain(build(case, models), store)
     seen = await _exercise(chain, check_output=case.private)
     set_debug(True)
@@ -92,7 +92,8 @@ async def test_canary_not_in_exceptions(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     failing = Models(
-        token=FailingTokenModel(models.token), text=LangChainTextModel(EchoChatModel(fail=True))
+        token=lambda: FailingTokenModel(models.token),
+        text=LangChainTextModel(EchoChatModel(fail=True)),
     )
     chain = _chain(build(case, failing), store)
     handler = RecordingHandler()

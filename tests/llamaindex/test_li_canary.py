@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from li_helpers import CANARY, QUESTION, FailingLLM, QuestionLLM, leaks
-from li_mechanisms import CASES, Models, case_modes, mechanism_classes
-from toy_mechanisms import Case, LeakyMechanism, ToyMechanism, build
+from mechanism_table import CASES, Case, Models, build, case_modes, mechanism_classes
+from toy_mechanisms import LeakyMechanism, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
@@ -81,8 +81,8 @@ def test_canary_never_leaks(
 
 
 def test_every_mechanism_in_the_tree_has_a_canary_case() -> None:
-    """A mechanism added to dprag_core.algorithms must be added to li_mechanisms.CASES."""
-    assert mechanism_classes() <= {c.name for c in CASES}
+    """A mechanism added to dprag_core must be added to mechanism_table.CASES."""
+    assert mechanism_classes() <= {c.kind for c in CASES}
 
 
 def test_canary_sees_a_leaking_mechanism(index: Any, channels: Any) -> None:
