@@ -98,9 +98,10 @@ def queries(n: int, m: int) -> list[Query]:
 
 
 def mechanism(model: TokenModel, m: int, tokens: int) -> DPVote:
-    """DPVote with a generous budget: every step releases a token."""
+    """DPVote with a generous budget: every step releases a token (up to 20, or ``tokens``)."""
+    epsilon = max(1e3, 50.0 * (tokens + 1))
     return DPVote(
-        model, m=m, k=1, epsilon=1e3, delta=1e-4, epsilon_token=50.0, max_new_tokens=tokens
+        model, m=m, k=1, epsilon=epsilon, delta=1e-4, epsilon_token=50.0, max_new_tokens=tokens
     )
 
 

@@ -202,15 +202,17 @@ def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptu
 
 
 def test_the_server_benchmark_runs(server_url: str) -> None:
-    """benchmarks/server.py against this endpoint: both rates and no transcript mismatch."""
+    """benchmarks/server.py against this endpoint: every row, no transcript mismatch
+    (server against in-process, speculative against step-by-step)."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "server.py"
     done = subprocess.run(
         [sys.executable, str(script), "--base-url", server_url, "--queries", "2", "--m", "3",
-         "--tokens", "4", "--concurrency", "2", "--repeats", "1"],
+         "--tokens", "4", "--concurrency", "2", "--repeats", "1", "--lookahead", "1", "4"],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     rates = [line for line in done.stdout.splitlines() if "tok/s" in line]
-    assert len(rates) == 2 and "MISMATCH" not in done.stdout, done.stdout
+    assert len(rates) == 4 and "MISMATCH" not in done.stdout, done.stdout
+    assert all("req/tok" in line and "DP/greedy" in line for line in rates)
 
 
 def test_a_chat_checkpoint_stops_on_im_end_with_split_characters(
