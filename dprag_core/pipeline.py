@@ -1,53 +1,93 @@
-"""Question -> charge -> retrieve -> mechanism: the framework-neutral DP RAG loop.
+"""The query run: check, charge, retrieve, answer or stream, fall back, in one place.
 
-Adapters follow the same order: the fixed cost is charged *before* retrieval,
-so a query that would overspend is refused before any work, and nothing is
-released uncharged. Mechanisms with per-unit ledgers (MuRAG) charge their
-ledger inside ``answer`` before they release anything.
+Every entry point answers through one :class:`QueryRun`: the core's
+:class:`PrivateRAG`, LangChain's ``DPRAGChain`` and LlamaIndex's
+``DPQueryEngine`` build one when they are built (every build-time check is
+its: the mechanism's type, the source it needs, the budget it charges, the
+question limit, the public fallback) and only translate around it, framework
+objects in and out. The order of the steps is the privacy invariant, so it is
+written here once:
 
-There is no default budget (:func:`require_accountant`). A default would be
-either in memory (it restarts from zero with every process, so it bounds
-nothing in a deployment) or a file dprag creates on its own (a surprise on
-disk, with a total nobody chose). So an app whose mechanism charges a
-per-query cost is refused when it is built unless it is given a
-:class:`CorpusAccountant`, and the error says how to make one. Non-private
-baselines (``query_cost()`` is None) need none; MuRAG carries its per-unit
-ledger. NaiveMulti is built with its accountant
-(:meth:`~dprag_core.algorithms.base.Mechanism.corpus_accountant`): the app
-charges that one, before retrieval like any other.
+1. :meth:`QueryRun.start`: check the question (:func:`~dprag_core.admission.check_query`),
+   the query id (:mod:`dprag_core.query_ids`) and the rng, then charge the
+   mechanism's fixed cost under the query id, *before* retrieval: a query that
+   would overspend is refused before any work, and nothing is released uncharged.
+2. :meth:`QueryRun.answer` / :meth:`QueryRun.stream`: retrieve what the
+   mechanism asks for (:func:`retrieve_for`; every document through the one
+   placeholder policy, :func:`~dprag_core.retrieval.documents.clean_documents`),
+   run the mechanism (MuRAG charges its per-unit ledger under the same query
+   id before it releases anything), and answer an empty DP answer with the
+   public fallback when asked (:mod:`dprag_core.fallback`).
 
->>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
+What each framework wraps around the steps is a :class:`RunHooks`: a check
+before the charge (LangChain's side doors), the error guard
+(:func:`dprag_core.errors.guarded`), the context retrieval runs in
+(LlamaIndex's private section), the context every mechanism call runs in
+(LangChain's sealed context, LlamaIndex's private section) and what it keeps
+of the retrieved documents (LlamaIndex's opt-in ids). The framework's events
+and callbacks stay in the adapters: they are translation.
+
+The DP selection steps without a generator (LangChain's ``DPRetriever``,
+LlamaIndex's node postprocessors) are here too, one function each:
+:func:`select_above_threshold` (charge ``DPThreshold.cost()``, then fetch and
+select) and :func:`select_by_ledger` (MuRAG's ledger filter under the query's id).
+
+>>> from dprag_core.algorithms.baselines import NonRAG
+>>> class Api:  # a text model
+...     def generate(self, prompts, *, max_new_tokens=64): return ["Paris"] * len(prompts)
+>>> PrivateRAG(NonRAG(Api()), lambda q, k: []).answer("Capital of France?").text
+'Paris'
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
+from dprag_core.admission import (
+    DEFAULT_MAX_QUESTION_TOKENS,
+    HOW_TO_SET_A_BUDGET,
+    charge,
+    charge_query,
+    check_accountant,
+    check_query,
+    check_source,
+    own_accountant,
+    question_tokens,
+    require_accountant,
+)
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.contract import check_mechanism
+from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.models.base import TokenModel
+from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
-from dprag_core.retrieval.capabilities import has_range_search, requirement
-from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.capabilities import has_range_search
+from dprag_core.retrieval.documents import ScoredDocument, clean_documents
 from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.retrieval.selection import ledger_filter
 from dprag_core.retrieval.units import top_units
-from dprag_core.validation import positive_int
+from dprag_core.validation import positive_int, strict_init
 
 __all__ = [
+    "CHARGE_RETRY",
     "CORE_SOURCES",
     "DEFAULT_MAX_QUESTION_TOKENS",
     "HOW_TO_SET_A_BUDGET",
     "PrivateRAG",
+    "Query",
+    "QueryRun",
+    "Released",
+    "RunHooks",
     "charge_query",
     "check_accountant",
     "check_query",
@@ -58,10 +98,16 @@ __all__ = [
     "question_tokens",
     "require_accountant",
     "retrieve_for",
+    "select_above_threshold",
+    "select_by_ledger",
+    "selection_query_id",
 ]
 
-DEFAULT_MAX_QUESTION_TOKENS = 512
-"""Longest question accepted by default, in tokens of the mechanism's model."""
+T = TypeVar("T")
+
+CHARGE_RETRY = "retry"
+"""``details["charge"]`` of an answer whose corpus charge was the accepted retry of a charge
+left in doubt (``LedgerOutcomeUnknown``) under the same query id: charged once, for both."""
 
 _END = object()
 
@@ -70,214 +116,6 @@ CORE_SOURCES = (
     "honours_k = True or a native above(question, tau), or HonoursK(fn) (your promise "
     "that fn(question, k) returns the store's first min(k, N) documents, best first)"
 )
-
-HOW_TO_SET_A_BUDGET = (
-    'SQLiteCorpusAccountant("budget.db", total=Budget(epsilon, delta)) for a budget that '
-    "survives restarts and is shared by the processes of one host, PostgresCorpusAccountant "
-    "for several hosts, or InMemoryCorpusAccountant(Budget(epsilon, delta)) in a notebook "
-    "or a test only"
-)
-
-
-def check_accountant(accountant: object, *, parameter: str = "accountant") -> CorpusAccountant:
-    """``accountant`` if it is a :class:`CorpusAccountant`, else a TypeError saying how to make one.
-
-    A bare ``Budget`` is refused too: turning it into a budget silently would
-    pick a backend (in memory: per process, gone at restart) for the user.
-
-    >>> from dprag_core.budget import Budget
-    >>> check_accountant(Budget(1.0), parameter="budget")
-    Traceback (most recent call last):
-    ...
-    TypeError: budget must be a CorpusAccountant, got Budget: pass budget=SQLiteCorpusAccountant(...
-    """
-    if not isinstance(accountant, CorpusAccountant):
-        raise TypeError(
-            f"{parameter} must be a CorpusAccountant, got {type(accountant).__name__}: pass "
-            f"{parameter}={HOW_TO_SET_A_BUDGET}"
-        )
-    return accountant
-
-
-def require_accountant(
-    mechanism: Mechanism, accountant: object, *, parameter: str = "accountant"
-) -> CorpusAccountant | None:
-    """``accountant``, checked: required when ``mechanism`` charges a per-query cost.
-
-    Raises a TypeError for anything but a :class:`CorpusAccountant` or None
-    (:func:`check_accountant`), and a ValueError naming ``parameter`` when a
-    DP mechanism has no budget. A mechanism built with its own accountant
-    (``mechanism.corpus_accountant()``, NaiveMulti) gets that one: ``accountant``
-    must then be None or the same object, else a ValueError.
-
-    >>> from dprag_core.budget import Budget
-    >>> class Costly(Mechanism):
-    ...     def query_cost(self): return Budget(1.0)
-    ...     def answer(self, question, docs, *, rng=None): ...
-    >>> require_accountant(Costly(), None)
-    Traceback (most recent call last):
-    ...
-    ValueError: Mechanism charges a corpus budget on every query: pass accountant=...
-    """
-    given = None if accountant is None else check_accountant(accountant, parameter=parameter)
-    bound = own_accountant(mechanism, given, parameter=parameter)
-    if bound is not None:
-        return bound
-    if given is None and mechanism.query_cost() is not None:
-        raise ValueError(
-            f"{mechanism.name} charges a corpus budget on every query: pass "
-            f"{parameter}={HOW_TO_SET_A_BUDGET}"
-        )
-    return given
-
-
-def own_accountant(
-    mechanism: Mechanism, given: CorpusAccountant | None, *, parameter: str = "accountant"
-) -> CorpusAccountant | None:
-    """The accountant ``mechanism`` was built with (NaiveMulti), if any; refuses any other.
-
-    ``given`` must then be None or that same object, else a ValueError naming
-    ``parameter``: such a mechanism's cap holds only on its own accountant.
-
-    >>> from dprag_core.algorithms.baselines import NonRAG
-    >>> class Api:  # a text model
-    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
-    >>> own_accountant(NonRAG(Api()), None) is None
-    True
-    """
-    bound = mechanism.corpus_accountant()
-    if bound is not None and given is not None and given is not bound:
-        raise ValueError(
-            f"{mechanism.name} is charged to the accountant it was built with: pass "
-            f"{parameter}=None or that same accountant"
-        )
-    return bound
-
-
-def question_tokens(mechanism: Mechanism, question: str) -> int:
-    """The length of ``question`` in tokens of ``mechanism``'s model.
-
-    Exact for mechanisms over a :class:`TokenModel` (the ``encode`` of
-    ``mechanism.public_model().model``). A text model (an API behind LangChain
-    or LlamaIndex) exposes no tokenizer, nor does a mechanism without a model,
-    so for those it is an estimate: one token per 4 UTF-8 bytes, rounded up.
-
-    >>> from dprag_core.algorithms.baselines import NonRAG
-    >>> class Api:  # a text model
-    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
-    >>> question_tokens(NonRAG(Api()), "abcdefgh")
-    2
-    """
-    public = mechanism.public_model()
-    if public is not None and isinstance(public.model, TokenModel):
-        return len(public.model.encode(question))
-    return math.ceil(len(question.encode("utf-8")) / 4)
-
-
-def check_query(mechanism: Mechanism, question: object, *, max_question_tokens: int) -> str:
-    """Everything about a query that can be checked before its budget is charged.
-
-    ``question`` must be a non-empty string of valid Unicode, at most
-    ``max_question_tokens`` long (:func:`question_tokens`): a very long
-    question costs minutes and gigabytes in a voting mechanism's prefill.
-
-    >>> from dprag_core.algorithms.baselines import NonRAG
-    >>> class Api:  # a text model
-    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
-    >>> check_query(NonRAG(Api()), "x" * 40, max_question_tokens=5)
-    Traceback (most recent call last):
-    ...
-    ValueError: question is 10 tokens long, more than max_question_tokens=5
-    """
-    text = check_question(question)
-    n = question_tokens(mechanism, text)
-    if n > max_question_tokens:
-        raise ValueError(
-            f"question is {n} tokens long, more than max_question_tokens={max_question_tokens}"
-        )
-    return text
-
-
-def check_source(
-    mechanism: Mechanism, retriever: object, *, qualifying: str, name: str | None = None
-) -> None:
-    """Refuse, when an app is built, a retriever that cannot give ``mechanism`` its candidates.
-
-    Never checked at query time: whether a store capped its answer depends on
-    the data. ``qualifying`` names the sources that do qualify, and ``name`` the
-    source (default: its type), for the error. A source that declares its
-    public score range (``source.scale``, a
-    :class:`~dprag_core.retrieval.scores.ScoreScale`) must have the mechanism's
-    ``min_score()`` inside it (:meth:`~dprag_core.retrieval.scores.ScoreScale.check_threshold`):
-    else every query would be charged and then select nothing or fail.
-
-    >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
-    >>> check_source(NonRAG(model), lambda q, k: [], qualifying="...")  # doctest: +SKIP
-    """
-    needed = mechanism.candidates_needed()
-    if needed is None and mechanism.min_score() is None:
-        raise ValueError(f"{mechanism.name} asks for neither a candidate count nor a min_score")
-    name = name or type(retriever).__name__
-    lacking = requirement(needed, retriever)
-    if lacking is not None:
-        raise ValueError(
-            f"{mechanism.name} needs {lacking}; {name} does not "
-            f"declare it. Sources that qualify: {qualifying}"
-        )
-    tau = mechanism.min_score()
-    scale = getattr(retriever, "scale", None)
-    if tau is not None and scale is not None:
-        if not isinstance(scale, ScoreScale):
-            raise TypeError(f"{name}.scale must be a ScoreScale, got {type(scale).__name__}")
-        scale.check_threshold(tau, parameter="the mechanism's min_score()")
-
-
-def charge_query(
-    mechanism: Mechanism, accountant: CorpusAccountant | None, *, query_id: str | None = None
-) -> None:
-    """Charge the mechanism's fixed per-query cost; raises PrivacyBudgetExhausted first.
-
-    A mechanism built with its own accountant (NaiveMulti) is charged to that
-    one only: ``accountant`` must be None or that same object, else a
-    ValueError before anything is charged (an app whose accountant was
-    replaced after it was built cannot bypass the mechanism's cap).
-    ``query_id`` names this query's charge (a durable accountant records it
-    once, so a retry with the same id after an unknown outcome is safe);
-    ``None`` lets the accountant give the charge a fresh id.
-    """
-    cost = mechanism.query_cost()
-    bound = own_accountant(mechanism, accountant)
-    target = accountant if bound is None else bound
-    if target is not None and cost is not None:
-        target.charge(cost, query_id=query_id)
-
-
-def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:
-    """The retrieved candidates a mechanism may read: treated alike whatever the data.
-
-    Retrieval runs after the charge, so what it returns must not make a query
-    fail in a data-dependent way: anything that is not a
-    :class:`ScoredDocument` becomes a placeholder (it keeps its slot in the
-    store's ranking, so "fewer than k came back" still means "exhausted", and
-    is never a candidate), and a lone surrogate in a text (which no tokenizer or
-    model API accepts) becomes U+FFFD.
-
-    >>> docs = clean_documents([ScoredDocument("a", "x" + chr(0xD800), 0.5), "not a document"])
-    >>> [(d.text, d.is_padding) for d in docs]
-    [('x\ufffd', False), ('', True)]
-    """
-    cleaned = []
-    for slot, doc in enumerate(docs):
-        if not isinstance(doc, ScoredDocument):
-            cleaned.append(ScoredDocument.padding(slot))
-            continue
-        try:
-            doc.text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in doc.text)
-            doc = dataclasses.replace(doc, text=text)
-        cleaned.append(doc)
-    return cleaned
 
 
 def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> list[ScoredDocument]:
@@ -310,6 +148,223 @@ def retrieve_for(mechanism: Mechanism, retriever: Retriever, question: str) -> l
     return retrieve_above(cleaned, question, tau)
 
 
+class RunHooks:
+    """What a framework wraps around a query run's steps; these defaults are the core's.
+
+    Subclasses override what their framework needs; a new instance per query
+    may hold that query's state (a sealed context, the retrieved ids).
+    """
+
+    def before_charge(self) -> None:
+        """Refuse the query, after its checks and before its charge (default: nothing)."""
+
+    def guard(self, stage: str, where: str, fn: Callable[[], T]) -> T:
+        """Run a private step; a failure leaves as a data-free error (:func:`guarded`)."""
+        return guarded(stage, where, fn)
+
+    def retrieving(self, fn: Callable[[], T]) -> T:
+        """Run the retrieval (default: as it is)."""
+        return fn()
+
+    def retrieved(self, docs: Sequence[ScoredDocument]) -> None:
+        """See the retrieved candidates, inside the guard (default: nothing is kept)."""
+
+    def generating(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Run one call into the mechanism: an answer, a stream's step or its close."""
+        return fn(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """A checked and charged query: what :meth:`QueryRun.answer` and ``stream`` run.
+
+    ``retry``: the corpus budget took the charge as the retry of this id's
+    charge left in doubt (the answer then says ``details["charge"] == "retry"``).
+    """
+
+    question: str
+    query_id: str
+    rng: np.random.Generator = dataclasses.field(repr=False)
+    retry: bool = False
+
+
+class QueryRun:
+    """One DP query's whole sequence, for ``mechanism`` over ``source`` (module docstring).
+
+    Built once per app; every check that can be done then is done here:
+    ``mechanism`` must be a :class:`Mechanism`; ``source`` must give it its
+    candidates (:func:`check_source`, with ``qualifying`` naming the sources
+    that do, ``source_name`` the source in errors, ``scale`` its public score
+    range when the source does not carry one); a DP mechanism needs a
+    :class:`CorpusAccountant` (:func:`require_accountant`, ``parameter``
+    naming the app's keyword for it); ``max_question_tokens`` is a positive
+    integer; ``public_fallback`` is checked (:func:`check_public_fallback`);
+    ``rng`` (a seed: tests and benchmarks only) starts one generator that every
+    query draws from, so queries never reuse noise (default: OS entropy per query).
+    ``accountant`` is the checked budget; apps pass theirs again to
+    :meth:`start`, which re-checks it (a budget replaced or removed after the
+    app was built is refused before anything is charged).
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:  # a text model
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["Paris"] * len(prompts)
+    >>> run = QueryRun(NonRAG(Api()), lambda q, k: [], qualifying="any")
+    >>> query = run.start("Capital of France?", accountant=None, query_id="q-1")
+    >>> query.query_id, run.answer(query, lambda q, k: [], RunHooks()).text
+    ('q-1', 'Paris')
+    """
+
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        source: object,
+        *,
+        qualifying: str,
+        accountant: CorpusAccountant | None = None,
+        max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
+        public_fallback: bool | NonRAG = False,
+        source_name: str | None = None,
+        scale: ScoreScale | None = None,
+        parameter: str = "accountant",
+        rng: RngLike = None,
+    ) -> None:
+        check_mechanism(mechanism)
+        self.source_name = source_name or str(getattr(source, "__name__", type(source).__name__))
+        check_source(mechanism, source, qualifying=qualifying, name=self.source_name, scale=scale)
+        self.parameter = parameter
+        self.accountant = require_accountant(mechanism, accountant, parameter=parameter)
+        self.mechanism = mechanism
+        self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
+        self.fallback = check_public_fallback(public_fallback, mechanism)
+        self.rng = None if rng is None else make_rng(rng)
+
+    def start(
+        self,
+        question: object,
+        *,
+        accountant: CorpusAccountant | None,
+        rng: RngLike = None,
+        query_id: object = None,
+        hooks: RunHooks | None = None,
+    ) -> Query:
+        """Check the question, the id, the rng and the budget, then charge: the query to run.
+
+        ``rng`` (a seed or generator) replaces the run's for this query.
+        Raises before anything is charged for a bad question, id or rng, or a
+        budget that is missing or not the mechanism's own; ``PrivacyBudgetExhausted``
+        (nothing charged) when the cost does not fit; ``LedgerOutcomeUnknown``
+        when the store may or may not have recorded it: retry with the same
+        ``query_id``. Without one the query gets a fresh id
+        (:func:`~dprag_core.query_ids.new_query_id`).
+        """
+        text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
+        qid = new_query_id() if query_id is None else check_query_id(query_id)
+        generator = make_rng(self.rng if rng is None else rng)
+        if accountant is None:  # still required by a DP mechanism (unless it has its own)
+            require_accountant(self.mechanism, None, parameter=self.parameter)
+        else:
+            check_accountant(accountant, parameter=self.parameter)
+        (hooks or RunHooks()).before_charge()
+        retry = charge_query(self.mechanism, accountant, query_id=qid)  # NaiveMulti: its own only
+        return Query(text, qid, generator, retry)
+
+    def answer(self, query: Query, retriever: Retriever, hooks: RunHooks) -> DPAnswer:
+        """Retrieve, answer and fall back: the query's :class:`DPAnswer` (module docstring)."""
+
+        def private() -> DPAnswer:
+            docs = self._retrieve(query, retriever, hooks)
+            return hooks.generating(self._answer, query, docs)
+
+        return self._receipt(hooks.guard("generation", self.mechanism.name, private), query)
+
+    def stream(self, query: Query, retriever: Retriever, hooks: RunHooks) -> Released:
+        """Retrieve now, then :class:`Released`: the text chunks and the DPAnswer, step by step."""
+
+        def private() -> Iterator[str | DPAnswer]:
+            docs = self._retrieve(query, retriever, hooks)
+            return hooks.generating(self._open, query, docs)
+
+        return Released(self, query, hooks.guard("generation", self.mechanism.name, private), hooks)
+
+    def _retrieve(
+        self, query: Query, retriever: Retriever, hooks: RunHooks
+    ) -> list[ScoredDocument]:
+        def retrieve() -> list[ScoredDocument]:
+            return retrieve_for(self.mechanism, retriever, query.question)
+
+        docs = hooks.guard("retrieval", self.source_name, lambda: hooks.retrieving(retrieve))
+        hooks.retrieved(docs)
+        return docs
+
+    # below the guards: the only frames that hold documents
+
+    def _answer(self, query: Query, docs: list[ScoredDocument]) -> DPAnswer:
+        with query_scope(query.query_id):
+            result = self.mechanism.answer(query.question, docs, rng=query.rng)
+            return fallback_answer(result, self.fallback, query.question)
+
+    def _open(self, query: Query, docs: list[ScoredDocument]) -> Iterator[str | DPAnswer]:
+        with query_scope(query.query_id):
+            items = self.mechanism.stream(query.question, docs, rng=query.rng)
+        return fallback_stream(items, self.fallback, query.question)
+
+    @staticmethod
+    def _step(query: Query, items: Iterator[str | DPAnswer]) -> object:
+        with query_scope(query.query_id):
+            return next(items, _END)
+
+    @staticmethod
+    def _receipt(answer: DPAnswer, query: Query) -> DPAnswer:
+        if not query.retry:
+            return answer
+        details = {**answer.details, "charge": CHARGE_RETRY}
+        return dataclasses.replace(answer, details=details)
+
+    def __repr__(self) -> str:
+        return f"QueryRun(mechanism={self.mechanism!r}, accountant={self.accountant!r})"
+
+
+class Released(Iterator["str | DPAnswer"]):
+    """What a streamed query releases: text chunks, then its DPAnswer, one guarded step each.
+
+    Each step runs through the hooks (guard, then the mechanism's context);
+    :meth:`close` closes the mechanism's stream the same way (its frame holds
+    the documents), at once and exactly once: call it when a consumer stops early.
+    """
+
+    def __init__(
+        self,
+        run: QueryRun,
+        query: Query,
+        items: Iterator[str | DPAnswer],
+        hooks: RunHooks,
+    ) -> None:
+        self._run, self._query, self._hooks = run, query, hooks
+        self._items: Iterator[str | DPAnswer] | None = items
+
+    def __next__(self) -> str | DPAnswer:
+        items = self._items
+        if items is None:
+            raise StopIteration
+        step = lambda: self._hooks.generating(QueryRun._step, self._query, items)  # noqa: E731
+        item = self._hooks.guard("generation", self._run.mechanism.name, step)
+        if item is _END:
+            self._items = None
+            raise StopIteration
+        if isinstance(item, DPAnswer):
+            return QueryRun._receipt(item, self._query)
+        return item  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Close the mechanism's stream (a paused generator drops its frame) once."""
+        items, self._items = self._items, None
+        close = getattr(items, "close", None)
+        if close is not None:
+            self._hooks.guard(
+                "generation", self._run.mechanism.name, lambda: self._hooks.generating(close)
+            )
+
+
 class PrivateRAG:
     """A DP RAG app in three parts: a retriever, a mechanism and a corpus budget.
 
@@ -317,18 +372,25 @@ class PrivateRAG:
     declares what it promises (:mod:`~dprag_core.retrieval.capabilities`): a
     top-n mechanism needs ``honours_k``, a threshold mechanism a native range
     search or ``honours_k``; any other retriever is refused here, with a
-    ``ValueError`` naming the sources that qualify. ``accountant`` holds the
-    corpus-level budget that each query's fixed cost is charged against before
-    retrieval; it is required for every mechanism
-    with a per-query cost (:func:`require_accountant`). ``max_question_tokens``
-    bounds the question's length (:func:`check_query`). The question, the
-    ``rng`` and the budget are checked before anything is charged; a failure
-    after that (retrieval, generation) raises a data-free
-    :class:`~dprag_core.errors.PrivateDataError`. ``public_fallback=True``
-    (off by default) answers a query whose DP answer released nothing with the
-    mechanism's model on the question alone, marked
+    ``ValueError`` naming the sources that qualify. Build each document with
+    :func:`~dprag_core.retrieval.documents.admit` when the store's data may be
+    malformed: a retriever's own exception after the charge would depend on
+    the data. ``accountant`` holds the corpus-level budget that each query's
+    fixed cost is charged against before retrieval; it is required for every
+    mechanism with a per-query cost (:func:`require_accountant`).
+    ``max_question_tokens`` bounds the question's length (:func:`check_query`).
+    The question, the ``rng``, the ``query_id`` and the budget are checked
+    before anything is charged; a failure after that (retrieval, generation)
+    raises a data-free :class:`~dprag_core.errors.PrivateDataError`.
+    ``public_fallback=True`` (off by default) answers a query whose DP answer
+    released nothing with the mechanism's model on the question alone, marked
     ``details["public_fallback"]`` (no extra privacy cost:
     :mod:`dprag_core.fallback`); a :class:`NonRAG` picks another model or prompt.
+
+    ``query_id`` (each call) names the query's charges
+    (:mod:`dprag_core.query_ids`): after ``LedgerOutcomeUnknown``, call again
+    with the same id; the answer is then charged once and says
+    ``details["charge"] == "retry"``. Without one, each call is a new query.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -340,6 +402,7 @@ class PrivateRAG:
     TypeError: rng must be a numpy Generator, an int seed or None, got str
     """
 
+    @strict_init
     def __init__(
         self,
         mechanism: Mechanism,
@@ -349,50 +412,118 @@ class PrivateRAG:
         max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         public_fallback: bool | NonRAG = False,
     ) -> None:
-        check_mechanism(mechanism)
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
-        check_source(mechanism, retriever, qualifying=CORE_SOURCES)
-        self.accountant = require_accountant(mechanism, accountant)
-        self.mechanism = mechanism
-        self.retriever = retriever
-        self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
-        self.public_fallback = check_public_fallback(public_fallback, mechanism)
-
-    def _start(self, question: object, rng: RngLike) -> tuple[str, np.random.Generator]:
-        text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
-        generator = make_rng(rng)
-        charge_query(self.mechanism, self.accountant)
-        return text, generator
-
-    def _retrieve(self, question: str) -> list[ScoredDocument]:
-        name = getattr(self.retriever, "__name__", type(self.retriever).__name__)
-        return guarded(
-            "retrieval", name, lambda: retrieve_for(self.mechanism, self.retriever, question)
+        self.run = QueryRun(
+            mechanism,
+            retriever,
+            qualifying=CORE_SOURCES,
+            accountant=accountant,
+            max_question_tokens=max_question_tokens,
+            public_fallback=public_fallback,
         )
+        self.retriever = retriever
+        self.accountant = self.run.accountant
 
-    def _private_answer(self, question: str, rng: np.random.Generator) -> DPAnswer:
-        answer = self.mechanism.answer(question, self._retrieve(question), rng=rng)
-        return fallback_answer(answer, self.public_fallback, question)
+    @property
+    def mechanism(self) -> Mechanism:
+        """The mechanism every query runs."""
+        return self.run.mechanism
 
-    def _private_stream(self, question: str, rng: np.random.Generator) -> Iterator[str | DPAnswer]:
-        items = self.mechanism.stream(question, self._retrieve(question), rng=rng)
-        return fallback_stream(items, self.public_fallback, question)
+    @property
+    def max_question_tokens(self) -> int:
+        """The longest question accepted, in tokens of the mechanism's model."""
+        return self.run.max_question_tokens
 
-    def answer(self, question: str, *, rng: RngLike = None) -> DPAnswer:
-        """Check, charge, retrieve and answer one question."""
-        text, generator = self._start(question, rng)
-        name = self.mechanism.name
-        return guarded("generation", name, lambda: self._private_answer(text, generator))
+    @property
+    def public_fallback(self) -> NonRAG | None:
+        """The public answerer of empty DP answers, or None (off)."""
+        return self.run.fallback
 
-    def stream(self, question: str, *, rng: RngLike = None) -> Iterator[str | DPAnswer]:
+    def _start(self, question: object, rng: RngLike, query_id: str | None) -> Query:
+        return self.run.start(question, accountant=self.accountant, rng=rng, query_id=query_id)
+
+    def answer(
+        self, question: str, *, rng: RngLike = None, query_id: str | None = None
+    ) -> DPAnswer:
+        """Check, charge (under ``query_id``), retrieve and answer one question."""
+        query = self._start(question, rng, query_id)
+        return self.run.answer(query, self.retriever, RunHooks())
+
+    def stream(
+        self, question: str, *, rng: RngLike = None, query_id: str | None = None
+    ) -> Iterator[str | DPAnswer]:
         """Like :meth:`answer`, yielding released text chunks then the DPAnswer."""
-        text, generator = self._start(question, rng)
-        name = self.mechanism.name
-        # only the mechanism's own generator holds the documents; it is closed on failure
-        items = guarded("generation", name, lambda: self._private_stream(text, generator))
-        while (item := guarded("generation", name, lambda: next(items, _END))) is not _END:
-            yield item  # type: ignore[misc]
+        query = self._start(question, rng, query_id)
+        released = self.run.stream(query, self.retriever, RunHooks())
+        try:
+            yield from released
+        finally:
+            released.close()
 
     def __repr__(self) -> str:
         return f"PrivateRAG(mechanism={self.mechanism!r}, accountant={self.accountant!r})"
+
+
+def select_above_threshold(
+    selector: DPThreshold,
+    accountant: CorpusAccountant,
+    candidates: Callable[[], Sequence[ScoredDocument]],
+    *,
+    query_id: str | None = None,
+    rng: RngLike = None,
+) -> list[ScoredDocument]:
+    """Grislain's DP threshold as a step of its own: charge, then fetch and select.
+
+    ``selector.cost()`` is charged to ``accountant`` under the query's id
+    (:func:`selection_query_id`) *before* ``candidates()`` runs, so a query that
+    would overspend is refused before the store is searched. ``candidates``
+    must return every unit scoring above the selector's lower bound (the
+    completeness :class:`~dprag_core.algorithms.threshold.DPThreshold`'s claim
+    needs); the units above the DP threshold come back. Used by LangChain's
+    ``DPRetriever`` and LlamaIndex's ``DPThresholdPostprocessor``.
+
+    >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+    >>> from dprag_core.budget import Budget
+    >>> acc = InMemoryCorpusAccountant(Budget(1.0))
+    >>> docs = [ScoredDocument("a", "", 0.9), ScoredDocument("b", "", 0.1)]
+    >>> sel = DPThreshold(epsilon=1.0, bounds=(0.0, 1.0), k=1)
+    >>> len(select_above_threshold(sel, acc, lambda: docs, rng=0)) >= 0, acc.spent_epsilon
+    (True, 1.0)
+    """
+    charge(accountant, selector.cost(), query_id=selection_query_id(query_id))
+    return list(selector.select(candidates(), rng=rng))
+
+
+def select_by_ledger(
+    docs: Sequence[ScoredDocument],
+    *,
+    ledger: Ledger,
+    tau: float,
+    cost: float,
+    k: int,
+    query_id: str | None = None,
+) -> list[ScoredDocument]:
+    """MuRAG's ledger filter under the query's id (:func:`selection_query_id`).
+
+    :func:`~dprag_core.retrieval.selection.ledger_filter` records every charge
+    under that id, so a retry after ``LedgerOutcomeUnknown`` with the same id
+    is charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
+    ``PrivacyBudgetPostprocessor``.
+    """
+    qid = selection_query_id(query_id)
+    return ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+
+
+def selection_query_id(query_id: object = None) -> str:
+    """A selection step's query id: ``query_id`` (checked), else the current run's, else fresh.
+
+    The current run's id is set by :func:`~dprag_core.query_ids.query_scope`
+    (``DPRetriever`` sets its retriever run's ``run_id``).
+
+    >>> selection_query_id("q-7"), len(selection_query_id())
+    ('q-7', 36)
+    """
+    if query_id is not None:
+        return check_query_id(query_id)
+    return current_query_id() or new_query_id()

@@ -31,9 +31,11 @@ __all__ = [
     "probability",
     "strict_bool",
     "strict_init",
+    "strict_keywords",
 ]
 
 _Init = TypeVar("_Init", bound=Callable[..., None])
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
 def _real(name: str, value: object) -> float:
@@ -145,9 +147,30 @@ def strict_init(init: _Init) -> _Init:
     Traceback (most recent call last):
     TypeError: Box got an unknown keyword argument 'widht'; did you mean 'width'?
     """
-    parameters = inspect.signature(init).parameters.values()
+    return _strict(init, lambda args: type(args[0]).__name__)
+
+
+def strict_keywords(fn: _Fn) -> _Fn:
+    """Wrap a function or method so that an unknown keyword names the nearest valid one.
+
+    Like :func:`strict_init`, for callables other than ``__init__``; the error
+    names the function by its qualified name.
+
+    >>> @strict_keywords
+    ... def chat(*, chat_mode: str = "condense_question") -> str:
+    ...     return chat_mode
+    >>> chat(chat_mod="context")
+    Traceback (most recent call last):
+    TypeError: chat got an unknown keyword argument 'chat_mod'; did you mean 'chat_mode'?
+    """
+    return _strict(fn, lambda args: fn.__qualname__)
+
+
+def _strict(fn: _Fn, owner: Callable[[tuple[Any, ...]], str]) -> _Fn:
+    """``fn`` checking its keywords (errors name ``owner(args)``); as it is with ``**kwargs``."""
+    parameters = inspect.signature(fn).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return init
+        return fn  # it decides what it accepts
     named = [
         p.name
         for p in parameters
@@ -155,11 +178,11 @@ def strict_init(init: _Init) -> _Init:
         and p.name != "self"
     ]
 
-    @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            check_keywords(type(self).__name__, kwargs, named)
-        init(self, *args, **kwargs)
+            check_keywords(owner(args), kwargs, named)
+        return fn(*args, **kwargs)
 
     return checked  # type: ignore[return-value]
 

@@ -15,6 +15,9 @@ from langchain_dprag.retriever import DPRetriever
 from langchain_dprag.units import document_id, privacy_unit, to_scored_document
 from langchain_dprag.vectorstores import (
     COSINE,
+    COSINE_DISTANCE,
+    L2_UNIT,
+    NEGATIVE_INNER_PRODUCT,
     RELEVANCE,
     SQUARED_L2_UNIT,
     NormalizedEmbeddings,
@@ -25,6 +28,9 @@ from langchain_dprag.vectorstores import (
 
 __all__ = [
     "COSINE",
+    "COSINE_DISTANCE",
+    "L2_UNIT",
+    "NEGATIVE_INNER_PRODUCT",
     "QUERY_END_EVENT",
     "QUERY_START_EVENT",
     "RELEVANCE",

@@ -8,10 +8,12 @@ user's retriever itself runs *sealed* (no inherited callbacks, tracing off; see
 
 Which relation each path keeps (the argument behind ``DPRAGChain``'s claims):
 
-- ``vectorstore=``: ``similarity_search_with_score(k=n)`` is the store's top-n
-  by score; :func:`~langchain_dprag.vectorstores.search_with_scores` completes
-  tie groups at the cut and orders ties by id, so the result is the first n of
-  one fixed ranking of (question, document) pairs: it honours k. One added unit
+- ``vectorstore=``: the store is opened through the store table
+  (:func:`~langchain_dprag.vectorstores.open_store`: what its scores are, how
+  its results are exact; refused when built if either cannot be established and
+  was not declared); its exact top-n, tie groups at the cut completed and ordered
+  by id, is the first n of one fixed ranking of (question, document) pairs: it
+  honours k. One added unit
   is inserted into that ranking; the first n distinct units then change by one
   substitution (:func:`~dprag_core.retrieval.units.top_units`), and the query
   enlarged until the last score falls to a threshold returns every document
@@ -43,7 +45,7 @@ dropped, never an error: the query has already been charged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -61,12 +63,13 @@ from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
 from langchain_dprag.errors import PrivateDataError, guarded
 from langchain_dprag.units import to_scored_document
-from langchain_dprag.vectorstores import ScoreFunction, search_with_scores
+from langchain_dprag.vectorstores import COSINE, OpenedStore, ScoreFunction, open_store
 
 __all__ = ["LANGCHAIN_SOURCES", "DocumentSource", "Resolved", "resolve"]
 
 LANGCHAIN_SOURCES = (
-    "vectorstore= (any LangChain VectorStore: its similarity search honours k), or "
+    "vectorstore= (a store whose scores and exact search dprag establishes or you declare: "
+    "its exact search honours k), or "
     "retriever=store.as_retriever() (plain similarity search), or "
     "retriever= with retriever_honours_k=True (your promise that "
     "retriever.invoke(question, k=k) returns the first min(k, N) documents of the store's "
@@ -160,20 +163,27 @@ def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resol
 class DocumentSource:
     """Where candidates come from: a vector store with scores, or any retriever.
 
-    A ``BaseRetriever`` is asked for ``k`` documents (``invoke(q, k=k)``) and its
-    scores are read from ``metadata[score_key]``; a retriever without scores can
-    feed mechanisms that take the top n (DPSparseVote, DP-KSA, ...), in its own
-    rank order; for those that select by score (MuRAG) a document without a
-    score is dropped. ``retriever_honours_k``: the user's declaration (module
-    docstring).
+    A vector store is opened through the store table
+    (:func:`~langchain_dprag.vectorstores.open_store`): ``score_function``
+    (``None``: the one for the store's metric) and ``exact_search`` (your
+    promise, for a store the table does not know) settle what its scores are
+    and that its search is exact; :meth:`check` refuses it, when the chain is
+    built, otherwise. A ``BaseRetriever`` is asked for ``k`` documents
+    (``invoke(q, k=k)``) and its scores are read from ``metadata[score_key]``
+    with ``score_function`` (default :data:`~langchain_dprag.vectorstores.COSINE`);
+    a retriever without scores can feed mechanisms that take the top n
+    (DPSparseVote, DP-KSA, ...), in its own rank order; for those that select
+    by score (MuRAG) a document without a score is dropped.
+    ``retriever_honours_k``: the user's declaration (module docstring).
     """
 
     retriever: Runnable[Any, Any] | None
     vectorstore: VectorStore | None
-    score_function: ScoreFunction
+    score_function: ScoreFunction | None
     score_key: str
     unit_key: str | None
     retriever_honours_k: bool = False
+    exact_search: bool = False
 
     @cached_property
     def resolved(self) -> Resolved:
@@ -181,6 +191,29 @@ class DocumentSource:
         if self.retriever is None:
             return Resolved(vectorstore=self.vectorstore)
         return resolve(self.retriever)
+
+    @cached_property
+    def opened(self) -> OpenedStore | None:
+        """The vector store as the store table reads it (None for a retriever)."""
+        store = self.resolved.vectorstore
+        if store is None:
+            return None
+        return open_store(store, score_function=self.score_function, exact_search=self.exact_search)
+
+    def check(self) -> None:
+        """Refuse now, when the app is built, what could only fail later (module docstring)."""
+        if self.opened is None and self.exact_search:
+            raise ValueError(
+                "exact_search=True declares a vector store's search exact; for a retriever, "
+                "pass retriever_honours_k=True"
+            )
+
+    @property
+    def scale(self) -> ScoreFunction:
+        """The score function applied: its public range is the mechanism's threshold range."""
+        if self.opened is not None:
+            return self.opened.score_function
+        return COSINE if self.score_function is None else self.score_function
 
     @property
     def honours_k(self) -> bool:
@@ -200,31 +233,40 @@ class DocumentSource:
             query = step.invoke(query, sealed_config())
         return query
 
-    def _search(self, question: str, k: int) -> list[tuple[Document | None, float | None]]:
-        resolved, query = self.resolved, self._query(question)
-        if resolved.vectorstore is not None:
-            pairs = search_with_scores(resolved.vectorstore, query, k, self.score_function)
-            return [(doc, score) for doc, score in pairs]
+    def _searcher(self) -> Callable[[str, int], list[tuple[Document | None, float | None]]]:
+        resolved, opened = self.resolved, self.opened
+        if opened is not None:
+            first = opened.searcher()  # one per query: a full-scan store ranks once
+
+            def from_store(question: str, k: int) -> list[tuple[Document | None, float | None]]:
+                return [(doc, score) for doc, score in first(self._query(question), k)]
+
+            return from_store
         assert resolved.retriever is not None
-        kwargs = {**resolved.kwargs, "k": k}
-        found = list(resolved.retriever.invoke(query, sealed_config(), **kwargs))[:k]
-        # after the charge nothing may fail: a non-Document keeps its slot as a placeholder
-        return [
-            (doc, self._metadata_score(doc)) if isinstance(doc, Document) else (None, None)
-            for doc in found
-        ]
+        retriever = resolved.retriever
+
+        def from_retriever(question: str, k: int) -> list[tuple[Document | None, float | None]]:
+            kwargs = {**resolved.kwargs, "k": k}
+            found = list(retriever.invoke(self._query(question), sealed_config(), **kwargs))[:k]
+            # after the charge nothing may fail: a non-Document keeps its slot as a placeholder
+            return [
+                (doc, self._metadata_score(doc)) if isinstance(doc, Document) else (None, None)
+                for doc in found
+            ]
+
+        return from_retriever
 
     def _metadata_score(self, doc: Document) -> float | None:
         raw = doc.metadata.get(self.score_key)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             return None
-        return self.score_function.convert(float(raw))
+        return self.scale.convert(float(raw))
 
     def _to_scored(
         self, pairs: Sequence[tuple[Document | None, float | None]], *, needs_scores: bool
     ) -> list[ScoredDocument]:
         # without scores the rank order is all a top-n needs: any constant will do
-        missing = None if needs_scores else self.score_function.high
+        missing = None if needs_scores else self.scale.high
         return [
             ScoredDocument.padding(slot)
             if doc is None
@@ -234,23 +276,39 @@ class DocumentSource:
             for slot, (doc, score) in enumerate(pairs)
         ]
 
-    def bind(self, callbacks: CallbackManager | None, *, needs_scores: bool) -> Retriever:
-        """A ``retriever(question, k)`` whose runs nest under ``callbacks``, documents hidden."""
+    def bind(
+        self,
+        callbacks: CallbackManager | None,
+        *,
+        needs_scores: bool,
+        found: dict[str, Document] | None = None,
+    ) -> Retriever:
+        """A ``retriever(question, k)`` whose runs nest under ``callbacks``, documents hidden.
+
+        One per query. ``found`` (for :class:`~langchain_dprag.retriever.DPRetriever`,
+        which returns documents): filled with each admitted document by its id.
+        """
+        search = self._searcher()
 
         def retrieve(question: str, k: int) -> list[ScoredDocument]:
             run = None
             if callbacks is not None:
                 run = callbacks.on_retriever_start(None, question, name=self.name)
             try:
-                pairs = guarded(
-                    "retrieval", self.name, lambda: run_sealed(self._search, question, k)
-                )
+                pairs = guarded("retrieval", self.name, lambda: run_sealed(search, question, k))
             except PrivateDataError as err:
                 if run is not None:
                     run.on_retriever_error(err)
                 raise
             if run is not None:
                 run.on_retriever_end([])
-            return self._to_scored(pairs, needs_scores=needs_scores)
+            scored = self._to_scored(pairs, needs_scores=needs_scores)
+            if found is not None:
+                found.update(
+                    (sd.id, doc)
+                    for sd, (doc, _) in zip(scored, pairs, strict=True)
+                    if doc is not None and not sd.is_padding
+                )
+            return scored
 
         return HonoursK(retrieve) if self.honours_k else retrieve

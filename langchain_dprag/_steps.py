@@ -31,11 +31,15 @@ True
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Generator, Iterator
-from typing import Generic, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+from typing import Any, Generic, TypeVar
 
-__all__ = ["WorkerSteps"]
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import run_in_executor
+
+__all__ = ["WorkerSteps", "relay", "stepped_in_worker"]
 
 _T = TypeVar("_T")
 
@@ -75,3 +79,45 @@ class WorkerSteps(Generic[_T]):
     def _close(self) -> None:
         if isinstance(self._items, Generator):
             self._items.close()
+
+
+def _retrieved(step: asyncio.Future[Any]) -> None:
+    """Mark the outcome of a step nobody awaits any more as seen (asyncio need not log it)."""
+    if not step.cancelled():
+        step.exception()
+
+
+async def stepped_in_worker(
+    items: Iterator[_T], config: RunnableConfig
+) -> AsyncGenerator[_T, None]:
+    """``items`` (None ends them), each stepped in a worker thread (:class:`WorkerSteps`).
+
+    The mechanism is CPU/GPU-bound, so each ``next`` runs in the executor of
+    ``config``; a cancelled wait lets the step finish. Stopped early, it closes
+    ``items`` now, or in the worker thread once a running step (cancelled or
+    not) returns.
+    """
+    steps = WorkerSteps(items)
+    step: asyncio.Future[_T | None] | None = None
+    try:
+        while True:
+            step = asyncio.ensure_future(run_in_executor(config, steps.next))
+            item = await asyncio.shield(step)
+            if item is None:
+                return
+            yield item
+    finally:
+        steps.close()
+        if step is not None:
+            step.add_done_callback(_retrieved)
+
+
+async def relay(stream: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
+    """``stream``'s items; closed early, it closes ``stream`` at once, not when collected."""
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()

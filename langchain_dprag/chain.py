@@ -5,13 +5,21 @@ the vector store (or retriever) and the embeddings stay as they are, and the
 privacy comes from ``mechanism=`` (DPSparseVote, DPVote, DPKSA, DPICL, MuRAG,
 or a non-private baseline). Moving between mechanisms changes only that field.
 
-Every query follows dprag's order (``dprag_core.pipeline``): validate the
-question (:func:`~dprag_core.pipeline.check_query`), charge the mechanism's
-fixed cost to ``accountant`` (refused with ``PrivacyBudgetExhausted`` *before*
-retrieval), retrieve, answer. ``accountant`` is required for every mechanism
-with a per-query cost (there is no default budget:
-:func:`~dprag_core.pipeline.require_accountant`); mechanisms with per-unit
-ledgers (MuRAG) charge their ledger inside ``answer``.
+Every query is one :class:`~dprag_core.pipeline.QueryRun` (the core's order,
+written once): validate the question, charge the mechanism's fixed cost to
+``accountant`` (refused with ``PrivacyBudgetExhausted`` *before* retrieval),
+retrieve, answer. ``accountant`` is required for every mechanism with a
+per-query cost (there is no default budget:
+:func:`~dprag_core.admission.require_accountant`); mechanisms with per-unit
+ledgers (MuRAG) charge their ledger inside ``answer``. This module translates:
+LangChain inputs and config in, LangChain outputs, runs and events out.
+
+The query id (:mod:`dprag_core.query_ids`) is the chain run's ``run_id``
+(``config={"run_id": uuid}``; in a batch, one per input, as LangChain assigns
+them), or ``config={"configurable": {"dprag_query_id": "..."}}`` when the chain
+sits inside a larger runnable (whose run takes the ``run_id``). After
+``LedgerOutcomeUnknown``, invoke again with the same id: the answer is charged
+once and its ``details["charge"]`` is ``"retry"``.
 
 What LangChain sees: the question, the DP answer (also as the tokens of a
 nested chat-model run, :mod:`langchain_dprag._runs`), two custom events per
@@ -39,8 +47,9 @@ in traces.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal, TypeVar, Union
 
@@ -50,45 +59,36 @@ from langchain_core.callbacks import (
     dispatch_custom_event,
 )
 from langchain_core.messages import BaseMessage
+from langchain_core.output_parsers import BaseOutputParser
 from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPromptValue
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import run_in_executor
 from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, StrictBool, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.algorithms.base import Mechanism
+from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.algorithms.contract import check_mechanism
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
-from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
-from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.pipeline import (
-    DEFAULT_MAX_QUESTION_TOKENS,
-    charge_query,
-    check_query,
-    check_question,
-    check_source,
-    require_accountant,
-    retrieve_for,
-)
-from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.validation import positive_int
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, RunHooks
+from dprag_core.retrieval.above import Retriever
 from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
-from langchain_dprag._steps import WorkerSteps
+from langchain_dprag._steps import relay, stepped_in_worker
+from langchain_dprag._strict import KnownFields
 from langchain_dprag.prompts import context_template
-from langchain_dprag.vectorstores import COSINE, ScoreFunction, check_score_function
+from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = [
     "QUERY_END_EVENT",
+    "QUERY_ID_KEY",
     "QUERY_START_EVENT",
     "ChainInput",
     "ChainOutput",
@@ -101,16 +101,18 @@ QUERY_START_EVENT = "dprag_query_start"
 """Dispatched once a query is charged, with :func:`~dprag_core.events.start_payload`."""
 QUERY_END_EVENT = "dprag_query_end"
 """Dispatched when the answer is released, with :func:`~dprag_core.events.end_payload`."""
+QUERY_ID_KEY = "dprag_query_id"
+"""The ``configurable`` key of a caller-chosen query id (else the chain run's ``run_id``)."""
 
 ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
 ChainOutput = Union["DPRAGOutput", str, dict[str, Any]]
 OutputForm = Literal["object", "text", "dict"]
 """``"object"``: a :class:`DPRAGOutput`; ``"text"``: the answer string; ``"dict"``: a dict."""
 
-_END = object()
+_T = TypeVar("_T")
 
 
-class DPRAGOutput(BaseModel):
+class DPRAGOutput(KnownFields):
     """The result of :class:`DPRAGChain`: the answer and its privacy guarantee.
 
     ``epsilon``/``delta`` are the guarantee of this answer with respect to the
@@ -181,84 +183,116 @@ def question_of(value: object, input_key: str = "question") -> str:
     return check_question(value)
 
 
-_T = TypeVar("_T")
+@dataclass(frozen=True)
+class _Form:
+    """The chain's input and output forms (``input_key``, ``output``, ``output_key``)."""
+
+    input_key: str
+    output: OutputForm
+    output_key: str
+
+    def __post_init__(self) -> None:
+        for name in ("input_key", "output_key"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        reserved = set(DPRAGOutput.model_fields) - {"answer"}
+        if self.output_key in reserved:
+            raise ValueError(
+                f"output_key must not be one of the privacy fields {sorted(reserved)}, "
+                f"got {self.output_key!r}"
+            )
+
+    def inputs(self, value: object) -> dict[str, Any]:
+        return dict(value) if self.output == "dict" and isinstance(value, Mapping) else {}
+
+    def whole(self, out: DPRAGOutput, value: object) -> ChainOutput:
+        if self.output == "text":
+            return out.answer
+        if self.output == "dict":
+            return AddableDict({**self.inputs(value), self.output_key: out.answer, **out.public()})
+        return out
+
+    def chunks(self, value: object, outputs: Iterator[DPRAGOutput]) -> Iterator[ChainOutput]:
+        """The stream: the echoed input mapping first (``"dict"``), once charged, then chunks."""
+        inputs = self.inputs(value)
+        for n, chunk in enumerate(outputs):
+            if inputs and n == 0:  # after the charge: a refused query yields nothing
+                yield AddableDict(inputs)
+            if self.output == "text":
+                yield chunk.answer
+            elif self.output == "dict":
+                fields = chunk.public() if chunk.mechanism is not None else {}
+                yield AddableDict({self.output_key: chunk.answer, **fields})
+            else:
+                yield chunk
 
 
-async def _relay(stream: AsyncIterator[_T]) -> AsyncGenerator[_T, None]:
-    """``stream``'s items; closed early, it closes ``stream`` at once, not when collected."""
-    try:
-        async for item in stream:
-            yield item
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+def query_id_of(run_manager: CallbackManagerForChainRun, config: RunnableConfig) -> str:
+    """The query id: ``configurable[QUERY_ID_KEY]`` if given, else the chain run's ``run_id``."""
+    chosen = (config.get("configurable") or {}).get(QUERY_ID_KEY)
+    return str(run_manager.run_id) if chosen is None else chosen
 
 
-def _retrieved(step: asyncio.Future[Any]) -> None:
-    """Mark the outcome of a step nobody awaits any more as seen (asyncio need not log it)."""
-    if not step.cancelled():
-        step.exception()
+async def _once(value: _T) -> AsyncIterator[_T]:
+    yield value
 
 
-def _combine(chunks: Iterator[Any]) -> Any:
-    final: Any = None
-    for chunk in chunks:
-        if final is None:
-            final = chunk
-        else:
-            try:
-                final = final + chunk
-            except TypeError:
-                final = chunk
-    return final
+class _Hooks(RunHooks):
+    """One query's wrapping: side doors refused, retrieval as a nested run, mechanism sealed."""
+
+    def __init__(self, source: DocumentSource, run: CallbackManagerForChainRun) -> None:
+        self.sealed = Sealed()
+        self.source, self.run = source, run
+
+    def before_charge(self) -> None:
+        resolved = self.source.resolved
+        if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
+            refuse_side_doors(self.source.name)
+
+    def guard(self, stage: str, where: str, fn: Callable[[], _T]) -> _T:
+        return guarded(stage, where, fn)
+
+    def generating(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        return self.sealed.call(fn, *args, **kwargs)
+
+    def retriever(self, mechanism: Mechanism) -> Retriever:
+        needs_scores = mechanism.candidates_needed() is None
+        return self.source.bind(self.run.get_child(), needs_scores=needs_scores)
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        dispatch_custom_event(name, payload, config={"callbacks": self.run.get_child()})
 
 
-class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
+class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """A DP RAG Runnable: retrieve from a private corpus, answer with a DP mechanism.
 
-    Fields: exactly one of ``vectorstore`` (read with scores through
-    ``score_function``, which declares the public score range; a store that
-    says it returns distances is refused with a similarity function) or
-    ``retriever`` (a ``BaseRetriever``, possibly configured or after query
-    steps; scores from ``metadata[score_key]`` when the mechanism needs them),
-    which qualifies when it is the store's own similarity retriever or with
-    ``retriever_honours_k=True``: your promise that ``invoke(question, k=k)``
-    returns the first ``min(k, N)`` documents of a fixed ranking, best first
-    (see :mod:`langchain_dprag._retrieval` for why; any other source is refused
-    here, when the chain is built); ``mechanism`` (which holds its model: a TokenModel for
-    token-level mechanisms, a :class:`~langchain_dprag.models.LangChainTextModel`
-    for text-level ones); ``accountant`` (the corpus budget each query's fixed
-    cost is charged to, e.g. ``SQLiteCorpusAccountant("budget.db",
-    total=Budget(10, 1e-5))``: required for DP mechanisms; MuRAG carries its
-    own ledger); ``max_question_tokens`` (longest question accepted, in tokens
-    of the mechanism's model); ``unit_key`` (metadata key
-    naming the privacy unit; default: one document = one unit); ``rng`` (a seed,
-    for tests and benchmarks only: the seed starts one generator that every query
-    draws from, so queries never reuse noise); ``public_fallback`` (opt in: an
-    empty DP answer is replaced by the model's answer to the question alone,
-    marked ``details["public_fallback"]``; :mod:`dprag_core.fallback`);
-    ``prompt`` (the app's ``PromptTemplate``/``ChatPromptTemplate``, with a
-    ``context`` variable and the ``input_key`` one: it becomes the mechanism's
-    per-document prompt, each voter's own documents as its context).
+    The source is exactly one of ``vectorstore`` (read through the store
+    table, which establishes what its scores are and searches it exactly;
+    ``score_function``, default the one for the store's metric, declares the
+    public score range; a store or configuration dprag cannot establish, or
+    knows to be approximate, is refused unless declared with
+    ``exact_search=True``: :mod:`langchain_dprag.stores`) or ``retriever`` (a
+    ``BaseRetriever``, possibly configured or after query steps; scores from
+    ``metadata[score_key]``), which qualifies when it is the store's own
+    similarity retriever or with ``retriever_honours_k=True`` (why:
+    :mod:`langchain_dprag._retrieval`; any other source is refused when the
+    chain is built). ``mechanism`` holds its model (a TokenModel, or a
+    :class:`~langchain_dprag.models.LangChainTextModel` for text-level ones);
+    ``accountant`` is the corpus budget each query's fixed cost is charged to,
+    required for DP mechanisms (MuRAG carries its own ledger). The other
+    fields are documented where they are declared. A misspelt keyword is a
+    ``TypeError`` naming the nearest field.
 
     Input: a string, a prompt value (its last message) or a mapping whose
-    ``input_key`` (default ``"question"``; ``"input"`` as in
-    ``create_retrieval_chain``, ``"query"`` as in ``RetrievalQA``) holds the
-    question. Output, by ``output``: ``"object"`` (default) a
-    :class:`DPRAGOutput`; ``"text"`` the answer string (then ``| StrOutputParser()``
-    and other string steps stream token by token); ``"dict"`` the input mapping
-    plus ``output_key`` (default ``"answer"``) and the privacy fields
-    (``epsilon``, ``delta``, ``mechanism``, ``details``), streamed as addable
-    dict chunks, so ``.pick("answer")`` streams tokens (``pick`` on another form
-    picks from the dict form). ``stream``/``astream`` yield answer chunks as the
-    mechanism releases them (text-level mechanisms yield once); the released
-    chunks are also the tokens of a chat-model run nested under the chain run
-    (``on_chat_model_stream`` in ``astream_events``; :mod:`langchain_dprag._runs`),
-    whose only input is the question. The answer is
-    epsilon-DP with respect to the corpus as the mechanism's docstring states;
-    ``invoke`` on an exhausted ``accountant`` raises ``PrivacyBudgetExhausted``
-    before anything is retrieved.
+    ``input_key`` holds the question. Output, by ``output``: ``"object"`` (a
+    :class:`DPRAGOutput`), ``"text"`` (the answer; ``chain | StrOutputParser()``
+    composes this form) or ``"dict"`` (the input mapping plus ``output_key``
+    and the privacy fields, so ``.pick("answer")`` streams tokens).
+    ``stream``/``astream`` yield answer chunks as the mechanism releases them,
+    also reported as the tokens of a nested chat-model run whose only input is
+    the question (:mod:`langchain_dprag._runs`). An exhausted ``accountant``
+    raises ``PrivacyBudgetExhausted`` before anything is retrieved. The query
+    id: module docstring.
 
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> from langchain_core.language_models import FakeListChatModel
@@ -280,17 +314,25 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     vectorstore: VectorStore | None = None
     retriever: Runnable[Any, Any] | None = None
     """A ``BaseRetriever``, configured (``with_config``, ``bind``) or after query steps."""
-    score_function: ScoreFunction = COSINE
+    score_function: ScoreFunction | None = None
+    """How to read scores: ``None`` picks the one for the store's metric (a retriever's
+    ``metadata[score_key]`` is read with ``COSINE``); see :mod:`langchain_dprag.vectorstores`."""
+    exact_search: StrictBool = False
+    """Your promise that a store dprag does not know searches exactly (never overrides what
+    dprag knows: an approximate index is refused); see :mod:`langchain_dprag.stores`."""
     score_key: str = "score"
     unit_key: str | None = None
+    """The metadata key naming the privacy unit (default: one document = one unit)."""
     retriever_honours_k: StrictBool = False
     """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
     accountant: CorpusAccountant | None = None
+    """E.g. ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5))``."""
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
+    """The longest question accepted, in tokens of the mechanism's model."""
     rng: RngLike = None
-    """Seed or generator for the mechanism: tests and benchmarks only (default: OS entropy)."""
+    """A seed for tests and benchmarks only: one generator for all queries (default: OS entropy)."""
     input_key: str = "question"
-    """The key of the question in a mapping input."""
+    """The question's key in a mapping input (``"input"``, ``"query"`` as LangChain's chains)."""
     output: OutputForm = "object"
     """The output form: ``"object"`` (DPRAGOutput), ``"text"`` or ``"dict"``."""
     output_key: str = "answer"
@@ -299,48 +341,44 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
     """The app's ``PromptTemplate``/``ChatPromptTemplate`` (``context`` and ``input_key``
     variables) for the mechanism's per-document prompts (:mod:`langchain_dprag.prompts`)."""
     public_fallback: StrictBool | NonRAG = False
-    """Opt in: the model alone answers when the DP answer is empty (:mod:`dprag_core.fallback`)."""
-    _fallback: NonRAG | None = PrivateAttr(default=None)
+    """Opt in: the model alone answers an empty DP answer (:mod:`dprag_core.fallback`)."""
+    _run: QueryRun = PrivateAttr()
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        for name in ("input_key", "output_key"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty string")
-        reserved = set(DPRAGOutput.model_fields) - {"answer"}
-        if self.output_key in reserved:
-            raise ValueError(
-                f"output_key must not be one of the privacy fields {sorted(reserved)}, "
-                f"got {self.output_key!r}"
-            )
-        check_mechanism(self.mechanism)
+        self._form  # noqa: B018 (checks the forms)
         if self.prompt is not None:
             template = context_template(self.prompt, question=self.input_key)
             object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))
         if (self.vectorstore is None) == (self.retriever is None):
             raise ValueError("pass exactly one of vectorstore= or retriever=")
         source = self._source
-        if source.resolved.vectorstore is not None:
-            check_score_function(source.resolved.vectorstore, self.score_function)
-        check_source(self.mechanism, source, qualifying=LANGCHAIN_SOURCES, name=source.name)
-        accountant = require_accountant(self.mechanism, self.accountant)
-        object.__setattr__(self, "accountant", accountant)  # the one really charged
-        positive_int("max_question_tokens", self.max_question_tokens)
-        tau = self.mechanism.min_score()
-        if tau is not None:
-            self.score_function.check_threshold(tau, parameter="the mechanism's min_score()")
-        self._fallback = check_public_fallback(self.public_fallback, self.mechanism)
-        if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
-            object.__setattr__(self, "rng", make_rng(self.rng))
+        source.check()
+        self._run = QueryRun(
+            self.mechanism,
+            source,
+            qualifying=LANGCHAIN_SOURCES,
+            accountant=self.accountant,
+            max_question_tokens=self.max_question_tokens,
+            public_fallback=self.public_fallback,
+            source_name=source.name,
+            rng=self.rng,
+        )
+        object.__setattr__(self, "accountant", self._run.accountant)  # the one really charged
+        object.__setattr__(self, "rng", self._run.rng)  # one generator for all queries
         return self
 
     def __repr_args__(self) -> Any:
         source = self.vectorstore if self.vectorstore is not None else self.retriever
         yield "mechanism", self.mechanism
         yield "source", type(source).__name__
-        yield "score_function", self.score_function.name
+        yield "score_function", self._source.scale.name
         yield "unit_key", self.unit_key
         yield "accountant", self.accountant
+
+    @property
+    def _form(self) -> _Form:
+        return _Form(self.input_key, self.output, self.output_key)
 
     @cached_property
     def _source(self) -> DocumentSource:
@@ -351,104 +389,48 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
             score_key=self.score_key,
             unit_key=self.unit_key,
             retriever_honours_k=self.retriever_honours_k,
+            exact_search=self.exact_search,
         )
 
-    # -- the pipeline: validate, charge, retrieve, answer -----------------------------
+    # -- one query: the core's run, translated ------------------------------------------
 
-    def _start(self, question: str, run_manager: CallbackManagerForChainRun) -> str:
-        text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
-        resolved = self._source.resolved
-        if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
-            refuse_side_doors(self._source.name)
-        charge_query(self.mechanism, self.accountant)
-        self._event(QUERY_START_EVENT, start_payload(self.mechanism), run_manager)
-        return text
+    def _start(
+        self, value: object, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> tuple[Query, _Hooks]:
+        hooks = _Hooks(self._source, run_manager)
+        question, qid = question_of(value, self.input_key), query_id_of(run_manager, config)
+        query = self._run.start(question, accountant=self.accountant, query_id=qid, hooks=hooks)
+        hooks.event(QUERY_START_EVENT, start_payload(self.mechanism))
+        return query, hooks
 
-    def _event(
-        self, name: str, payload: dict[str, Any], run_manager: CallbackManagerForChainRun
-    ) -> None:
-        dispatch_custom_event(name, payload, config={"callbacks": run_manager.get_child()})
-
-    def _retrieve(
-        self, question: str, run_manager: CallbackManagerForChainRun
-    ) -> list[ScoredDocument]:
-        needs_scores = self.mechanism.candidates_needed() is None
-        source = self._source
-        retriever = source.bind(run_manager.get_child(), needs_scores=needs_scores)
-        return guarded(
-            "retrieval", source.name, lambda: retrieve_for(self.mechanism, retriever, question)
-        )
-
-    # below the guards of _invoke and _outputs: the only frames that hold documents
-    def _private_answer(self, question: str, run_manager: CallbackManagerForChainRun) -> DPAnswer:
-        docs = self._retrieve(question, run_manager)
-        sealed = Sealed()
-        result = sealed.call(self.mechanism.answer, question, docs, rng=self.rng)
-        return sealed.call(fallback_answer, result, self._fallback, question)
-
-    def _private_stream(
-        self, question: str, run_manager: CallbackManagerForChainRun, sealed: Sealed
-    ) -> Iterator[str | DPAnswer]:
-        docs = self._retrieve(question, run_manager)
-        items = sealed.call(self.mechanism.stream, question, docs, rng=self.rng)
-        return fallback_stream(items, self._fallback, question)
-
-    def _release(
-        self, result: DPAnswer, answer: AnswerRun, run_manager: CallbackManagerForChainRun
-    ) -> DPRAGOutput:
+    def _release(self, result: DPAnswer, answer: AnswerRun, hooks: _Hooks) -> DPRAGOutput:
         public = end_payload(result)
         answer.end(public, text=result.text)
-        self._event(QUERY_END_EVENT, public, run_manager)
+        hooks.event(QUERY_END_EVENT, public)
         return DPRAGOutput.from_answer(result, text=False)
-
-    # -- output forms ------------------------------------------------------------------
-
-    def _inputs(self, value: object) -> dict[str, Any]:
-        return dict(value) if self.output == "dict" and isinstance(value, Mapping) else {}
-
-    def _shape(self, out: DPRAGOutput, inputs: Mapping[str, Any]) -> ChainOutput:
-        if self.output == "text":
-            return out.answer
-        if self.output == "dict":
-            return AddableDict({**inputs, self.output_key: out.answer, **out.public()})
-        return out
-
-    def _shape_chunk(self, chunk: DPRAGOutput) -> ChainOutput:
-        if self.output == "text":
-            return chunk.answer
-        if self.output == "dict":
-            fields = chunk.public() if chunk.mechanism is not None else {}
-            return AddableDict({self.output_key: chunk.answer, **fields})
-        return chunk
-
-    # -- the runs ----------------------------------------------------------------------
 
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> ChainOutput:
-        question = self._start(question_of(value, self.input_key), run_manager)
-        name = self.mechanism.name
-        result = guarded("generation", name, lambda: self._private_answer(question, run_manager))
-        answer = AnswerRun.start(run_manager.get_child(), question, name=name)
-        out = self._release(result, answer, run_manager)
-        return self._shape(out + DPRAGOutput(answer=result.text), self._inputs(value))
+        query, hooks = self._start(value, run_manager, config)
+        result = self._run.answer(query, hooks.retriever(self.mechanism), hooks)
+        answer = AnswerRun.start(run_manager.get_child(), query.question, name=self.mechanism.name)
+        out = self._release(result, answer, hooks) + DPRAGOutput(answer=result.text)
+        return self._form.whole(out, value)
 
     def _outputs(
-        self, question: str, run_manager: CallbackManagerForChainRun
+        self, value: object, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> Iterator[DPRAGOutput]:
-        question = self._start(question, run_manager)
-        sealed, name = Sealed(), self.mechanism.name
-        # only the mechanism's own generator holds the documents; a failure closes it
-        items = guarded(
-            "generation", name, lambda: self._private_stream(question, run_manager, sealed)
-        )
-        step = lambda: sealed.call(next, items, _END)  # noqa: E731
+        query, hooks = self._start(value, run_manager, config)
+        released = self._run.stream(query, hooks.retriever(self.mechanism), hooks)
         answer: AnswerRun | None = None
         try:
-            answer = AnswerRun.start(run_manager.get_child(), question, name=name)
-            while (item := guarded("generation", name, step)) is not _END:
+            answer = AnswerRun.start(
+                run_manager.get_child(), query.question, name=self.mechanism.name
+            )
+            for item in released:
                 if isinstance(item, DPAnswer):
-                    yield self._release(item, answer, run_manager)
+                    yield self._release(item, answer, hooks)
                 elif item:
                     answer.token(str(item))
                     yield DPRAGOutput(answer=str(item))
@@ -457,50 +439,13 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
                 answer.error(err)  # the answer run never stays open
             raise
         finally:  # closed, a paused generator drops its frame (question, documents)
-            close = getattr(items, "close", None)
-            if close is not None:
-                guarded("generation", name, lambda: sealed.call(close))
+            released.close()
 
     def _chunks(
-        self, value: object, run_manager: CallbackManagerForChainRun
-    ) -> Generator[ChainOutput, None, None]:
-        inputs = self._inputs(value)
-        question = question_of(value, self.input_key)
-        echoed = not inputs
-        for chunk in self._outputs(question, run_manager):
-            if not echoed:  # after the charge: a refused query yields nothing
-                echoed = True
-                yield AddableDict(inputs)
-            yield self._shape_chunk(chunk)
-
-    def _transform(
-        self,
-        inputs: Iterator[ChainInput],
-        run_manager: CallbackManagerForChainRun,
-        config: RunnableConfig,
+        self, inputs: Iterator[Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> Iterator[ChainOutput]:
-        yield from self._chunks(_combine(inputs), run_manager)
-
-    async def _atransform(
-        self,
-        inputs: AsyncIterator[ChainInput],
-        run_manager: AsyncCallbackManagerForChainRun,
-        config: RunnableConfig,
-    ) -> AsyncIterator[ChainOutput]:
-        chunks = [chunk async for chunk in inputs]
-        outputs = WorkerSteps(self._chunks(_combine(iter(chunks)), run_manager.get_sync()))
-        step: asyncio.Future[ChainOutput | None] | None = None
-        try:
-            while True:  # the mechanism is CPU/GPU-bound: step it in a worker thread
-                step = asyncio.ensure_future(run_in_executor(config, outputs.next))
-                chunk = await asyncio.shield(step)  # a cancelled wait lets the step finish
-                if chunk is None:
-                    return
-                yield chunk
-        finally:  # stopped early: close the answer run and the mechanism's stream, now or
-            outputs.close()  # in the worker thread once a running step (cancelled or not) returns
-            if step is not None:
-                step.add_done_callback(_retrieved)
+        value = next(inputs)
+        return self._form.chunks(value, self._outputs(value, run_manager, config))
 
     # -- Runnable interface --------------------------------------------------------
 
@@ -515,42 +460,43 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
             return self.model_copy(update={"output": "dict"}).pick(keys)
         return super().pick(keys)
 
+    def __or__(self, other: Any) -> RunnableSerializable[Any, Any]:
+        """Compose; an output parser next (``| StrOutputParser()``) reads the ``"text"`` form.
+
+        The default ``"object"`` form is switched to ``"text"`` for it; the
+        ``"dict"`` form is refused, naming the fix.
+        """
+        parser = getattr(other, "first", other)
+        if not isinstance(parser, BaseOutputParser) or self.output == "text":
+            composed: RunnableSerializable[Any, Any] = super().__or__(other)
+            return composed
+        if self.output == "dict":
+            raise TypeError(
+                f"{type(parser).__name__} parses text, but this chain outputs dicts: build it "
+                "with output='text', or compose chain.pick('answer') | ..."
+            )
+        text_form: DPRAGChain = self.model_copy(update={"output": "text"})
+        return text_form.__or__(other)
+
     def invoke(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> ChainOutput:
         """Answer one question (charged before retrieval); see the class docstring."""
         return self._call_with_config(self._invoke, input, config, **kwargs)
 
-    def transform(
-        self,
-        input: Iterator[ChainInput],
-        config: RunnableConfig | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChainOutput]:
-        """Stream the answer to the (combined) input chunks."""
-        yield from self._transform_stream_with_config(input, self._transform, config, **kwargs)
-
     def stream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[ChainOutput]:
-        """Yield answer chunks as the mechanism releases them, then the privacy fields."""
-        yield from self.transform(iter([input]), config, **kwargs)
+        """Yield answer chunks as the mechanism releases them, then the privacy fields.
 
-    def atransform(
-        self,
-        input: AsyncIterator[ChainInput],
-        config: RunnableConfig | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChainOutput]:
-        """Async :meth:`transform`."""
-        return _relay(
-            self._atransform_stream_with_config(input, self._atransform, config, **kwargs)
-        )
+        (In a pipeline, LangChain's default ``transform`` gathers the input, then streams.)
+        """
+        return self._transform_stream_with_config(iter([input]), self._chunks, config, **kwargs)
 
     def astream(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[ChainOutput]:
-        """Async :meth:`stream`.
+        """Async :meth:`stream`: each step of the mechanism runs in a worker thread.
 
         Stopped early (``aclose()``, ``break``, a cancellation), it closes the
         chain run, the answer's chat-model run and the mechanism's generator:
@@ -558,7 +504,14 @@ class DPRAGChain(RunnableSerializable[ChainInput, ChainOutput]):
         ``break``, and once the running step returns after a cancellation.
         """
 
-        async def single() -> AsyncIterator[ChainInput]:
-            yield input
+        async def chunks(
+            inputs: AsyncIterator[ChainInput],
+            run_manager: AsyncCallbackManagerForChainRun,
+            config: RunnableConfig,
+        ) -> AsyncIterator[ChainOutput]:
+            outputs = self._chunks(iter([await anext(inputs)]), run_manager.get_sync(), config)
+            async with aclosing(stepped_in_worker(outputs, config)) as steps:
+                async for chunk in steps:
+                    yield chunk
 
-        return self.atransform(single(), config, **kwargs)
+        return relay(self._atransform_stream_with_config(_once(input), chunks, config, **kwargs))

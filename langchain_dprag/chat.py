@@ -35,6 +35,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate, ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
 
+from dprag_core.validation import strict_keywords
 from langchain_dprag.chain import DPRAGChain
 
 __all__ = ["CONDENSE_PROMPT", "condense_question", "condensed_chat"]
@@ -52,6 +53,7 @@ CONDENSE_PROMPT = ChatPromptTemplate.from_messages(
 """The default condensing prompt: variables ``chat_history`` (messages) and ``question``."""
 
 
+@strict_keywords
 def condense_question(
     llm: BaseLanguageModel[Any],
     *,
@@ -86,6 +88,7 @@ def condense_question(
     return RunnableLambda(route).with_config(run_name="condense_question")
 
 
+@strict_keywords
 def condensed_chat(
     chain: DPRAGChain,
     llm: BaseLanguageModel[Any],
@@ -96,12 +99,17 @@ def condensed_chat(
     """``chain`` answering the condensed question of each turn (the other keys pass through).
 
     The turn's ``chain.input_key`` is replaced by :func:`condense_question`'s
-    standalone question; ``chain``'s output form is kept (``output="text"``
-    for ``RunnableWithMessageHistory`` without an ``output_messages_key``).
+    standalone question. The answer comes in a form a chat history records:
+    ``output="text"`` as it is (``RunnableWithMessageHistory`` without an
+    ``output_messages_key``), ``"dict"`` as it is (with
+    ``output_messages_key=chain.output_key``), and the default ``"object"``
+    form as text (a ``DPRAGOutput`` is no message: the history would drop the
+    turn, with an error only in a callback log).
     """
     if not isinstance(chain, DPRAGChain):
         raise TypeError(f"chain must be a DPRAGChain, got {type(chain).__name__}")
     condense = condense_question(
         llm, prompt=prompt, input_key=chain.input_key, history_key=history_key
     )
-    return RunnablePassthrough.assign(**{chain.input_key: condense}) | chain
+    answering = chain.model_copy(update={"output": "text"}) if chain.output == "object" else chain
+    return RunnablePassthrough.assign(**{chain.input_key: condense}) | answering

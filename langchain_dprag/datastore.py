@@ -23,11 +23,12 @@ from pydantic import ConfigDict, model_validator
 from typing_extensions import Self
 
 from dprag_core.datastore import DPSimHashDatastore, embedding_keys
+from langchain_dprag._strict import KnownFields
 
 __all__ = ["DPDatastoreClassifier"]
 
 
-class DPDatastoreClassifier(RunnableSerializable[str, dict[str, Any]]):
+class DPDatastoreClassifier(KnownFields, RunnableSerializable[str, dict[str, Any]]):
     """A Runnable: text -> ``{"label", "scores", "epsilon", "delta"}`` from a released store."""
 
     store: DPSimHashDatastore

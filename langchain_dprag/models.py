@@ -41,7 +41,7 @@ from typing import Any
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 
 from dprag_core.quiet_logs import muted_logs
-from dprag_core.validation import positive_int
+from dprag_core.validation import positive_int, strict_init
 from langchain_dprag._wrappers import acomplete, complete, sealed, unwrap
 
 __all__ = ["LangChainTextModel"]
@@ -64,6 +64,7 @@ class LangChainTextModel:
     ['a', 'b']
     """
 
+    @strict_init
     def __init__(
         self,
         model: Any,

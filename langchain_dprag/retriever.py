@@ -27,45 +27,50 @@ Two selections, for chains that want the selection step on its own:
   The relevant set is every chunk above ``tau`` (the same growing store query),
   so a unit is charged on its own score alone.
 
-Both read the store through :func:`~langchain_dprag.vectorstores.search_with_scores`
-(one fixed ranking, ties by id); a store that says it returns distances is
-refused with a similarity ``score_function`` when the retriever is built.
-Documents without a finite score or without their ``unit_key`` are dropped.
+The charges of one call are recorded under the retriever run's ``run_id``
+(:mod:`dprag_core.query_ids`): ``retriever.invoke(question, {"run_id": uuid})``
+(or LangChain's ``run_id=uuid`` keyword) names it, so a retry with the same
+``run_id`` after ``LedgerOutcomeUnknown`` is charged once. A misspelt keyword
+is a ``TypeError`` naming the nearest field.
+
+Both read the store as ``DPRAGChain(vectorstore=...)`` does, through
+:class:`~langchain_dprag._retrieval.DocumentSource` and the store table
+(:mod:`langchain_dprag.stores`): the store's exact ranking, one fixed ranking
+with ties by id; a store whose scores or exactness dprag cannot establish (and
+was not told: ``score_function``, ``exact_search=True``), or knows to be
+approximate, is refused when the retriever is built. Documents without a finite
+score or without their ``unit_key`` are dropped.
 """
 
 from __future__ import annotations
 
-import uuid
+from functools import cached_property
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, StrictBool, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.pipeline import check_accountant
+from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
+from dprag_core.query_ids import query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.selection import ledger_filter
 from dprag_core.validation import positive_finite, positive_int
-from langchain_dprag._sealed import run_sealed
-from langchain_dprag.units import to_scored_document
-from langchain_dprag.vectorstores import (
-    COSINE,
-    ScoreFunction,
-    check_score_function,
-    search_with_scores,
-)
+from langchain_dprag._retrieval import DocumentSource
+from langchain_dprag._strict import KnownFields
+from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = ["DPRetriever"]
 
 
-class DPRetriever(BaseRetriever):
+class DPRetriever(KnownFields, BaseRetriever):
     """Selects documents from ``vectorstore`` with a DP threshold or a MuRAG ledger filter.
 
     **What it guarantees.** *Which* documents are selected is differentially
@@ -89,8 +94,10 @@ class DPRetriever(BaseRetriever):
     ``k`` is the target number of units: the DP threshold returns *about* ``k``
     (the count is randomised for privacy); the ledger filter returns at most
     ``k``. ``fetch_k`` is only the size of the first store query (module
-    docstring). Scores come from ``score_function``, whose public range is the
-    threshold's range; ``unit_key`` names the metadata key of the privacy unit.
+    docstring). Scores come from ``score_function`` (default: the one for the
+    store's metric), whose public range is the threshold's range;
+    ``exact_search=True`` is your promise that a store dprag does not know
+    searches exactly; ``unit_key`` names the metadata key of the privacy unit.
     ``rng`` is for tests only (default: OS entropy).
 
     >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
@@ -102,7 +109,8 @@ class DPRetriever(BaseRetriever):
 
     vectorstore: VectorStore
     k: int = 4
-    score_function: ScoreFunction = COSINE
+    score_function: ScoreFunction | None = None
+    exact_search: StrictBool = False
     unit_key: str | None = None
     epsilon: float | None = None
     accountant: CorpusAccountant | None = None
@@ -116,7 +124,7 @@ class DPRetriever(BaseRetriever):
     def _check(self) -> Self:
         positive_int("k", self.k)
         positive_int("fetch_k", self.fetch_k)
-        check_score_function(self.vectorstore, self.score_function)
+        self._source.check()
         threshold = self.epsilon is not None or self.accountant is not None
         ledger = self.ledger is not None or self.tau is not None or self.epsilon_query is not None
         if threshold == ledger:
@@ -133,7 +141,7 @@ class DPRetriever(BaseRetriever):
             positive_finite("epsilon_query", self.epsilon_query)
             if self.tau is None:
                 raise ValueError("tau must be given with ledger= (the MuRAG ledger filter)")
-            object.__setattr__(self, "tau", self.score_function.check_threshold(self.tau))
+            object.__setattr__(self, "tau", self._source.scale.check_threshold(self.tau))
         if self.rng is not None:  # one generator for all queries: a seed must not repeat noise
             object.__setattr__(self, "rng", make_rng(self.rng))
         return self
@@ -141,7 +149,7 @@ class DPRetriever(BaseRetriever):
     def __repr_args__(self) -> Any:
         yield "vectorstore", type(self.vectorstore).__name__
         yield "k", self.k
-        yield "score_function", self.score_function.name
+        yield "score_function", self._source.scale.name
         if self.ledger is None:
             yield "epsilon", self.epsilon
             yield "accountant", self.accountant
@@ -149,50 +157,63 @@ class DPRetriever(BaseRetriever):
             yield "tau", self.tau
             yield "epsilon_query", self.epsilon_query
 
-    def _searcher(self, found: dict[str, Document]) -> Retriever:
-        def search(query: str, k: int) -> list[ScoredDocument]:
-            pairs = run_sealed(search_with_scores, self.vectorstore, query, k, self.score_function)
-            scored = [
-                to_scored_document(d, s, unit_key=self.unit_key, slot=slot)
-                for slot, (d, s) in enumerate(pairs)
-            ]
-            found.update((sd.id, doc) for sd, (doc, _) in zip(scored, pairs, strict=True))
-            return scored
+    @cached_property
+    def _source(self) -> DocumentSource:
+        return DocumentSource(
+            retriever=None,
+            vectorstore=self.vectorstore,
+            score_function=self.score_function,
+            score_key="score",
+            unit_key=self.unit_key,
+            exact_search=self.exact_search,
+        )
 
-        return search
+    def _searcher(self, found: dict[str, Document]) -> Retriever:
+        return self._source.bind(None, needs_scores=True, found=found)
 
     def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         from dprag_core.algorithms.threshold import DPThreshold
 
         assert self.accountant is not None and self.epsilon is not None
-        selector = DPThreshold(epsilon=self.epsilon, bounds=self.score_function, k=k)
-        self.accountant.charge(selector.cost())
-        # every chunk above the public lower bound: no top-N cut (module docstring)
-        low = self.score_function.low
-        candidates = retrieve_above(search, query, low, initial_k=self.fetch_k)
-        return list(selector.select(candidates, rng=self.rng))
+        scale = self._source.scale
+        selector = DPThreshold(epsilon=self.epsilon, bounds=scale, k=k)
+        low = scale.low  # every chunk above it: no top-N cut (module docstring)
+        return select_above_threshold(
+            selector,
+            self.accountant,
+            lambda: retrieve_above(search, query, low, initial_k=self.fetch_k),
+            rng=self.rng,
+        )
 
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
         relevant = retrieve_above(search, query, self.tau, initial_k=self.fetch_k)
-        return ledger_filter(
-            relevant,
-            ledger=self.ledger,
-            tau=self.tau,
-            cost=self.epsilon_query,
-            k=k,
-            query_id=f"dpretriever-{uuid.uuid4()}",
+        return select_by_ledger(
+            relevant, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=k
         )
+
+    def invoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """The selected documents; ``config``'s ``run_id`` names the query's charges."""
+        config, kwargs = _run_id(config, kwargs)
+        return super().invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        """Async :meth:`invoke`."""
+        config, kwargs = _run_id(config, kwargs)
+        return await super().ainvoke(input, config, **kwargs)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self.k if k is None else positive_int("k", k)
         found: dict[str, Document] = {}
-        if self.ledger is None:
-            selected = self._threshold(query, k, self._searcher(found))
-        else:
-            selected = self._ledger_filter(query, k, self._searcher(found))
+        select = self._threshold if self.ledger is None else self._ledger_filter
+        with query_scope(str(run_manager.run_id)):  # the charges' query id (module docstring)
+            selected = select(query, k, self._searcher(found))
         return [
             Document(
                 page_content=d.text,
@@ -201,3 +222,13 @@ class DPRetriever(BaseRetriever):
             )
             for d in selected
         ]
+
+
+def _run_id(
+    config: RunnableConfig | None, kwargs: dict[str, Any]
+) -> tuple[RunnableConfig, dict[str, Any]]:
+    """A config's ``run_id`` as the keyword ``BaseRetriever.invoke`` reads (not the config's)."""
+    rest = RunnableConfig(**(config or {}))
+    if "run_id" in rest:
+        kwargs = {"run_id": rest.pop("run_id"), **kwargs}
+    return rest, kwargs

@@ -1,45 +1,55 @@
-"""Score conventions of LangChain vector stores, and a FAISS inner-product helper.
+"""Score functions for LangChain vector stores, opened through the store table.
 
 dprag mechanisms read *similarities* (higher = more relevant) on a **public**
 range declared before any data is seen: MuRAG's threshold ``tau`` and the DP
-threshold's bounds live on that range. Stores disagree on what a score is:
+threshold's bounds live on that range. Stores disagree on what a raw score is,
+so a :class:`ScoreFunction` (the core's
+:class:`~dprag_core.retrieval.scores.ScoreScale`, with its one NaN policy, plus
+the raw metrics it reads) converts them:
 
-- ``InMemoryVectorStore.similarity_search_with_score``: cosine similarity, [-1, 1]
-  -> :data:`COSINE`;
-- langchain-community ``FAISS`` (default ``EUCLIDEAN_DISTANCE``): the *squared L2
-  distance*; on unit-norm embeddings ``cos = 1 - d/2`` -> :data:`SQUARED_L2_UNIT`;
-- ``FAISS`` with ``MAX_INNER_PRODUCT`` on unit-norm embeddings: cosine -> :data:`COSINE`
-  (do **not** use its ``similarity_search_with_relevance_scores``: its relevance
-  function maps an inner product ``s > 0`` to ``1 - s``, inverting the order);
-- a store whose relevance scores are correct and in [0, 1] -> :data:`RELEVANCE`.
+=========================  ======================================  ======================
+score function             reads (``metrics``)                     similarity
+=========================  ======================================  ======================
+:data:`COSINE`             ``cosine``, ``inner_product``           ``s``, on [-1, 1]
+:data:`COSINE_DISTANCE`    ``cosine_distance``, ``ip_distance``    ``1 - d``
+:data:`SQUARED_L2_UNIT`    ``squared_l2``                          ``1 - d/2`` (unit vectors)
+:data:`L2_UNIT`            ``l2``                                  ``1 - d²/2`` (unit vectors)
+:data:`NEGATIVE_INNER_PRODUCT`  ``negative_inner_product``         ``-d``
+:data:`RELEVANCE`          ``squared_l2``, via the store's         its relevance, [0, 1]
+                           relevance function
+=========================  ======================================  ======================
+
+Store semantics come from the store: :func:`open_store` reads the store object
+through the table of :mod:`langchain_dprag.stores` (which metric its raw
+scores are, how its results are exact) and picks the score function for that
+metric when none is given (:data:`SCORE_FUNCTIONS`). A score function passed
+for a store whose metric is known must read that metric: a built-in for another
+metric is refused, and so is your own function unless it names the metric
+(``metrics=``) or is a plain similarity range on a similarity store (e.g.
+``COSINE.with_range(low=0.3)``). A store the table does not know is refused
+unless you declare both a score function and ``exact_search=True``. Every
+refusal happens when the chain or retriever is built, and names the store, what
+could not be established and the fix.
 
 Converted scores are clipped into the declared range (a public, per-document
-transform); a :class:`ScoreFunction` is the core's
-:class:`~dprag_core.retrieval.scores.ScoreScale` (one NaN policy for every
-adapter) plus which store method to call and which metrics it fits.
-:func:`faiss_inner_product` builds the recommended FAISS store.
+transform); ranges "on unit vectors" assume unit-norm embeddings (wrap yours in
+:class:`NormalizedEmbeddings`), otherwise declare your own range: the order is
+kept either way, only the meaning of a threshold depends on it.
 
-Distances are never silently read as similarities: where a store exposes what
-its raw scores are (:func:`store_metric`: ``InMemoryVectorStore`` is cosine, a
-``distance_strategy`` attribute names the metric), :func:`check_score_function`
-refuses, when the chain or retriever is built, a built-in score function made
-for another metric. A custom ``ScoreFunction`` (``metrics=None``) is your
-declaration and is taken as given.
-
-Rank order: :func:`search_with_scores` keeps the store's order (no re-sort) and
-completes tie groups at the cut, ordering tied documents by id
+Rank order: :meth:`OpenedStore.searcher` keeps the store's exact order (no
+re-sort) and completes tie groups at the cut, ordering tied documents by id
 (:func:`~dprag_core.retrieval.ties.tie_complete`), so its top-k is the first k
 of one fixed ranking: it honours k.
 
->>> SQUARED_L2_UNIT.convert(0.5), COSINE.convert(1.5)
-(0.75, 1.0)
+>>> SQUARED_L2_UNIT.convert(0.5), COSINE.convert(1.5), COSINE_DISTANCE.convert(0.25)
+(0.75, 1.0, 0.75)
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +57,16 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.retrieval.scores import METRIC_SCALES, METRICS, ScoreScale
+from dprag_core.retrieval.stores import (
+    StoreFacts,
+    describe_metric,
+    exactness,
+    refusal,
+    require_declarations,
+)
 from dprag_core.retrieval.ties import tie_complete
+from langchain_dprag.stores import SUPPORTED_STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
 
 if TYPE_CHECKING:
@@ -56,19 +74,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COSINE",
+    "COSINE_DISTANCE",
+    "L2_UNIT",
+    "NEGATIVE_INNER_PRODUCT",
     "RELEVANCE",
+    "SCORE_FUNCTIONS",
     "SQUARED_L2_UNIT",
     "NormalizedEmbeddings",
+    "OpenedStore",
     "ScoreFunction",
-    "check_score_function",
     "faiss_inner_product",
+    "open_store",
     "search_with_scores",
     "store_metric",
 ]
-
-
-def _squared_l2_to_cosine(raw: float) -> float:
-    return 1.0 - raw / 2.0
 
 
 @dataclass(frozen=True)
@@ -78,11 +97,13 @@ class ScoreFunction(ScoreScale):
     The scale (public range [low, high], ``transform``, ``direction``, the one
     NaN policy of :meth:`~dprag_core.retrieval.scores.ScoreScale.convert`: an
     unusable score becomes NaN and its document a placeholder, never an error)
-    is the core's. Added here: ``relevance=True`` reads
-    ``similarity_search_with_relevance_scores`` instead of
-    ``similarity_search_with_score``; ``metrics``: the raw store metrics
-    (:func:`store_metric`) this function is valid for; ``None`` (the default for
-    your own functions) declares it valid for the store you use it with.
+    is the core's. Added here: ``relevance=True`` reads the store's relevance
+    function of its raw scores instead of the raw scores; ``metrics``: the raw
+    store metrics (:data:`~dprag_core.retrieval.scores.METRICS` names) this
+    function is valid for. ``None`` (the default for your own functions): a
+    plain similarity range is accepted on a similarity store; any other
+    function is accepted only for a store whose metric dprag cannot establish,
+    as your declaration (module docstring).
 
     >>> ScoreFunction("neg_distance", low=-2.0, high=0.0, transform=lambda d: -d).convert(0.5)
     -0.5
@@ -91,106 +112,229 @@ class ScoreFunction(ScoreScale):
     relevance: bool = False
     metrics: frozenset[str] | None = None
 
+    @classmethod
+    def for_metric(cls, metric: str, **fields: Any) -> ScoreFunction:
+        """The core scale for ``metric`` (:data:`~dprag_core.retrieval.scores.METRIC_SCALES`).
 
-COSINE = ScoreFunction("cosine", low=-1.0, high=1.0, metrics=frozenset({"cosine", "inner_product"}))
-SQUARED_L2_UNIT = ScoreFunction(
-    "squared_l2_unit",
-    low=-1.0,
-    high=1.0,
-    transform=_squared_l2_to_cosine,
-    metrics=frozenset({"squared_l2"}),
+        >>> ScoreFunction.for_metric("l2").convert(1.0)
+        0.5
+        """
+        scale = METRIC_SCALES[metric]
+        base = {"name": scale.name, "low": scale.low, "high": scale.high}
+        base.update(transform=scale.transform, direction=scale.direction)
+        return cls(**{**base, "metrics": frozenset({metric}), **fields})
+
+    def reads(self) -> str:
+        """What this function reads, for messages."""
+        return "any metric" if self.metrics is None else ", ".join(sorted(self.metrics))
+
+
+COSINE = ScoreFunction.for_metric("cosine", metrics=frozenset({"cosine", "inner_product"}))
+COSINE_DISTANCE = ScoreFunction.for_metric(
+    "cosine_distance", metrics=frozenset({"cosine_distance", "ip_distance"})
 )
+SQUARED_L2_UNIT = ScoreFunction.for_metric("squared_l2")
+L2_UNIT = ScoreFunction.for_metric("l2")
+NEGATIVE_INNER_PRODUCT = ScoreFunction.for_metric("negative_inner_product")
 RELEVANCE = ScoreFunction(
     "relevance", low=0.0, high=1.0, relevance=True, metrics=frozenset({"squared_l2"})
 )
 
-_FAISS_METRICS = {
-    "EUCLIDEAN_DISTANCE": "squared_l2",
-    "COSINE": "squared_l2",  # langchain-community FAISS: an L2 index, relevance 1 - d
-    "JACCARD": "squared_l2",
-    "MAX_INNER_PRODUCT": "inner_product",
-    "DOT_PRODUCT": "inner_product",
+SCORE_FUNCTIONS: dict[str, ScoreFunction] = {
+    "cosine": COSINE,
+    "inner_product": COSINE,
+    "cosine_distance": COSINE_DISTANCE,
+    "ip_distance": COSINE_DISTANCE,
+    "squared_l2": SQUARED_L2_UNIT,
+    "l2": L2_UNIT,
+    "negative_inner_product": NEGATIVE_INNER_PRODUCT,
 }
+"""The score function picked for a store of each metric when none is given."""
+
+_BUILT_IN = frozenset(SCORE_FUNCTIONS.values()) | {RELEVANCE}
+_EXACT_FIX = (
+    "pass exact_search=True (your promise that similarity_search_with_score(question, k) "
+    "returns the exact top k of one ranking, best first)"
+)
+_DECLARE = (
+    "declare both: score_function=... (a built-in such as COSINE, or your own "
+    "ScoreFunction with its public range) and " + _EXACT_FIX.removeprefix("pass ")
+)
 
 
 def store_metric(store: VectorStore) -> str | None:
-    """What ``store``'s raw ``similarity_search_with_score`` values are, where it says so.
+    """What ``store``'s raw scores are (a :data:`~dprag_core.retrieval.scores.METRICS` name).
 
-    ``"cosine"`` for ``InMemoryVectorStore``; for a store with a
-    ``distance_strategy`` (langchain-community ``FAISS`` and others)
-    ``"squared_l2"`` or ``"inner_product"`` (FAISS), else ``"distance_strategy=NAME"``;
-    ``None`` when the store does not expose it.
+    ``None`` when the store table (:mod:`langchain_dprag.stores`) cannot
+    establish it.
 
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> from langchain_core.vectorstores import InMemoryVectorStore
     >>> store_metric(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
     'cosine'
     """
-    from langchain_core.vectorstores import InMemoryVectorStore
-
-    if isinstance(store, InMemoryVectorStore):
-        return "cosine"
-    strategy = getattr(store, "distance_strategy", None)
-    if strategy is None:
-        return None
-    name = str(getattr(strategy, "name", strategy)).upper()
-    if type(store).__name__ == "FAISS" and name in _FAISS_METRICS:
-        if getattr(store, "override_relevance_score_fn", None) is not None:
-            return None
-        return _FAISS_METRICS[name]
-    return f"distance_strategy={name}"
+    return read_store(store).facts.metric
 
 
-def check_score_function(store: VectorStore, score_function: ScoreFunction) -> ScoreFunction:
-    """Refuse a built-in score function made for another metric than ``store``'s.
-
-    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
-    >>> from langchain_core.vectorstores import InMemoryVectorStore
-    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
-    >>> check_score_function(store, COSINE).name
-    'cosine'
-    >>> try:
-    ...     check_score_function(store, SQUARED_L2_UNIT)
-    ... except ValueError as refused:
-    ...     print(str(refused)[:48])
-    InMemoryVectorStore returns cosine scores, but s
-    """
-    if not isinstance(score_function, ScoreFunction):
-        raise TypeError(
-            f"score_function must be a ScoreFunction, got {type(score_function).__name__}"
-        )
-    metric = store_metric(store)
-    if metric is None or score_function.metrics is None or metric in score_function.metrics:
-        return score_function
-    raise ValueError(
-        f"{type(store).__name__} returns {metric} scores, but score_function "
-        f"{score_function.name!r} reads {', '.join(sorted(score_function.metrics))}: pass a "
-        "matching score_function (COSINE for cosine or inner product on unit-norm embeddings, "
-        "SQUARED_L2_UNIT for squared L2 distances on unit-norm embeddings) or your own "
-        "ScoreFunction"
+def _score_function(facts: StoreFacts, given: ScoreFunction | None) -> ScoreFunction:
+    if given is not None and not isinstance(given, ScoreFunction):
+        raise TypeError(f"score_function must be a ScoreFunction, got {type(given).__name__}")
+    metric = facts.metric
+    if metric is None:
+        if given is None:
+            raise refusal(
+                facts.store,
+                "dprag cannot establish what its raw scores are (a similarity or a distance, "
+                f"which metric): it is not a store it reads ({SUPPORTED_STORES}) in a "
+                "configuration it knows",
+                _DECLARE,
+            )
+        return given
+    natural = SCORE_FUNCTIONS.get(metric)
+    if given is None:
+        if natural is None:
+            raise refusal(
+                facts.store,
+                f"it returns {metric} scores ({describe_metric(metric)}), for which dprag ships "
+                "no score function",
+                f"pass your own ScoreFunction(..., metrics=frozenset({{{metric!r}}}))",
+            )
+        return natural
+    if given.metrics is not None and metric in given.metrics:
+        return given
+    plain = given.as_is and not given.relevance  # a relevance function may invert (FAISS IP)
+    if given.metrics is None and plain and METRICS[metric].direction == "similarity":
+        return given  # a similarity range, read as it is, on a similarity store
+    yours = f"declare yours with ScoreFunction(..., metrics=frozenset({{{metric!r}}}))"
+    fix = yours if natural is None else f"leave score_function out (dprag picks {natural.name!r}"
+    raise refusal(
+        facts.store,
+        f"it returns {metric} scores ({describe_metric(metric)}), but score_function "
+        f"{given.name!r} reads {given.reads()}",
+        fix if natural is None else f"{fix} for it), or {yours}",
     )
 
 
-def search_with_scores(
-    store: VectorStore, query: str, k: int, score_function: ScoreFunction
-) -> list[tuple[Document, float]]:
-    """The first ``k`` of ``store``'s ranking for ``query``, with converted similarities.
+def _relevance(
+    store: VectorStore, facts: StoreFacts, function: ScoreFunction
+) -> Callable[[float], float]:
+    if function in _BUILT_IN and getattr(store, "override_relevance_score_fn", None) is not None:
+        raise refusal(
+            facts.store,
+            "its relevance function is your own (relevance_score_fn=), so RELEVANCE cannot say "
+            "what it returns",
+            "declare it: ScoreFunction('mine', low=..., high=..., relevance=True, "
+            "metrics=frozenset({...}))",
+        )
+    try:
+        fn: Callable[[float], float] = store._select_relevance_score_fn()
+    except NotImplementedError:
+        raise refusal(
+            facts.store, "it has no relevance function", "use a score function of raw scores"
+        ) from None
+    return fn
 
-    The store's own order, tie groups at the cut completed and ordered by id
-    (module docstring): the first k of one fixed ranking, never re-sorted.
+
+@dataclass(frozen=True)
+class OpenedStore:
+    """A vector store with what dprag established about it: the one LangChain store read.
+
+    ``score_function``: the one applied (given, or picked for the store's
+    metric); ``exact``: how its results are exact (the table's fact, or your
+    declaration). :meth:`searcher` gives each query its search.
     """
 
-    def fetch(n: int) -> list[tuple[Document, float]]:
-        if score_function.relevance:
-            return store.similarity_search_with_relevance_scores(query, k=n)
-        return store.similarity_search_with_score(query, k=n)
+    store: VectorStore
+    facts: StoreFacts
+    score_function: ScoreFunction
+    exact: str
+    reading: StoreReading
 
-    pairs = tie_complete(fetch, k, score=lambda pair: float(pair[1]), ident=_pair_id)
-    return [(doc, score_function.convert(raw)) for doc, raw in pairs]
+    @property
+    def name(self) -> str:
+        """The store's class and configuration, as errors name it."""
+        return self.facts.store
+
+    def searcher(self) -> Callable[[str, int], list[tuple[Document, float]]]:
+        """``search(question, k)``: the first k of one fixed ranking, with converted scores.
+
+        The store's exact order, tie groups at the cut completed and ordered by
+        id (module docstring); one searcher per query (a full-scan store ranks
+        once per query).
+        """
+        search: Search = self.reading.searcher()
+        function = self.score_function
+        relevance = _relevance(self.store, self.facts, function) if function.relevance else None
+
+        def first(question: str, k: int) -> list[tuple[Document, float]]:
+            pairs = tie_complete(lambda n: search(question, n), k, score=_raw, ident=_pair_id)
+            if relevance is not None:
+                return [(doc, function.convert(relevance(raw))) for doc, raw in pairs]
+            return [(doc, function.convert(raw)) for doc, raw in pairs]
+
+        return first
+
+
+def open_store(
+    store: VectorStore, *, score_function: ScoreFunction | None = None, exact_search: bool = False
+) -> OpenedStore:
+    """Read ``store`` through the table and settle its score function and exactness.
+
+    Refuses (ValueError naming the store, what could not be established and the
+    fix) a store or configuration whose score semantics or exactness dprag
+    cannot establish and was not told, a score function for another metric, and
+    a store known to be approximate (``exact_search=True`` does not override
+    what dprag knows).
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> opened = open_store(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
+    >>> opened.score_function.name, opened.exact
+    ('cosine', 'brute force (every stored vector scored)')
+    """
+    if not isinstance(exact_search, bool):
+        raise TypeError(f"exact_search must be True or False, got {type(exact_search).__name__}")
+    reading = read_store(store)
+    facts = reading.facts
+    require_declarations(
+        facts,
+        scores=score_function is not None,
+        exact=exact_search,
+        supported=SUPPORTED_STORES,
+        fix=_DECLARE,
+    )
+    exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
+    function = _score_function(facts, score_function)
+    opened = OpenedStore(store, facts, function, exact, reading)
+    if function.relevance:
+        _relevance(store, facts, function)  # refused now, not at query time
+    return opened
+
+
+def search_with_scores(
+    store: VectorStore,
+    query: str,
+    k: int,
+    score_function: ScoreFunction | None = None,
+    *,
+    exact_search: bool = False,
+) -> list[tuple[Document, float]]:
+    """The first ``k`` of ``store``'s exact ranking for ``query``, with converted similarities.
+
+    :func:`open_store`, then one search (module docstring).
+    """
+    opened = open_store(store, score_function=score_function, exact_search=exact_search)
+    return opened.searcher()(query, k)
 
 
 def _pair_id(pair: tuple[Document, float]) -> str:
     return document_id(pair[0])
+
+
+def _raw(pair: tuple[Document, float]) -> float:
+    """A pair's raw score; NaN when the store gave none (its document becomes a placeholder)."""
+    raw = pair[1]
+    return float(raw) if isinstance(raw, (int, float)) else math.nan
 
 
 class NormalizedEmbeddings(Embeddings):

@@ -21,6 +21,7 @@ from llama_index.core.query_engine import CustomQueryEngine
 from pydantic import ConfigDict
 
 from dprag_core.datastore import DPSimHashDatastore, embedding_keys
+from dprag_core.validation import check_keywords
 from llamaindex_dprag.responses import DPResponse
 
 __all__ = ["DPDatastoreQueryEngine"]
@@ -36,6 +37,7 @@ class DPDatastoreQueryEngine(CustomQueryEngine):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     def __init__(self, **data: Any) -> None:
+        check_keywords(type(self).__name__, data, type(self).model_fields)
         super().__init__(**data)
         if not isinstance(self.store, DPSimHashDatastore) or self.store.guarantee is None:
             raise ValueError("store must be a DP release (DPSimHashDatastore.release)")

@@ -30,7 +30,7 @@ from typing import Any
 from llama_index.core.llms import LLM
 
 from dprag_core.errors import aguarded, guarded
-from dprag_core.validation import positive_int
+from dprag_core.validation import positive_int, strict_init
 from llamaindex_dprag._quiet import private_section
 
 __all__ = ["LlamaIndexTextModel"]
@@ -50,6 +50,7 @@ class LlamaIndexTextModel:
     ['text', 'text']
     """
 
+    @strict_init
     def __init__(
         self,
         llm: LLM,

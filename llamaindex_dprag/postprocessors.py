@@ -15,6 +15,11 @@ They also sit in the user's pipeline, where the retriever has already reported
 the nodes to LlamaIndex's instrumentation: for a pipeline without side doors use
 :class:`~llamaindex_dprag.query_engine.DPQueryEngine`.
 
+Their charges are recorded under the query's id (:mod:`dprag_core.query_ids`):
+the one a :class:`~llamaindex_dprag.bundles.DPQueryBundle` carries (so a retry
+after ``LedgerOutcomeUnknown`` with the same id is charged once), else a fresh
+one. A misspelt keyword is a ``TypeError`` naming the nearest valid one.
+
 Which relation they keep: a postprocessor sees only the nodes it is given, so
 its guarantee is conditional on that list being **complete**: every node
 scoring above the lower end of ``score_range`` (threshold) or above ``tau``
@@ -30,7 +35,6 @@ an error after the charge.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -44,11 +48,11 @@ from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
-from dprag_core.pipeline import check_accountant
+from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
-from dprag_core.retrieval.selection import ledger_filter
-from dprag_core.validation import positive_finite, positive_int
+from dprag_core.validation import positive_finite, positive_int, strict_init
+from llamaindex_dprag.bundles import query_id_of
 from llamaindex_dprag.units import check_score_range, node_unit, score_scale
 
 __all__ = ["DPThresholdPostprocessor", "PrivacyBudgetPostprocessor"]
@@ -124,6 +128,7 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     _scale: Any = PrivateAttr()
     _rng: Any = PrivateAttr(default=None)
 
+    @strict_init
     def __init__(
         self,
         *,
@@ -180,9 +185,14 @@ class DPThresholdPostprocessor(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        self.accountant.charge(self.cost())
-        docs = _scored(nodes, unit_key=self.unit_key, scale=self._scale)
-        return _pick(nodes, self._threshold.select(docs, rng=self._rng))
+        chosen = select_above_threshold(
+            self._threshold,
+            self.accountant,
+            lambda: _scored(nodes, unit_key=self.unit_key, scale=self._scale),
+            query_id=query_id_of(query_bundle),
+            rng=self._rng,
+        )
+        return _pick(nodes, chosen)
 
     def __repr__(self) -> str:
         return f"DPThresholdPostprocessor(epsilon={self.epsilon}, utility={self.utility!r})"
@@ -232,6 +242,7 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
 
     _scale: Any = PrivateAttr()
 
+    @strict_init
     def __init__(
         self,
         *,
@@ -269,13 +280,13 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         docs = _scored(nodes, unit_key=self.unit_key, scale=self._scale)
-        best = ledger_filter(
+        best = select_by_ledger(
             docs,
             ledger=self.ledger,
             tau=self.tau,
             cost=self.epsilon_query,
             k=self.k,
-            query_id=f"llamaindex-{uuid.uuid4()}",
+            query_id=query_id_of(query_bundle),
         )
         return _pick(nodes, best)
 

@@ -1,4 +1,4 @@
-"""A LlamaIndex query engine that answers with a dprag mechanism (DESIGN §7).
+"""A LlamaIndex query engine that answers with a dprag mechanism.
 
 One line turns an index into a DP query engine::
 
@@ -8,16 +8,22 @@ One line turns an index into a DP query engine::
     response = engine.query("Which treatment did Alice receive?")
     response.metadata["epsilon"], response.metadata["delta"]
 
-Every query follows :mod:`dprag_core.pipeline`'s order: validate the question
-(:func:`~dprag_core.pipeline.check_query`), charge the mechanism's fixed cost
-to the corpus budget (required for every DP mechanism: there is no default; a
-query that would overspend raises :class:`PrivacyBudgetExhausted` before anything is retrieved),
-retrieve exactly the candidates the mechanism asks for, then answer. The
-privacy logic is the mechanism's; the engine only translates. A source that
-cannot give the mechanism its candidates (one that does not honour k, for a
-top-n mechanism; one that cannot return every node above the threshold, for
-MuRAG, MuRAG-Ada, DP-ICL) is refused when the engine is built; why each source
-keeps the neighbouring relation is in :mod:`llamaindex_dprag.sources`.
+Every query is one :class:`~dprag_core.pipeline.QueryRun` (the core's order,
+written once): validate the question, charge the mechanism's fixed cost to the
+corpus budget (required for every DP mechanism: there is no default; a query
+that would overspend raises :class:`PrivacyBudgetExhausted` before anything is
+retrieved), retrieve exactly the candidates the mechanism asks for, then
+answer. The privacy logic is the mechanism's; the engine only translates. A
+source that cannot give the mechanism its candidates (one that does not honour
+k, for a top-n mechanism; one that cannot return every node above the
+threshold, for MuRAG, MuRAG-Ada, DP-ICL) is refused when the engine is built;
+why each source keeps the neighbouring relation is in :mod:`llamaindex_dprag.sources`.
+
+The query id (:mod:`dprag_core.query_ids`) travels in the query bundle:
+``engine.query(DPQueryBundle(question, query_id="..."))``
+(:mod:`llamaindex_dprag.bundles`); a fresh one otherwise. After
+``LedgerOutcomeUnknown``, query again with the same id: the answer is charged
+once and ``metadata["details"]["charge"]`` is ``"retry"``.
 
 What leaves the engine: the DP answer and its guarantee (``Response.metadata``:
 ``epsilon``, ``delta``, ``mechanism``, ``details``, ``uses_corpus``,
@@ -41,7 +47,9 @@ traceback frames (:mod:`dprag_core.errors`).
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypedDict, TypeVar
 
 from llama_index.core import Settings
@@ -56,6 +64,8 @@ from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
 from llama_index.core.chat_engine import CondenseQuestionChatEngine
+from llama_index.core.chat_engine.types import ChatMode
+from llama_index.core.constants import DEFAULT_SIMILARITY_TOP_K
 from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]
 from llama_index.core.llms import LLM, ChatMessage
 from llama_index.core.query_engine import CustomQueryEngine
@@ -65,26 +75,23 @@ from typing_extensions import Unpack
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.algorithms.contract import check_mechanism
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.budget import DPAnswer
-from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
-from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
-from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.pipeline import (
-    DEFAULT_MAX_QUESTION_TOKENS,
-    charge_query,
-    check_query,
-    check_source,
-    require_accountant,
-    retrieve_for,
-)
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.validation import positive_int, strict_bool
+from dprag_core.validation import (
+    check_keywords,
+    positive_int,
+    strict_bool,
+    strict_init,
+    strict_keywords,
+)
 from llamaindex_dprag._quiet import private_section
+from llamaindex_dprag.bundles import query_id_of
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.prompts import context_template
 from llamaindex_dprag.responses import DPAsyncStreamingResponse, DPResponse, DPStreamingResponse
@@ -95,20 +102,69 @@ from llamaindex_dprag.sources import (
     RetrieverSource,
 )
 
-__all__ = ["DPQueryEngine", "EngineOptions", "answer_metadata"]
+__all__ = ["PRIVATE_CHAT_MODES", "DPQueryEngine", "EngineOptions", "answer_metadata"]
 
 _T = TypeVar("_T")
-_END = object()
 dispatcher = get_dispatcher(__name__)
-_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode")
+_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode", "exact_search")
+
+PRIVATE_CHAT_MODES = {
+    ChatMode.CONDENSE_QUESTION: "each turn is one DP query: your public LLM condenses the "
+    "history (your users' messages and released DP answers) into a standalone question"
+}
+"""The chat modes :meth:`DPQueryEngine.as_chat_engine` builds, and why they are private."""
+
+_NOT_PRIVATE = {
+    ChatMode.SIMPLE: "it chats with the LLM alone and never queries this engine (use "
+    "SimpleChatEngine.from_defaults(llm=...) for that)",
+    ChatMode.CONTEXT: "it puts the retrieved nodes' text into the LLM's prompt, around the "
+    "DP mechanism: the private documents would reach the LLM, its callbacks and its reply",
+    ChatMode.CONDENSE_PLUS_CONTEXT: "it puts the retrieved nodes' text into the LLM's "
+    "prompt, around the DP mechanism",
+    ChatMode.BEST: "it means condense_plus_context, which puts the retrieved nodes' text into "
+    "the LLM's prompt, around the DP mechanism",
+    ChatMode.REACT: "an agent is yours to build: QueryEngineTool.from_defaults(engine) gives "
+    "it this engine as a tool, each call one DP query charged to the budget",
+    ChatMode.OPENAI: "an agent is yours to build: QueryEngineTool.from_defaults(engine) gives "
+    "it this engine as a tool, each call one DP query charged to the budget",
+}
+
+
+_ANOTHER = "it does not answer each turn with one DP query of this engine"
 
 
 class EngineOptions(TypedDict, total=False):
     """The options :meth:`DPQueryEngine.from_index` and ``from_retriever`` share.
 
-    ``unit_key``, ``score_direction``, ``score_range`` and ``metadata_mode``
-    say how nodes become scored documents (:mod:`llamaindex_dprag.sources`);
-    the others are :class:`DPQueryEngine`'s.
+    ``budget``: the corpus budget (a :class:`CorpusAccountant`, e.g.
+    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5))``) each
+    query's fixed cost is charged to; required for every mechanism with a
+    per-query cost (MuRAG-style mechanisms charge their own per-unit ledger,
+    non-private baselines nothing). ``similarity_top_k``: ``None`` asks the
+    store for exactly the mechanism's ``candidates_needed()`` (any other value
+    is refused); for threshold mechanisms (MuRAG, DPICL), which get every
+    candidate above their public ``min_score()`` by a growing search, the
+    least k of each store query. ``max_question_tokens``: the longest question,
+    in tokens of the mechanism's model. ``streaming=True``: a
+    ``StreamingResponse`` yielding text as the mechanism releases it (its
+    metadata filled in when the stream ends). ``source_ids=True``: the
+    retrieved node ids as ``source_nodes`` (not covered by the guarantee).
+    ``rng``: a seed or generator for tests only (one generator, made once).
+    ``text_qa_template``: your app's prompt (``{context_str}``,
+    ``{query_str}``) for the mechanism's per-document prompts
+    (:mod:`llamaindex_dprag.prompts`). ``callback_manager``: default
+    ``Settings.callback_manager``. ``public_fallback=True``: an empty DP answer
+    is answered by the mechanism's model on the question alone, marked
+    ``metadata["details"]["public_fallback"]`` (:mod:`dprag_core.fallback`).
+    How nodes become scored documents (:mod:`llamaindex_dprag.sources`):
+    ``exact_search=True`` (declares a vector store dprag does not know exact;
+    never overrides what dprag knows), ``score_direction`` (``"distance"``
+    for stores that return distances: negated, so higher = more relevant),
+    ``score_range`` (the public range of
+    the store's scores, e.g. ``(-1, 1)`` for
+    :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`; scores are
+    clipped into it), ``unit_key`` (the metadata key naming the privacy unit;
+    default: the node's source document), ``metadata_mode``.
 
     >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
     >>> "text_qa_template" in EngineOptions.__annotations__
@@ -118,8 +174,9 @@ class EngineOptions(TypedDict, total=False):
     budget: CorpusAccountant | None
     similarity_top_k: int | None
     max_question_tokens: int
-    score_direction: str
+    score_direction: str | None
     score_range: tuple[float, float] | None
+    exact_search: bool
     unit_key: str | None
     metadata_mode: MetadataMode
     streaming: bool
@@ -147,37 +204,38 @@ def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
     }
 
 
-def _private(stage: str, where: str, fn: Callable[[], _T]) -> _T:
-    with private_section():
-        return guarded(stage, where, fn)
+class _Hooks(RunHooks):
+    """One query's wrapping: retrieval and the mechanism in a private section; ids on opt-in."""
+
+    def __init__(self, source_ids: bool) -> None:
+        self.source_ids = source_ids
+        self.ids: list[str] = []
+
+    def retrieving(self, fn: Callable[[], _T]) -> _T:
+        with private_section():
+            return fn()
+
+    def retrieved(self, docs: Sequence[ScoredDocument]) -> None:
+        if self.source_ids:
+            self.ids = [d.id for d in docs if not d.is_padding]
+
+    def generating(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        with private_section():
+            return fn(*args, **kwargs)
+
+    def source_nodes(self) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=i, text="")) for i in self.ids]
 
 
 class DPQueryEngine(CustomQueryEngine):
     """Answer questions over a private index with a dprag mechanism.
 
-    Build it with :meth:`from_index` or :meth:`from_retriever` (options:
-    :class:`EngineOptions`). ``budget`` (a :class:`CorpusAccountant`, e.g.
-    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5))``) is the
-    corpus-level allowance each query's fixed cost is charged against; it is
-    required for every mechanism with a per-query cost
-    (:func:`~dprag_core.pipeline.require_accountant`), while MuRAG-style
-    mechanisms charge their own per-unit ledger and non-private baselines need
-    none. ``max_question_tokens`` bounds the question's length
-    (:func:`~dprag_core.pipeline.check_query`). ``streaming=True`` returns a
-    ``StreamingResponse`` that yields text as the mechanism releases it (token
-    by token for DPSparseVote); its metadata is filled in when the stream ends.
-    ``text_qa_template``: your app's LlamaIndex prompt (``{context_str}``,
-    ``{query_str}``), used for the mechanism's per-document prompts
-    (:mod:`llamaindex_dprag.prompts`; the engine then holds a copy of the
-    mechanism). ``callback_manager``: default ``Settings.callback_manager``.
-    ``public_fallback=True`` answers a query whose DP answer released nothing
-    with the mechanism's model on the question alone, marked
-    ``metadata["details"]["public_fallback"]`` (no extra privacy cost:
-    :mod:`dprag_core.fallback`). ``rng``: a seed or generator for tests only
-    (one generator is made once and reused; default: OS entropy per query).
+    Build it with :meth:`from_index` or :meth:`from_retriever`; its options
+    are :class:`EngineOptions` (a misspelt one is a ``TypeError`` naming the
+    nearest). The query id: module docstring.
 
     >>> # engine = DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
-    >>> # print(engine.query("Which treatment did Alice receive?"))
+    >>> # print(engine.query(DPQueryBundle("Which treatment did Alice get?", query_id="r-42")))
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -190,9 +248,9 @@ class DPQueryEngine(CustomQueryEngine):
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
 
     _source: CandidateSource = PrivateAttr()
-    _rng: Any = PrivateAttr(default=None)
-    _fallback: NonRAG | None = PrivateAttr(default=None)
+    _run: QueryRun = PrivateAttr()
 
+    @strict_init
     def __init__(
         self,
         *,
@@ -208,7 +266,6 @@ class DPQueryEngine(CustomQueryEngine):
         text_qa_template: Any = None,
         public_fallback: bool | NonRAG = False,
     ) -> None:
-        check_mechanism(mechanism)
         if not callable(getattr(source, "bind", None)):
             raise TypeError("source must have bind(question) -> retriever")
         if callback_manager is not None and not isinstance(callback_manager, CallbackManager):
@@ -216,40 +273,43 @@ class DPQueryEngine(CustomQueryEngine):
                 f"callback_manager must be a LlamaIndex CallbackManager, "
                 f"got {type(callback_manager).__name__}"
             )
-        check_source(mechanism, source, qualifying=LLAMAINDEX_SOURCES)  # min_score in .scale
-        needed = mechanism.candidates_needed()
-        if similarity_top_k is not None:
-            similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
-            if needed is not None and similarity_top_k != needed:
-                raise ValueError(
-                    f"similarity_top_k must be None or {needed} (what {mechanism.name} "
-                    f"needs: its analysis assumes exactly that many), got {similarity_top_k}"
-                )
-        if text_qa_template is not None:
+        if text_qa_template is not None and isinstance(mechanism, Mechanism):
             mechanism = with_context_template(mechanism, context_template(text_qa_template))
+        run = QueryRun(
+            mechanism,
+            source,
+            qualifying=LLAMAINDEX_SOURCES,  # and the min_score in the source's .scale
+            accountant=budget,
+            max_question_tokens=max_question_tokens,
+            public_fallback=public_fallback,
+            parameter="budget",
+            rng=rng,
+        )
         fields: dict[str, Any] = {
-            "mechanism": mechanism,
-            "accountant": require_accountant(mechanism, budget, parameter="budget"),
+            "mechanism": run.mechanism,
+            "accountant": run.accountant,
             "streaming": strict_bool("streaming", streaming),
             "source_ids": strict_bool("source_ids", source_ids),
-            "similarity_top_k": similarity_top_k,
-            "max_question_tokens": positive_int("max_question_tokens", max_question_tokens),
+            "similarity_top_k": _first_k(similarity_top_k, run.mechanism),
+            "max_question_tokens": run.max_question_tokens,
             "callback_manager": callback_manager or Settings.callback_manager,
         }
-        fallback = check_public_fallback(public_fallback, mechanism)
         super().__init__(**fields)
-        self._source = source
-        self._rng = None if rng is None else make_rng(rng)
-        self._fallback = fallback
+        self._source, self._run = source, run
 
     @classmethod
     def _over(
-        cls, make_source: Callable[..., CandidateSource], mechanism: Mechanism, options: Any
+        cls,
+        how: str,
+        make_source: Callable[..., CandidateSource],
+        mechanism: Mechanism,
+        options: dict[str, Any],
+        *named: str,
     ) -> DPQueryEngine:
-        """The one construction path: the source from the conversion options, then the engine."""
-        engine_options = dict(options)
-        conversion = {k: engine_options.pop(k) for k in _CONVERSION if k in engine_options}
-        return cls(mechanism=mechanism, source=make_source(**conversion), **engine_options)
+        """The one construction path: options checked, the source, then the engine."""
+        check_keywords(f"DPQueryEngine.{how}", options, [*EngineOptions.__annotations__, *named])
+        conversion = {k: options.pop(k) for k in _CONVERSION if k in options}
+        return cls(mechanism=mechanism, source=make_source(**conversion), **options)
 
     @classmethod
     def from_index(
@@ -264,18 +324,8 @@ class DPQueryEngine(CustomQueryEngine):
         """A DP query engine over a ``VectorStoreIndex`` (its store queried directly).
 
         The one-line switch from LlamaIndex's tutorial: ``index.as_query_engine()``
-        becomes ``DPQueryEngine.from_index(index, mechanism=..., budget=...)``.
-        ``similarity_top_k``: ``None`` asks the store for exactly the mechanism's
-        ``candidates_needed()`` (any other value is refused); for threshold
-        mechanisms (MuRAG, DPICL), which get every candidate above their public
-        ``min_score()`` by a growing search, it is the least k of each store query.
-        ``score_direction``: ``"distance"`` for stores that return distances
-        (negated, so higher = more relevant). ``score_range``: the public range
-        of the store's scores (e.g. ``(-1, 1)`` for
-        :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`); scores are
-        clipped into it. ``unit_key``: metadata key naming the privacy unit
-        (default: the node's source document). The other options:
-        :class:`DPQueryEngine`.
+        becomes ``DPQueryEngine.from_index(index, mechanism=..., budget=...)``
+        (``options``: :class:`EngineOptions`).
 
         >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
         """
@@ -283,7 +333,8 @@ class DPQueryEngine(CustomQueryEngine):
         def source(**conversion: Any) -> CandidateSource:
             return IndexSource(index, embed_model=embed_model, filters=filters, **conversion)
 
-        return cls._over(source, mechanism, options)
+        named = ("mechanism", "embed_model", "filters")
+        return cls._over("from_index", source, mechanism, dict(options), *named)
 
     @classmethod
     def from_retriever(
@@ -297,13 +348,16 @@ class DPQueryEngine(CustomQueryEngine):
         """A DP query engine over a LlamaIndex retriever.
 
         A ``VectorIndexRetriever`` is replaced by a direct query of its index's
-        store with its filters and mode (so exactly ``candidates_needed()`` come
-        back, and nothing is logged). Any other ``BaseRetriever`` returns one
-        list whatever the mechanism needs, so it is refused unless
-        ``returns_everything=True``: your promise that ``retrieve`` returns its
-        whole ranking (or every node above the mechanism's ``min_score``), best
-        first. It is then called once per question inside a private section.
-        The options are :meth:`from_index`'s.
+        store with its filters and mode. Its ``similarity_top_k`` is not the
+        count: a top-n mechanism retrieves exactly its ``candidates_needed()``
+        (a ``similarity_top_k`` you chose that differs is overridden, with a
+        ``UserWarning`` saying so); for a threshold mechanism it is the least k
+        of each store query.
+        Any other ``BaseRetriever`` returns one list whatever the mechanism
+        needs, so it is refused unless ``returns_everything=True``: your promise
+        that ``retrieve`` returns its whole ranking (or every node above the
+        mechanism's ``min_score``), best first. It is then called once per
+        question inside a private section. The options are :meth:`from_index`'s.
 
         >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech, budget=budget)
         """
@@ -316,11 +370,17 @@ class DPQueryEngine(CustomQueryEngine):
                 return IndexSource.from_vector_retriever(retriever, **conversion)
             return RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
 
-        return cls._over(source, mechanism, options)
+        given = dict(options)
+        if isinstance(retriever, VectorIndexRetriever) and isinstance(mechanism, Mechanism):
+            given.setdefault("similarity_top_k", _retriever_k(retriever, mechanism))
+        named = ("mechanism", "returns_everything")
+        return cls._over("from_retriever", source, mechanism, given, *named)
 
+    @strict_keywords
     def as_chat_engine(
         self,
         *,
+        chat_mode: ChatMode | str = ChatMode.CONDENSE_QUESTION,
         llm: LLM | None = None,
         chat_history: list[ChatMessage] | None = None,
         condense_question_prompt: Any = None,
@@ -332,10 +392,13 @@ class DPQueryEngine(CustomQueryEngine):
         history and the new message into one standalone question; this engine
         answers it (charged like any query). The history holds only your
         users' messages and the released DP answers, so the condensing LLM,
-        its callbacks and its token usage see nothing private.
+        its callbacks and its token usage see nothing private. That is the
+        one private ``chat_mode`` (:data:`PRIVATE_CHAT_MODES`); every other
+        mode is refused, saying why.
 
         >>> # engine.as_chat_engine(llm=Settings.llm).chat("And her dosage?")
         """
+        _check_chat_mode(chat_mode)
         public = llm if llm is not None else Settings.llm
         if not isinstance(public, LLM):
             raise TypeError(f"llm must be a LlamaIndex LLM, got {type(public).__name__}")
@@ -347,7 +410,7 @@ class DPQueryEngine(CustomQueryEngine):
             verbose=verbose,
         )
 
-    # -- the query path: validate, charge, retrieve, answer -------------------
+    # -- one query: the core's run, translated --------------------------------
 
     def _retriever(self, question: str) -> Retriever:
         bound = self._source.bind(question)
@@ -357,53 +420,21 @@ class DPQueryEngine(CustomQueryEngine):
         wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
         return wider if self._source.honours_k else lambda q, k: wider(q, k)
 
-    def _prepare(self, query_str: str) -> str:
-        question = check_query(
-            self.mechanism, query_str, max_question_tokens=self.max_question_tokens
-        )
-        charge_query(self.mechanism, self.accountant)
-        return question
-
-    def _retrieve(self, question: str) -> list[ScoredDocument]:
-        retriever = self._retriever(question)
-        return _private(
-            "retrieval",
-            self.mechanism.name,
-            lambda: retrieve_for(self.mechanism, retriever, question),
-        )
-
-    def _source_nodes(self, docs: Sequence[ScoredDocument]) -> list[NodeWithScore]:
-        if not self.source_ids:
-            return []
-        return [NodeWithScore(node=TextNode(id_=d.id, text="")) for d in docs if not d.is_padding]
-
-    # below the guard in _run: the only frames that hold documents
-    def _private_answer(self, question: str) -> tuple[DPAnswer, list[NodeWithScore]]:
-        docs = self._retrieve(question)
-        with private_section():
-            answer = self.mechanism.answer(question, docs, rng=self._rng)
-            answer = fallback_answer(answer, self._fallback, question)
-        return answer, self._source_nodes(docs)
-
-    def _private_stream(self, question: str) -> tuple[Iterator[Any], list[NodeWithScore]]:
-        docs = self._retrieve(question)
-        items = self.mechanism.stream(question, docs, rng=self._rng)
-        return fallback_stream(items, self._fallback, question), self._source_nodes(docs)
-
-    def _run(self, query_str: str) -> Response | StreamingResponse:
-        question = self._prepare(query_str)
-        name = self.mechanism.name
+    def _respond(self, query_str: str, query_id: str | None) -> Response | StreamingResponse:
+        query = self._run.start(query_str, accountant=self.accountant, query_id=query_id)
         dispatcher.event(DPQueryStartEvent(**start_payload(self.mechanism)))
+        hooks, retriever = _Hooks(self.source_ids), self._retriever(query.question)
         if self.streaming:
-            items, nodes = guarded("generation", name, lambda: self._private_stream(question))
-            metadata: dict[str, Any] = {"mechanism": name}
-            return DPStreamingResponse(
-                response_gen=_chunks(name, items, metadata), source_nodes=nodes, metadata=metadata
-            )
-        answer, nodes = guarded("generation", name, lambda: self._private_answer(question))
+            metadata: dict[str, Any] = {"mechanism": self.mechanism.name}
+            chunks = _chunks(self._run.stream(query, retriever, hooks), metadata)
+            nodes = hooks.source_nodes()
+            return DPStreamingResponse(response_gen=chunks, source_nodes=nodes, metadata=metadata)
+        answer = self._run.answer(query, retriever, hooks)
         dispatcher.event(DPQueryEndEvent(**end_payload(answer)))
         return DPResponse(
-            response=answer.text, source_nodes=nodes, metadata=answer_metadata(answer)
+            response=answer.text,
+            source_nodes=hooks.source_nodes(),
+            metadata=answer_metadata(answer),
         )
 
     # BaseQueryEngine's entry points (QueryStartEvent / QueryEndEvent, the trace),
@@ -412,38 +443,25 @@ class DPQueryEngine(CustomQueryEngine):
     aquery = BaseQueryEngine.aquery
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        """One ``QUERY`` callback event (question, DP response) around :meth:`custom_query`."""
-        payload: dict[str, Any] = {EventPayload.QUERY_STR: query_bundle.query_str}
-        with self.callback_manager.event(CBEventType.QUERY, payload=payload) as event:
-            response = self.custom_query(query_bundle.query_str)
-            event.on_end(payload={EventPayload.RESPONSE: response})
-        return response
+        """One ``QUERY`` callback event (question, DP response) around the query."""
+        with _reported(self.callback_manager, query_bundle) as report:
+            return report(self._respond(query_bundle.query_str, query_id_of(query_bundle)))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        """Async :meth:`_query`."""
-        payload: dict[str, Any] = {EventPayload.QUERY_STR: query_bundle.query_str}
-        with self.callback_manager.event(CBEventType.QUERY, payload=payload) as event:
-            response = await self.acustom_query(query_bundle.query_str)
-            event.on_end(payload={EventPayload.RESPONSE: response})
-        return response
+        """Async :meth:`_query` (a streaming engine's response is an ``AsyncStreamingResponse``)."""
+        with _reported(self.callback_manager, query_bundle) as report:
+            return report(await self._arespond(query_bundle.query_str, query_id_of(query_bundle)))
+
+    async def _arespond(self, query_str: str, query_id: str | None) -> RESPONSE_TYPE:
+        return _in_async(await asyncio.to_thread(self._respond, query_str, query_id))
 
     def custom_query(self, query_str: str) -> Response | StreamingResponse:
         """Answer one question (``Response``, or ``StreamingResponse`` when streaming)."""
-        return self._run(query_str)
+        return self._respond(query_str, None)
 
-    async def acustom_query(self, query_str: str) -> Response | AsyncStreamingResponse:
-        """Async :meth:`custom_query`: the work runs in a worker thread.
-
-        Streaming engines return an ``AsyncStreamingResponse``.
-        """
-        result = await asyncio.to_thread(self._run, query_str)
-        if isinstance(result, StreamingResponse):
-            return DPAsyncStreamingResponse(
-                response_gen=_async_chunks(result.response_gen),
-                source_nodes=result.source_nodes,
-                metadata=result.metadata,
-            )
-        return result
+    async def acustom_query(self, query_str: str) -> RESPONSE_TYPE:
+        """Async :meth:`custom_query`: the work runs in a worker thread."""
+        return await self._arespond(query_str, None)
 
     def __repr__(self) -> str:
         return (
@@ -452,21 +470,93 @@ class DPQueryEngine(CustomQueryEngine):
         )
 
 
-def _chunks(
-    name: str, items: Iterator[Any], metadata: dict[str, Any]
-) -> Generator[str, None, None]:
-    # ``items`` (the mechanism's generator) holds the documents; a failure closes it
-    while (item := _private("generation", name, lambda: next(items, _END))) is not _END:
-        if isinstance(item, DPAnswer):
-            metadata.update(answer_metadata(item))
-            dispatcher.event(DPQueryEndEvent(**end_payload(item)))
-        elif item:
-            yield str(item)
+def _first_k(similarity_top_k: int | None, mechanism: Mechanism) -> int | None:
+    """``similarity_top_k``, checked: a top-n mechanism takes exactly its own count."""
+    if similarity_top_k is None:
+        return None
+    k = positive_int("similarity_top_k", similarity_top_k)
+    needed = mechanism.candidates_needed()
+    if needed is not None and k != needed:
+        raise ValueError(
+            f"similarity_top_k must be None or {needed} (what {mechanism.name} "
+            f"needs: its analysis assumes exactly that many), got {k}"
+        )
+    return k
+
+
+def _retriever_k(retriever: Any, mechanism: Mechanism) -> int | None:
+    """What a ``VectorIndexRetriever``'s ``similarity_top_k`` becomes (``from_retriever``)."""
+    k = int(retriever.similarity_top_k)
+    needed = mechanism.candidates_needed()
+    if needed is None:
+        return k  # a threshold mechanism: the least k of each store query
+    if k not in (needed, DEFAULT_SIMILARITY_TOP_K):  # a count the user chose: say it is not used
+        warnings.warn(
+            f"DPQueryEngine.from_retriever: the retriever's similarity_top_k={k} is "
+            f"overridden: {mechanism.name} retrieves exactly its candidates_needed()={needed} "
+            f"(build the retriever with similarity_top_k={needed} to silence this)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return None
+
+
+def _check_chat_mode(chat_mode: object) -> None:
+    try:
+        mode = ChatMode(chat_mode)
+    except ValueError:
+        modes = ", ".join(repr(m.value) for m in ChatMode)
+        raise ValueError(f"chat_mode must be one of {modes}, got {chat_mode!r}") from None
+    if mode not in PRIVATE_CHAT_MODES:
+        private = PRIVATE_CHAT_MODES[ChatMode.CONDENSE_QUESTION]
+        raise ValueError(
+            f"chat_mode={mode.value!r} is not available on a DP query engine: "
+            f"{_NOT_PRIVATE.get(mode, _ANOTHER)}. The private mode is 'condense_question' "
+            f"(the default): {private}"
+        )
+
+
+@contextmanager
+def _reported(
+    callbacks: CallbackManager, bundle: QueryBundle
+) -> Iterator[Callable[[RESPONSE_TYPE], RESPONSE_TYPE]]:
+    """A ``QUERY`` callback event: the question now, the response it is given at the end."""
+    payload: dict[str, Any] = {EventPayload.QUERY_STR: bundle.query_str}
+    with callbacks.event(CBEventType.QUERY, payload=payload) as event:
+
+        def report(response: RESPONSE_TYPE) -> RESPONSE_TYPE:
+            event.on_end(payload={EventPayload.RESPONSE: response})
+            return response
+
+        yield report
+
+
+def _chunks(released: Released, metadata: dict[str, Any]) -> Generator[str, None, None]:
+    try:
+        for item in released:
+            if isinstance(item, DPAnswer):
+                metadata.update(answer_metadata(item))
+                dispatcher.event(DPQueryEndEvent(**end_payload(item)))
+            elif item:
+                yield str(item)
+    finally:  # closed, the mechanism's paused generator drops its frame (the documents)
+        released.close()
+
+
+def _in_async(result: Response | StreamingResponse) -> Response | AsyncStreamingResponse:
+    if not isinstance(result, StreamingResponse):
+        return result
+    return DPAsyncStreamingResponse(
+        response_gen=_async_chunks(result.response_gen),
+        source_nodes=result.source_nodes,
+        metadata=result.metadata,
+    )
 
 
 async def _async_chunks(chunks: Generator[str, None, None]) -> AsyncGenerator[str, None]:
+    end = object()
     while True:
-        item = await asyncio.to_thread(next, chunks, _END)
-        if item is _END:
+        item = await asyncio.to_thread(next, chunks, end)
+        if item is end:
             return
         yield str(item)

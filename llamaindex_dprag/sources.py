@@ -17,18 +17,23 @@ sends elsewhere by itself is outside dprag's reach; prefer an index.
 
 Which relation each source keeps (the argument behind ``DPQueryEngine``'s claims):
 
-- :class:`IndexSource` asks the store for its top-k in ``DEFAULT`` mode (a
-  score per (query, node) pair), completes tie groups at the cut and orders
-  ties by id (:func:`~dprag_core.retrieval.ties.tie_complete`): the first k of
-  one fixed ranking, so it honours k. One added unit is inserted into that
+- :class:`IndexSource` reads the index's vector store through the store table
+  (:mod:`llamaindex_dprag.stores`: what its similarities are, how to query it
+  exactly; a store whose scores or exactness cannot be established, and was not
+  declared, or that is known to be approximate, is refused when built), asks it
+  for its exact top-k in ``DEFAULT`` mode (a score per (query, node) pair),
+  completes tie groups at the cut and orders ties by id
+  (:func:`~dprag_core.retrieval.ties.tie_complete`): the first k of one fixed
+  ranking, so it honours k. One added unit is inserted into that
   ranking: the first n distinct units change by one substitution, and the query
   enlarged until the last score falls to a threshold returns every node above
   it. Other query modes are refused when the source is built: MMR, SVM and
   regression modes rank a node by the *other* nodes, text search and hybrid
   modes score with corpus statistics (IDF, min-max fusion) that one added
-  document changes for every node. A store that says it returns distances
-  (FAISS ``IndexFlatL2``) must be declared ``score_direction="distance"``, and a
-  similarity store (inner product, ``SimpleVectorStore``) must not be.
+  document changes for every node. A store that returns distances (FAISS
+  ``IndexFlatL2``, Chroma, Qdrant's Euclid) must be declared
+  ``score_direction="distance"``, and a similarity store (inner product,
+  ``SimpleVectorStore``) must not be.
 - :class:`RetrieverSource` returns one fixed list, whatever k: it can cap,
   re-rank or drop nodes unseen. It qualifies only with ``returns_everything=True``,
   the user's promise that ``retrieve`` returns its whole ranking (or at least
@@ -54,8 +59,16 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.retrieval.scores import METRICS, ScoreScale
+from dprag_core.retrieval.stores import (
+    describe_metric,
+    exactness,
+    refusal,
+    require_declarations,
+)
 from dprag_core.retrieval.ties import tie_complete
+from dprag_core.validation import strict_bool
+from llamaindex_dprag.stores import SUPPORTED_STORES, Query, StoreReading, read_vector_store
 from llamaindex_dprag.units import (
     ScoreDirection,
     check_direction,
@@ -74,35 +87,56 @@ __all__ = [
 
 LLAMAINDEX_SOURCES = (
     "DPQueryEngine.from_index(index) or from_retriever(VectorIndexRetriever) in the default "
-    "query mode (the index's vector store, queried directly, honours k), or "
+    "query mode (the index's vector store, queried exactly and directly, honours k), or "
     "from_retriever(retriever, returns_everything=True) (your promise that "
     "retriever.retrieve returns its whole ranking, or at least every node above the "
     "mechanism's min_score, best first)"
 )
 
 
-def store_metric(vector_store: Any) -> str | None:
-    """``"distance"`` or ``"similarity"`` where the store says what its scores are, else None.
+_EXACT_FIX = (
+    "pass exact_search=True (your promise that the vector store's query returns the exact "
+    "top k of one ranking, best first)"
+)
 
-    FAISS stores: from the index's metric (``METRIC_L2`` = distance, inner
-    product = similarity); ``SimpleVectorStore``: cosine similarity.
+
+def store_metric(vector_store: Any) -> str | None:
+    """``"distance"`` or ``"similarity"`` where the store table establishes it, else None.
 
     >>> from llama_index.core.vector_stores import SimpleVectorStore
     >>> store_metric(SimpleVectorStore()), store_metric(object())
     ('similarity', None)
     """
-    from llama_index.core.vector_stores import SimpleVectorStore
+    metric = read_vector_store(vector_store).facts.metric
+    return None if metric is None else METRICS[metric].direction
 
-    if isinstance(vector_store, SimpleVectorStore):
-        return "similarity"
-    metric = getattr(getattr(vector_store, "_faiss_index", None), "metric_type", None)
-    if metric is None:
-        return None
-    import faiss
 
-    if metric == faiss.METRIC_L2:
-        return "distance"
-    return "similarity" if metric == faiss.METRIC_INNER_PRODUCT else None
+def _direction(reading: StoreReading, given: str | None) -> str:
+    """The score direction: the store's, checked against ``given`` (the user's declaration)."""
+    facts = reading.facts
+    if facts.metric is None:
+        if given is None:
+            raise refusal(
+                facts.store,
+                "dprag cannot establish what its similarities are (a similarity or a "
+                f"distance): it reads {SUPPORTED_STORES}",
+                "pass score_direction='similarity' or 'distance' (and score_range=(low, high))",
+            )
+        return given
+    detected = METRICS[facts.metric].direction
+    if given is None and detected == "similarity":
+        return detected
+    if given != detected:
+        unit = METRICS[facts.metric].unit_range
+        fix = f"score_direction={detected!r}"
+        if unit is not None and detected == "distance":
+            fix += f" (with score_range={unit} on unit-norm embeddings)"
+        read = "read as similarities by default" if given is None else f"score_direction={given!r}"
+        raise ValueError(
+            f"{facts.store} returns {detected} scores ({describe_metric(facts.metric)}), "
+            f"but {read}. Fix: {fix}"
+        )
+    return detected
 
 
 class CandidateSource(Protocol):
@@ -132,14 +166,14 @@ class _Conversion:
         self,
         *,
         unit_key: str | None,
-        score_direction: str,
+        score_direction: str | None,
         score_range: tuple[float, float] | None,
         metadata_mode: MetadataMode,
     ) -> None:
         if unit_key is not None and not isinstance(unit_key, str):
             raise TypeError(f"unit_key must be a str or None, got {type(unit_key).__name__}")
         self.unit_key = unit_key
-        self.score_direction: ScoreDirection = check_direction(score_direction)
+        self.score_direction: ScoreDirection = check_direction(score_direction or "similarity")
         self.score_range = check_score_range(score_range)
         self.metadata_mode = MetadataMode(metadata_mode)
 
@@ -163,7 +197,12 @@ class IndexSource(_Conversion):
 
     ``filters``, ``node_ids``, ``doc_ids``, ``query_mode``, ``alpha`` and
     ``vector_store_kwargs`` are passed to the store as a ``VectorIndexRetriever``
-    would. ``embed_model`` defaults to the index's.
+    would. ``embed_model`` defaults to the index's. The store is read through
+    the store table (:mod:`llamaindex_dprag.stores`): ``score_direction``
+    (``None``: ``"similarity"``, which a distance store refuses) is checked
+    against what it returns; ``exact_search=True`` is your promise for a store
+    the table does not know (it never overrides what dprag knows). ``exact``
+    says how its results are exact.
 
     >>> # IndexSource(index, score_range=(-1, 1)).bind("question")("question", 5)
     """
@@ -174,7 +213,7 @@ class IndexSource(_Conversion):
         *,
         embed_model: Any = None,
         unit_key: str | None = None,
-        score_direction: str = "similarity",
+        score_direction: str | None = None,
         score_range: tuple[float, float] | None = None,
         metadata_mode: MetadataMode = MetadataMode.LLM,
         filters: Any = None,
@@ -183,22 +222,39 @@ class IndexSource(_Conversion):
         query_mode: VectorStoreQueryMode | str = VectorStoreQueryMode.DEFAULT,
         alpha: float | None = None,
         vector_store_kwargs: Mapping[str, Any] | None = None,
+        exact_search: bool = False,
     ) -> None:
-        super().__init__(
-            unit_key=unit_key,
-            score_direction=score_direction,
-            score_range=score_range,
-            metadata_mode=metadata_mode,
-        )
         for attr in ("vector_store", "docstore", "index_struct"):
             if not hasattr(index, attr):
                 raise TypeError(f"index must be a VectorStoreIndex, got {type(index).__name__}")
+        exact_search = strict_bool("exact_search", exact_search)
+        if score_direction is not None:
+            check_direction(score_direction)
+        self.reading = read_vector_store(index.vector_store)
+        facts = self.reading.facts
+        require_declarations(
+            facts,
+            scores=score_direction is not None,
+            exact=exact_search,
+            supported=SUPPORTED_STORES,
+            fix="declare both: score_direction='similarity' or 'distance' (with "
+            "score_range=(low, high)) and exact_search=True (your promise that its "
+            "query returns the exact top k of one ranking, best first)",
+        )
+        self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
+        super().__init__(
+            unit_key=unit_key,
+            score_direction=_direction(self.reading, score_direction),
+            score_range=score_range,
+            metadata_mode=metadata_mode,
+        )
         self.index = index
-        detected = store_metric(index.vector_store)
-        if detected is not None and detected != self.score_direction:
-            raise ValueError(
-                f"{type(index.vector_store).__name__} returns {detected} scores, but "
-                f"score_direction={self.score_direction!r}: pass score_direction={detected!r}"
+        if filters is not None and not self.reading.filters:
+            raise refusal(
+                facts.store,
+                "its query does not apply metadata filters (it raises on them)",
+                "drop filters=, or use a store that filters (SimpleVectorStore, Chroma, "
+                "PGVector, Qdrant)",
             )
         if VectorStoreQueryMode(query_mode) != VectorStoreQueryMode.DEFAULT:
             raise ValueError(
@@ -249,26 +305,32 @@ class IndexSource(_Conversion):
     def bind(self, question: str) -> Retriever:
         """A retriever for ``question``; the question is embedded once, on first call."""
         embedding: list[list[float] | None] = []
+        query = self.reading.querier()  # one per question: a full-scan store ranks once
 
-        def retrieve(query: str, k: int) -> list[ScoredDocument]:
+        def retrieve(text: str, k: int) -> list[ScoredDocument]:
             if not embedding:
                 needs = self._needs_embedding()
-                embedding.append(self.embed_model.get_query_embedding(query) if needs else None)
-            return self.search(query, embedding[0], k)
+                embedding.append(self.embed_model.get_query_embedding(text) if needs else None)
+            return self.search(text, embedding[0], k, query=query)
 
         return HonoursK(retrieve)
 
-    def search(self, question: str, embedding: list[float] | None, k: int) -> list[ScoredDocument]:
-        """The first ``k`` of the store's ranking for ``question`` (already embedded)."""
+    def search(
+        self, question: str, embedding: list[float] | None, k: int, *, query: Query | None = None
+    ) -> list[ScoredDocument]:
+        """The first ``k`` of the store's exact ranking for ``question`` (already embedded)."""
+        run = self.reading.querier() if query is None else query
         pairs = tie_complete(
-            lambda n: self._query(question, embedding, n),
+            lambda n: self._query(run, question, embedding, n),
             k,
             score=lambda pair: pair.score if pair.score is not None else math.nan,
             ident=lambda pair: pair.node.node_id,
         )
         return self.convert(pairs)
 
-    def _query(self, question: str, embedding: list[float] | None, k: int) -> list[NodeWithScore]:
+    def _query(
+        self, run: Query, question: str, embedding: list[float] | None, k: int
+    ) -> list[NodeWithScore]:
         query = VectorStoreQuery(
             query_embedding=embedding,
             similarity_top_k=k,
@@ -279,7 +341,7 @@ class IndexSource(_Conversion):
             alpha=self.alpha,
             filters=self.filters,
         )
-        result = self.index.vector_store.query(query, **self.vector_store_kwargs)
+        result = run(query, **self.vector_store_kwargs)
         if result.similarities is None:
             raise ValueError("the vector store returned no scores; DP retrieval needs them")
         nodes = self._nodes(result)
@@ -320,11 +382,17 @@ class RetrieverSource(_Conversion):
         retriever: BaseRetriever,
         *,
         unit_key: str | None = None,
-        score_direction: str = "similarity",
+        score_direction: str | None = None,
         score_range: tuple[float, float] | None = None,
         metadata_mode: MetadataMode = MetadataMode.LLM,
         returns_everything: bool = False,
+        exact_search: bool = False,
     ) -> None:
+        if strict_bool("exact_search", exact_search):
+            raise ValueError(
+                "exact_search=True declares a vector store's query exact; for a retriever, "
+                "pass returns_everything=True"
+            )
         super().__init__(
             unit_key=unit_key,
             score_direction=score_direction,

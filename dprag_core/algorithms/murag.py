@@ -55,7 +55,6 @@ before any work.
 from __future__ import annotations
 
 import math
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -65,6 +64,7 @@ from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_questi
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.query_ids import current_query_id, new_query_id
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter
@@ -175,10 +175,16 @@ class _Individual(MechanismWrapper):
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        """Charge the ledger first, then stream ``inner``'s text and the wrapped DPAnswer."""
+        """Charge the ledger first, then stream ``inner``'s text and the wrapped DPAnswer.
+
+        The ledger charges are recorded under the id of the query run this
+        runs in (:func:`~dprag_core.query_ids.current_query_id`: the caller's
+        ``query_id``, so a retry after ``LedgerOutcomeUnknown`` is charged
+        once), or a fresh id when called directly.
+        """
         check_question(question)
         gen = make_rng(rng)
-        query_id = uuid.uuid4().hex
+        query_id = current_query_id() or new_query_id()
         top_k, extra = self._select(query_id, docs, gen)
         for item in self.inner.stream(question, top_k, rng=gen):
             yield self._wrap(item, query_id, extra) if isinstance(item, DPAnswer) else item

@@ -7,6 +7,17 @@
 True
 >>> admit("b", "", float("nan"), "u", slot=3).is_padding  # unusable: a placeholder
 True
+
+**The one placeholder policy.** Documents are built *after* a query was
+charged, from whatever the store returned, so nothing about one document may
+make the query fail: an exception there would reveal that document's presence
+with certainty and block the service. :func:`admit` (one document) and
+:func:`clean_documents` (a retriever's whole answer) are the only places that
+decide what to do with a defective document, for the core and both adapters
+alike: a document whose id or privacy unit breaks the stores' id policy, whose
+score is missing or not finite, or whose id uses the reserved padding prefix,
+becomes a placeholder that keeps its rank slot; a lone surrogate in a text
+becomes U+FFFD.
 """
 
 from __future__ import annotations
@@ -14,14 +25,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any
 
 from dprag_core.accounting.ledger.base import check_id
 
-__all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "stable_id"]
+__all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "clean_documents", "stable_id"]
 
 PADDING_PREFIX = "__dprag_padding__"
 
@@ -86,43 +97,79 @@ class ScoredDocument:
         return self.id.startswith(PADDING_PREFIX)
 
 
-def _ledger_id(unit: object) -> bool:
+def _valid_id(value: object) -> bool:
     try:
-        check_id("unit", unit)
+        check_id("id", value)
     except (TypeError, ValueError):
         return False
     return True
 
 
-def admit(id: object, text: str, score: object, unit: object, *, slot: int) -> ScoredDocument:
+def _clean_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # no tokenizer or model API accepts a lone surrogate
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return text
+
+
+def admit(id: object, text: object, score: object, unit: object, *, slot: int) -> ScoredDocument:
     """``ScoredDocument(id, text, score, unit)``, or a placeholder when it cannot be one.
 
-    Adapters build documents *after* the query was charged, from whatever the
-    store returned, so an exception there would depend on the private data.
-    Instead a document whose id is missing or uses the reserved padding prefix,
-    whose score is missing or not a finite number, or whose privacy unit is
-    missing (``unit=None``) or not a valid ledger id (blank, a NUL, too long:
+    The one placeholder policy (module docstring): a document whose id is not
+    a valid store id or uses the reserved padding prefix, whose text is not a
+    string, whose score is missing or not a finite number, or whose privacy
+    unit is missing (``unit=None``) or not a valid store id (blank, a NUL, a
+    lone surrogate, over 1024 UTF-8 bytes:
     :func:`~dprag_core.accounting.ledger.base.check_id`, which a ledger would
-    otherwise raise mid-query) becomes ``ScoredDocument.padding(slot)``: it keeps
-    its place in the store's ranking (so "fewer than k came back" still means
-    "exhausted") but is never a candidate. Dropping such a document is a
-    function of that document alone, so the neighbouring relation is kept.
+    otherwise raise mid-query) becomes ``ScoredDocument.padding(slot)``: it
+    keeps its place in the store's ranking (so "fewer than k came back" still
+    means "exhausted") but is never a candidate. Dropping such a document is a
+    function of that document alone, so the neighbouring relation is kept. A
+    lone surrogate in the text becomes U+FFFD.
 
     >>> admit("a", "t", 0.5, None, slot=0).is_padding, admit("a", "t", 0.5, "u", slot=0).unit
     (True, 'u')
     >>> [admit("a", "t", 0.5, u, slot=0).is_padding for u in (" ", "u" + chr(0), "u" * 2000)]
     [True, True, True]
+    >>> admit("a", "x" + chr(0xD800), 0.5, "u", slot=0).text
+    'x\ufffd'
     """
     usable = (
-        isinstance(id, str)
-        and bool(id)
-        and not id.startswith(PADDING_PREFIX)
+        _valid_id(id)
+        and not str(id).startswith(PADDING_PREFIX)
+        and isinstance(text, str)
         and isinstance(score, Real)
         and not isinstance(score, bool)
         and math.isfinite(float(score))
-        and _ledger_id(unit)
+        and _valid_id(unit)
     )
     if not usable:
         return ScoredDocument.padding(slot)
-    assert isinstance(id, str) and isinstance(score, Real) and isinstance(unit, str)
-    return ScoredDocument(id=id, text=text, score=float(score), unit=unit)
+    assert isinstance(id, str) and isinstance(text, str) and isinstance(unit, str)
+    assert isinstance(score, Real)
+    return ScoredDocument(id=id, text=_clean_text(text), score=float(score), unit=unit)
+
+
+def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:
+    """A retriever's answer as the candidates a mechanism may read: :func:`admit` for each.
+
+    Retrieval runs after the charge, so what it returns must not make a query
+    fail in a data-dependent way: anything that is not a
+    :class:`ScoredDocument`, and any document :func:`admit` refuses, becomes a
+    placeholder in its rank slot; placeholders stay placeholders.
+
+    >>> docs = clean_documents([ScoredDocument("a", "x" + chr(0xD800), 0.5), "not a document",
+    ...                         ScoredDocument("b", "y", 0.4, unit="u" + chr(0))])
+    >>> [(d.text, d.is_padding) for d in docs]
+    [('x\ufffd', False), ('', True), ('', True)]
+    """
+    return [_candidate(doc, slot) for slot, doc in enumerate(docs)]
+
+
+def _candidate(doc: object, slot: int) -> ScoredDocument:
+    if not isinstance(doc, ScoredDocument):
+        return ScoredDocument.padding(slot)
+    if doc.is_padding:
+        return doc
+    return admit(doc.id, doc.text, doc.score, doc.unit, slot=slot)

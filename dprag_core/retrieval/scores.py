@@ -23,10 +23,22 @@ policy and not "NaN → low bound" or "raise":
   meaningless), and the placeholder keeps "fewer than k came back" meaning
   "the store is exhausted".
 
+**Metrics.** What a store's raw score *is* (cosine similarity, cosine
+distance, squared L2, ...) is a fact about the store, read from the store object
+by the adapters' store tables, never guessed from the scores. :data:`METRICS`
+names each kind once (its direction and its range on unit-norm vectors), and
+:data:`METRIC_SCALES` gives, per metric, the scale that turns it into a cosine
+similarity on [-1, 1] for unit-norm embeddings (e.g. ``1 - d`` for a cosine
+distance, ``1 - d/2`` for a squared L2 distance). On other embeddings the
+conversion still keeps the store's order; only the public range is then the
+user's to declare.
+
 >>> COSINE_SCALE.convert(1.5), COSINE_SCALE.convert(float("nan"))
 (1.0, nan)
 >>> ScoreScale("l2", low=-4.0, high=0.0, direction="distance").convert(0.5)
 -0.5
+>>> METRIC_SCALES["cosine_distance"].convert(0.25), METRICS["squared_l2"].direction
+(0.75, 'distance')
 """
 
 from __future__ import annotations
@@ -34,13 +46,21 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 from typing import Literal
 
 from dprag_core.validation import finite
 
-__all__ = ["COSINE_SCALE", "Direction", "ScoreScale", "as_scale"]
+__all__ = [
+    "COSINE_SCALE",
+    "METRICS",
+    "METRIC_SCALES",
+    "Direction",
+    "Metric",
+    "ScoreScale",
+    "as_scale",
+]
 
 Direction = Literal["similarity", "distance"]
 _DIRECTIONS = ("similarity", "distance")
@@ -93,6 +113,27 @@ class ScoreScale:
         """
         top = sys.float_info.max
         return cls("unclipped", low=-top, high=top, direction=direction)
+
+    def with_range(self, low: float | None = None, high: float | None = None) -> ScoreScale:
+        """The same conversion on a narrower (or other) public range.
+
+        >>> COSINE_SCALE.with_range(low=0.3).bounds
+        (0.3, 1.0)
+        """
+        return replace(
+            self,
+            low=self.low if low is None else low,
+            high=self.high if high is None else high,
+        )
+
+    @property
+    def as_is(self) -> bool:
+        """True for a similarity read as it is (no transform): only a range on the raw score.
+
+        >>> COSINE_SCALE.as_is, ScoreScale("d", low=-1.0, high=0.0, direction="distance").as_is
+        (True, False)
+        """
+        return self.transform is _identity and self.direction == "similarity"
 
     @property
     def bounds(self) -> tuple[float, float]:
@@ -161,6 +202,76 @@ class ScoreScale:
 
 COSINE_SCALE = ScoreScale("cosine", low=-1.0, high=1.0)
 """Cosine similarity (or inner product of unit vectors) on [-1, 1]."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One kind of raw store score: its name, direction and meaning.
+
+    ``unit_range``: the raw range on unit-norm embeddings (``None``: no fixed
+    range, e.g. an L1 distance grows with the dimension).
+
+    >>> METRICS["cosine_distance"].unit_range
+    (0.0, 2.0)
+    """
+
+    name: str
+    direction: Direction
+    meaning: str
+    unit_range: tuple[float, float] | None
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("cosine", "similarity", "cosine similarity", (-1.0, 1.0)),
+        Metric("inner_product", "similarity", "inner product", (-1.0, 1.0)),
+        Metric("cosine_distance", "distance", "cosine distance 1 - cos", (0.0, 2.0)),
+        Metric("ip_distance", "distance", "inner-product distance 1 - q.v", (0.0, 2.0)),
+        Metric("negative_inner_product", "distance", "negative inner product -q.v", (-1.0, 1.0)),
+        Metric("squared_l2", "distance", "squared L2 distance", (0.0, 4.0)),
+        Metric("l2", "distance", "L2 distance", (0.0, 2.0)),
+        Metric("manhattan", "distance", "L1 (Manhattan) distance", None),
+    )
+}
+"""Every raw score kind the store tables name (module docstring)."""
+
+
+def _one_minus(raw: float) -> float:
+    return 1.0 - raw
+
+
+def _negated(raw: float) -> float:
+    return -raw
+
+
+def _squared_l2_to_cosine(raw: float) -> float:
+    return 1.0 - raw / 2.0
+
+
+def _l2_to_cosine(raw: float) -> float:
+    return 1.0 - raw * raw / 2.0
+
+
+METRIC_SCALES: dict[str, ScoreScale] = {
+    "cosine": COSINE_SCALE,
+    "inner_product": COSINE_SCALE,
+    "cosine_distance": ScoreScale("cosine_distance", low=-1.0, high=1.0, transform=_one_minus),
+    "ip_distance": ScoreScale("ip_distance", low=-1.0, high=1.0, transform=_one_minus),
+    "negative_inner_product": ScoreScale(
+        "negative_inner_product", low=-1.0, high=1.0, transform=_negated
+    ),
+    "squared_l2": ScoreScale(
+        "squared_l2_unit", low=-1.0, high=1.0, transform=_squared_l2_to_cosine
+    ),
+    "l2": ScoreScale("l2_unit", low=-1.0, high=1.0, transform=_l2_to_cosine),
+}
+"""Per metric, the conversion to a cosine similarity on [-1, 1] (unit-norm embeddings).
+
+Each transform is non-increasing in a distance and the identity on a
+similarity, so the converted scores keep the store's order. No entry for
+``manhattan``: an L1 distance is not a function of the cosine.
+"""
 
 
 def as_scale(value: ScoreScale | Sequence[float], *, parameter: str) -> ScoreScale:

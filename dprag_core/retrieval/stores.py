@@ -1,0 +1,143 @@
+"""What dprag knows about a vector store, read from the store object, and the one refusal rule.
+
+Every selection proof rests on two facts about the store that retrieval reads:
+
+- **what a raw score is** (a similarity or a distance, which metric:
+  :data:`~dprag_core.retrieval.scores.METRICS`), so that "higher = more
+  relevant" holds after conversion and a public threshold means what it says;
+- **that its search is exact**: the top k of one fixed ranking of (question,
+  document) pairs. One added unit is then *inserted* into that ranking and the
+  first n units change by one substitution. An approximate index (HNSW, IVF)
+  gives no such bound: rebuilding it with one more document can push many
+  others out of the top k.
+
+Each adapter keeps one table (``langchain_dprag.stores``,
+``llamaindex_dprag.stores``) that turns a store object into
+:class:`StoreFacts`: its class, distance strategy, index type or collection
+configuration say what its scores are and how to get exact results (its own
+brute force, a flat index, Qdrant's ``exact=True``, pgvector with index scans
+off, or the exact ranking computed from the vectors the store hands out). Never
+the scores themselves: whether they rise or fall along one ranking depends on
+the data.
+
+What cannot be established is refused when the chain, engine or retriever is
+built, never at query time, unless the user declares it (a score function or
+direction for the metric, ``exact_search=True`` for exactness):
+:func:`exactness` and :func:`refusal` word every such error the same way, naming
+the store, what could not be established, and the one-line fix. A store dprag
+*knows* to be approximate (``refused``) is refused even with ``exact_search=True``:
+there is no opt-in to approximate retrieval, because its guarantee would be none
+at all (docs/architecture.md, "Guarantees").
+
+>>> facts = StoreFacts("InMemoryVectorStore", metric="cosine", exact="brute force")
+>>> exactness(facts, declared=False, fix="-")
+'brute force'
+>>> exactness(StoreFacts("MyStore"), declared=True, fix="-")
+'declared exact (exact_search=True)'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dprag_core.retrieval.scores import METRICS
+
+__all__ = [
+    "DECLARED_EXACT",
+    "StoreFacts",
+    "describe_metric",
+    "exactness",
+    "refusal",
+    "require_declarations",
+]
+
+DECLARED_EXACT = "declared exact (exact_search=True)"
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What an adapter's store table established about one store object.
+
+    ``store``: its name with the configuration read (shown in errors; never
+    data). ``metric``: a :data:`~dprag_core.retrieval.scores.METRICS` name, or
+    ``None`` when the raw scores' meaning could not be established. ``exact``:
+    how its results are exact, or ``None`` when that could not be established.
+    ``refused``: a configuration dprag knows it cannot use (an approximate index
+    that cannot be asked for exact results, a hybrid mode, ...), with the
+    alternative; it wins over any declaration.
+
+    >>> StoreFacts("Chroma (space 'l2')", metric="squared_l2").metric
+    'squared_l2'
+    """
+
+    store: str
+    metric: str | None = None
+    exact: str | None = None
+    refused: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric is not None and self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+
+
+def refusal(store: str, problem: str, fix: str) -> ValueError:
+    """The build-time error: the store, what is wrong or unknown, the one-line fix.
+
+    >>> str(refusal("MyStore", "dprag cannot establish X", "pass Y"))
+    'MyStore: dprag cannot establish X. Fix: pass Y'
+    """
+    return ValueError(f"{store}: {problem}. Fix: {fix}")
+
+
+def require_declarations(
+    facts: StoreFacts, *, scores: bool, exact: bool, supported: str, fix: str
+) -> None:
+    """Refuse a store the table knows nothing about unless both facts are declared.
+
+    ``scores``/``exact``: whether the user declared the score semantics and
+    exactness; ``supported``: the stores the table reads; ``fix``: how to
+    declare both.
+
+    >>> require_declarations(StoreFacts("MyStore"), scores=True, exact=True, supported="", fix="")
+    """
+    unknown = facts.metric is None and facts.exact is None and facts.refused is None
+    if unknown and not (scores and exact):
+        raise refusal(
+            facts.store,
+            "dprag cannot establish what its scores are nor that its search is exact: it "
+            f"reads {supported}",
+            fix,
+        )
+
+
+def exactness(facts: StoreFacts, *, declared: bool, fix: str) -> str:
+    """How ``facts.store``'s results are exact; ValueError when that is refused or unknown.
+
+    ``declared``: the user's ``exact_search=True``, accepted only where dprag
+    knows nothing (``facts.exact`` is None and nothing is ``refused``).
+    ``fix``: the one-line fix to name for an unknown store.
+    """
+    if facts.refused is not None:
+        raise ValueError(f"{facts.store}: {facts.refused}")
+    if facts.exact is not None:
+        return facts.exact
+    if declared:
+        return DECLARED_EXACT
+    raise refusal(
+        facts.store,
+        "dprag cannot establish that its search is exact (its top k must be the exact top k "
+        "of one ranking: with an approximate index one added document can push several "
+        "others out, which the DP guarantee does not allow)",
+        fix,
+    )
+
+
+def describe_metric(metric: str) -> str:
+    """What ``metric``'s raw scores mean and which way they go, for messages.
+
+    >>> describe_metric("cosine_distance")
+    'cosine_distance: cosine distance 1 - cos, lower = closer'
+    """
+    info = METRICS[metric]
+    way = "lower = closer" if info.direction == "distance" else "higher = closer"
+    return f"{metric}: {info.meaning}, {way}"

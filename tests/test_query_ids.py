@@ -1,0 +1,95 @@
+"""One query id through the core entry point: the caller's, or a fresh one per query.
+
+The id names the query's charges to the corpus budget and to MuRAG's per-unit
+ledger, so a retry after ``LedgerOutcomeUnknown`` with the same id is charged
+once and says so (``details["charge"] == "retry"``). Before issue 26 item 3,
+``PrivateRAG`` charged with no id at all: a retry charged twice. The adapters'
+own idioms are tested in tests/langchain/test_query_ids.py and
+tests/llamaindex/test_li_query_ids.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from query_support import BAD_UNITS, InDoubtAccountant, murag
+from toy_mechanisms import ToyMechanism
+
+from dprag_core import PrivateRAG
+from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
+from dprag_core.budget import Budget, DPAnswer
+from dprag_core.pipeline import CHARGE_RETRY
+from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.documents import ScoredDocument
+
+DOCS = [ScoredDocument(f"d{i}", f"record {i}", 0.9 - i / 10) for i in range(4)]
+
+
+@HonoursK
+def retriever(question: str, k: int) -> list[ScoredDocument]:
+    return DOCS[:k]
+
+
+def _final(app: PrivateRAG, mode: str, **kw: object) -> DPAnswer:
+    if mode == "answer":
+        return app.answer("Who?", **kw)  # type: ignore[arg-type]
+    *_, last = app.stream("Who?", **kw)  # type: ignore[arg-type]
+    assert isinstance(last, DPAnswer)
+    return last
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_retry_after_an_unknown_outcome_is_charged_once(mode: str) -> None:
+    budget = InDoubtAccountant(Budget(10.0, 1e-3))
+    app = PrivateRAG(ToyMechanism(k=2), retriever, accountant=budget)
+    with pytest.raises(LedgerOutcomeUnknown):
+        _final(app, mode, query_id="req-1")
+    retried = _final(app, mode, query_id="req-1")
+    assert retried.details["charge"] == CHARGE_RETRY and retried.text == "2 candidates"
+    assert budget.spent_epsilon == pytest.approx(1.0) and budget.queries == 1  # once, for both
+    fresh = _final(app, mode, query_id="req-2")
+    assert "charge" not in fresh.details  # a new charge says nothing
+    assert budget.ids == ["req-1", "req-1", "req-2"] and budget.spent_epsilon == pytest.approx(2.0)
+
+
+def test_without_an_id_each_query_gets_a_fresh_one() -> None:
+    budget = InDoubtAccountant(Budget(10.0, 1e-3))
+    budget.failed = True  # no fault this time
+    app = PrivateRAG(ToyMechanism(k=2), retriever, accountant=budget)
+    app.answer("Who?")
+    list(app.stream("Who?"))
+    assert len(budget.ids) == 2 and len(set(budget.ids)) == 2 and None not in budget.ids
+
+
+@pytest.mark.parametrize("bad", [" ", "q\x00", "q" * 1025, 7])
+def test_a_bad_query_id_is_refused_before_the_charge(bad: object) -> None:
+    budget = InDoubtAccountant(Budget(10.0, 1e-3))
+    app = PrivateRAG(ToyMechanism(k=2), retriever, accountant=budget)
+    with pytest.raises((ValueError, TypeError), match="query_id"):
+        app.answer("Who?", query_id=bad)  # type: ignore[arg-type]
+    assert budget.ids == [] and budget.spent_epsilon == 0.0
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_murag_charges_its_ledger_under_the_query_id(mode: str) -> None:
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    app = PrivateRAG(murag(ledger), retriever)
+    answer = _final(app, mode, query_id="req-9")
+    assert answer.details["query_id"] == "req-9"
+    assert {e.query_id for e in ledger.audit_log()} == {"req-9"}
+    assert {e.unit for e in ledger.audit_log()} == {"d0", "d1", "d2", "d3"}
+
+
+@pytest.mark.parametrize("defect", sorted(BAD_UNITS))
+def test_one_invalid_unit_id_never_blocks_murag(defect: str) -> None:
+    """Issue 25 item 5: 0 of 20 queries answered with such a document retrieved; now 20 of 20."""
+    bad = ScoredDocument("bad", "a record", 0.95, unit=BAD_UNITS[defect])
+
+    @HonoursK
+    def with_bad(question: str, k: int) -> list[ScoredDocument]:
+        return [bad, *DOCS][:k]
+
+    ledger = InMemoryLedger(budget_per_unit=100.0)
+    app = PrivateRAG(murag(ledger), with_bad)
+    answers = [app.answer(f"Who is {i}?") for i in range(20)]
+    assert [a.text for a in answers] == ["2 candidates"] * 20  # d0, d1: the bad one dropped
+    assert "bad" not in {e.unit for e in ledger.audit_log()}
