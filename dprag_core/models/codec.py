@@ -156,7 +156,7 @@ class SpecialTokens:
     ``vocab_size``: the number V of real tokens (ids 0..V-1; logit rows past the
     tokenizer are padding, not tokens); ``eos_token_ids``: the ids that end an
     answer (:func:`special_tokens` says how the set is chosen); ``pad_token_id``:
-    the tokenizer's padding id, else the smallest end id.
+    the tokenizer's padding id, else the smallest end id (else 0).
 
     >>> SpecialTokens(vocab_size=5, eos_token_ids=frozenset({4}), pad_token_id=4).pad_token_id
     4
@@ -215,10 +215,10 @@ def special_tokens(
     instruct checkpoints list their end-of-turn token beside the base EOS), and
     the chat template's end-of-turn token (:func:`end_of_turn`: the template
     prompts are built with is also how the model ends its turn); ids outside
-    [0, V) are dropped. ``eos_token_ids`` replaces the whole set (each id checked).
-    The set must not be empty (ValueError naming ``eos_token_ids``): a model with
-    no end id could only stop at the length limit, and a server's bare stop could
-    not be read.
+    [0, V) are dropped. ``eos_token_ids`` replaces the whole set (at least one id,
+    each checked). A checkpoint that names no end id gets an empty set: its
+    answers stop at their length limit only (the server client refuses that: a
+    server's bare stop could not be read).
 
     ``vocab_size`` is ``len(tokenizer)``, or ``logit_rows`` when smaller (a model
     whose output layer has fewer rows than the tokenizer has tokens).
@@ -250,13 +250,8 @@ def special_tokens(
             for t in found
             if isinstance(t, Integral) and not isinstance(t, bool) and 0 <= int(t) < vocab
         ]
-        if not eos:
-            raise ValueError(
-                "eos_token_ids must be given: the tokenizer, the configs and the chat template "
-                f"name no end-of-sequence token id in [0, {vocab})"
-            )
     pad = getattr(tokenizer, "pad_token_id", None)
-    pad_id = int(pad) if isinstance(pad, int) and 0 <= pad < vocab else min(eos)
+    pad_id = int(pad) if isinstance(pad, int) and 0 <= pad < vocab else min(eos, default=0)
     return SpecialTokens(vocab_size=vocab, eos_token_ids=frozenset(eos), pad_token_id=pad_id)
 
 

@@ -229,6 +229,11 @@ class OpenAICompatModel(TokenizerCodec):
         super().__init__(tokenizer)
         self.endpoint = endpoint
         self.special = special_tokens(tokenizer, configs=configs, eos_token_ids=eos_token_ids)
+        if not self.special.eos_token_ids:  # a bare stop (no id returned) must read as an end
+            raise ValueError(
+                "eos_token_ids must be given: the tokenizer, the configs and the chat template "
+                f"name no end-of-sequence token id in [0, {self.special.vocab_size})"
+            )
         self.lookahead_tokens = positive_int("lookahead_tokens", lookahead_tokens)
         if strict_bool("check_tokenizer", check_tokenizer):
             self._check_tokenizer()

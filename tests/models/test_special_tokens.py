@@ -107,15 +107,15 @@ def test_bad_overrides_are_refused_by_both_models(
         served(ModelServer(model, eos=0), tokenizer, lookahead_tokens=1, eos_token_ids=bad)
 
 
-def test_a_tokenizer_without_any_end_id_is_refused() -> None:
-    class NoEnd:
-        eos_token_id = pad_token_id = chat_template = None
-
-        def __len__(self) -> int:
-            return 10
-
+def test_a_checkpoint_without_any_end_id(checkpoint: tuple[Any, Any, list[int]]) -> None:
+    """In process it stops at its length limit only; the server client refuses it."""
+    _, model, _ = checkpoint
+    plain, _, _ = chat_checkpoint(chat=False)
+    plain.eos_token = None
+    assert special_tokens(plain).eos_token_ids == frozenset()
+    assert special_tokens(plain).pad_token_id == plain.pad_token_id
     with pytest.raises(ValueError, match="eos_token_ids must be given"):
-        special_tokens(NoEnd())
+        served(ModelServer(model, eos=0), plain, lookahead_tokens=1)
 
 
 def test_the_word_table_comes_from_the_codec(checkpoint: tuple[Any, Any, list[int]]) -> None:
