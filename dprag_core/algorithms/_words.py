@@ -57,17 +57,15 @@ vector, which is calibrated for it).
 
 from __future__ import annotations
 
-import contextlib
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.models.base import TokenModel
+from dprag_core.models.codec import word_starts
 from dprag_core.validation import positive_int
 
 __all__ = ["UNITS", "WordBallot", "WordSplitter", "word_ballot"]
@@ -77,11 +75,6 @@ UNITS = ("token", "word")
 
 Word = tuple[int, ...]
 
-#: The word-start table of each model (public: a function of the tokenizer only).
-_TABLES: weakref.WeakKeyDictionary[Any, np.ndarray[Any, np.dtype[np.bool_]]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 class WordSplitter:
     """The public word rule of a model (module docstring): one bool per vocabulary entry."""
@@ -89,26 +82,7 @@ class WordSplitter:
     def __init__(self, model: TokenModel, *, max_tokens: int) -> None:
         self.max_tokens = positive_int("max_word_tokens", max_tokens)
         self._eos = model.eos_token_ids
-        anchor = list(model.encode("a"))
-        anchor_text = str(model.decode(anchor))
-
-        def starts(token: int) -> bool:
-            text = str(model.decode([*anchor, token]))
-            added = text[len(anchor_text) :] if text.startswith(anchor_text) else text
-            return token in self._eos or added[:1].isspace()
-
-        # One public bit per vocabulary entry, computed up front (a cache filled while
-        # answering would record which tokens the voters' continuations held) and kept
-        # per model: a mechanism per epsilon does not decode the vocabulary again.
-        try:
-            table = _TABLES.get(model)
-        except TypeError:  # a model that cannot be weakly referenced
-            table = None
-        if table is None:
-            table = np.array([starts(t) for t in range(model.vocab_size)], dtype=bool)
-            with contextlib.suppress(TypeError):
-                _TABLES[model] = table
-        self._starts = table
+        self._starts = word_starts(model)  # public, computed once per model
 
     def starts_word(self, token: int) -> bool:
         """Whether ``token`` ends the word before it (whitespace-led text, or an end token)."""

@@ -6,12 +6,24 @@ each row's generated token ids (and finish reason). It never sends text: the
 caller tokenizes locally with the model's own tokenizer, so the server's
 tokenizer (and its chat template) never changes what the model reads.
 
-Token ids come back through the ``logprobs`` field: llama.cpp's server gives
-``logprobs.content[i].id``; vLLM (with ``return_tokens_as_token_ids``) gives
-``logprobs.tokens[i] == "token_id:<id>"``; a server whose logprobs carry
-no token id is refused with a clear error. :data:`SERVER_OPTIONS` holds the
-extra request fields per server (``cache_prompt`` for llama.cpp's prefix cache;
-vLLM and SGLang cache prefixes automatically).
+Token ids come back as ids, never read from text. llama.cpp is asked through
+its native ``POST {root}/completion`` (the same prompts and sampling, with
+``return_tokens``: every generated id; its OpenAI-compatible endpoint leaves out
+of ``logprobs`` each token that ends inside a UTF-8 character, so a character
+split over several tokens would lose ids). The OpenAI-compatible servers return
+them in the ``logprobs`` field: vLLM (with ``return_tokens_as_token_ids``) gives
+``logprobs.tokens[i] == "token_id:<id>"``, others ``logprobs.content[i].id``; a
+server whose logprobs carry no token id is refused with a clear error.
+:data:`SERVER_OPTIONS` holds the extra request fields per server
+(``cache_prompt`` for llama.cpp's prefix cache; vLLM and SGLang cache prefixes
+automatically). Every id is then checked by the one codec check
+(:func:`~dprag_core.models.codec.check_token_ids`): a JSON ``true``, a float, a
+negative or out-of-range id is refused, never read as a token.
+
+Proxies: the client does not read ``HTTP_PROXY`` / ``HTTPS_PROXY`` /
+``ALL_PROXY`` (nor any other environment setting: httpx's ``trust_env`` is
+off): the requests carry the private prompts, and a proxy set for other tools
+must not see them. A proxy the prompts may cross is named with ``proxy=``.
 
 Privacy: the prompts reach the server and nothing else. Request bodies are
 never logged (the ``httpx`` / ``httpcore`` loggers are muted for the duration of
@@ -46,19 +58,43 @@ from typing import Any, Literal
 import httpx
 
 from dprag_core.quiet_logs import muted_logs
-from dprag_core.validation import nonnegative_finite, positive_finite, positive_int
+from dprag_core.validation import nonnegative_finite, positive_finite, positive_int, strict_init
 
-__all__ = ["SERVER_OPTIONS", "Completion", "CompletionsEndpoint", "EndpointError", "Server"]
+__all__ = [
+    "SERVER_OPTIONS",
+    "TOKENIZE",
+    "Completion",
+    "CompletionsEndpoint",
+    "EndpointError",
+    "Server",
+    "parse_completions",
+    "parse_native",
+]
 
 Server = Literal["llama.cpp", "vllm", "sglang", "openai"]
 
 SERVER_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    "llama.cpp": {"cache_prompt": True},
-    "vllm": {"return_tokens_as_token_ids": True},
-    "sglang": {},
-    "openai": {},
+    "llama.cpp": {
+        "cache_prompt": True,
+        "return_tokens": True,
+        "response_fields": ["index", "tokens", "stop_type"],
+    },
+    "vllm": {"logprobs": 1, "return_tokens_as_token_ids": True},
+    "sglang": {"logprobs": 1},
+    "openai": {"logprobs": 1},
 }
-"""Extra request fields per server kind (besides the standard OpenAI ones)."""
+"""Extra request fields per server kind (besides ``model``, ``prompt``, ``max_tokens``,
+``temperature``)."""
+
+TOKENIZE: Mapping[str, tuple[str, str, Mapping[str, Any]]] = {
+    "llama.cpp": ("/tokenize", "content", {"add_special": False}),
+    "vllm": ("/tokenize", "prompt", {"add_special_tokens": False}),
+    "sglang": ("/v1/tokenize", "prompt", {"add_special_tokens": False}),
+}
+"""Per server kind: the tokenizer endpoint (under the server's root), its text field and
+extra fields; each answers ``{"tokens": [ids]}``. An ``"openai"`` server offers none."""
+
+_STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TOKEN_ID_PREFIX = "token_id:"
@@ -84,13 +120,13 @@ class Completion:
     finish_reason: str
 
 
-def _check_url(base_url: object) -> str:
-    if not isinstance(base_url, str):
-        raise TypeError(f"base_url must be a str, got {type(base_url).__name__}")
-    url = base_url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ValueError("base_url must start with http:// or https:// (e.g. http://host:8080/v1)")
-    return url
+def _check_url(url: object, name: str = "base_url", example: str = "http://host:8080/v1") -> str:
+    if not isinstance(url, str):
+        raise TypeError(f"{name} must be a str, got {type(url).__name__}")
+    out = url.rstrip("/")
+    if not out.startswith(("http://", "https://")):
+        raise ValueError(f"{name} must start with http:// or https:// (e.g. {example})")
+    return out
 
 
 def _check_server(server: object) -> str:
@@ -100,18 +136,26 @@ def _check_server(server: object) -> str:
     return str(server)
 
 
-def _token_id(entry: object) -> int:
-    """One generated token's id from a llama.cpp or vLLM logprobs entry."""
-    if isinstance(entry, Mapping) and isinstance(entry.get("id"), int):
-        return int(entry["id"])
+def _token_id(entry: object) -> object:
+    """One generated token's id from a logprobs entry (checked by the caller)."""
+    if isinstance(entry, Mapping) and "id" in entry:
+        return entry["id"]
     if isinstance(entry, str) and entry.startswith(_TOKEN_ID_PREFIX):
         digits = entry[len(_TOKEN_ID_PREFIX) :]
         if digits.isdigit():
             return int(digits)
     raise EndpointError(
-        "the server returned no token ids (llama.cpp: logprobs.content[].id; vLLM: "
-        "return_tokens_as_token_ids); see docs/servers.md"
+        "the server returned no token ids (vLLM: return_tokens_as_token_ids; others: "
+        "logprobs.content[].id); see docs/servers.md"
     )
+
+
+def _ids(entries: object) -> tuple[int, ...]:
+    """A response's token list as it came: every id is checked by the model, against its
+    vocabulary, with the one codec check (``OpenAICompatModel.continuation``)."""
+    if not isinstance(entries, list):
+        raise EndpointError("the server returned no token list; see docs/servers.md")
+    return tuple(entries)
 
 
 def _choice_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
@@ -123,7 +167,39 @@ def _choice_ids(choice: Mapping[str, Any]) -> tuple[int, ...]:
         entries = logprobs.get("tokens")
     if not isinstance(entries, list):
         raise EndpointError("the server's logprobs hold no token list; see docs/servers.md")
-    return tuple(_token_id(e) for e in entries)
+    return _ids([_token_id(e) for e in entries])
+
+
+def parse_native(body: object, rows: int) -> list[Completion]:
+    """The ``rows`` completions of a llama.cpp ``/completion`` response, ordered by ``index``.
+
+    One object for one prompt, a list for several; each with ``index``, ``tokens``
+    (every generated id) and ``stop_type`` (``eos``/``word``: "stop", ``limit``: "length").
+
+    >>> body = [{"index": 1, "tokens": [7, 8], "stop_type": "limit"},
+    ...         {"index": 0, "tokens": [2], "stop_type": "eos"}]
+    >>> [(c.token_ids, c.finish_reason) for c in parse_native(body, 2)]
+    [((2,), 'stop'), ((7, 8), 'length')]
+    """
+    results = [body] if isinstance(body, Mapping) else body
+    if not isinstance(results, list) or len(results) != rows:
+        raise EndpointError(f"the server returned a malformed response (expected {rows} results)")
+    by_index: dict[int, Completion] = {}
+    for result in results:
+        index = result.get("index") if isinstance(result, Mapping) else None
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise EndpointError("the server returned a result without an index")
+        stop = _STOP_TYPES.get(str(result.get("stop_type")))
+        if stop is None:
+            raise EndpointError("the server returned a result without a known stop_type")
+        by_index[index] = Completion(_ids(result.get("tokens")), stop)
+    return _in_order(by_index, rows)
+
+
+def _in_order(by_index: Mapping[int, Completion], rows: int) -> list[Completion]:
+    if sorted(by_index) != list(range(rows)):
+        raise EndpointError(f"the server returned result indices other than 0..{rows - 1}")
+    return [by_index[i] for i in range(rows)]
 
 
 def parse_completions(body: object, rows: int) -> list[Completion]:
@@ -141,13 +217,11 @@ def parse_completions(body: object, rows: int) -> list[Completion]:
         raise EndpointError(f"the server returned a malformed response (expected {rows} choices)")
     by_index: dict[int, Completion] = {}
     for choice in choices:
-        if not isinstance(choice, Mapping) or not isinstance(choice.get("index"), int):
+        index = choice.get("index") if isinstance(choice, Mapping) else None
+        if isinstance(index, bool) or not isinstance(index, int):
             raise EndpointError("the server returned a choice without an index")
-        finish = choice.get("finish_reason")
-        by_index[int(choice["index"])] = Completion(_choice_ids(choice), str(finish))
-    if sorted(by_index) != list(range(rows)):
-        raise EndpointError(f"the server returned choice indices other than 0..{rows - 1}")
-    return [by_index[i] for i in range(rows)]
+        by_index[index] = Completion(_choice_ids(choice), str(choice.get("finish_reason")))
+    return _in_order(by_index, rows)
 
 
 class CompletionsEndpoint:
@@ -158,15 +232,18 @@ class CompletionsEndpoint:
     every request; ``verify`` is httpx's TLS setting (True, False or a CA bundle
     path); ``timeout`` seconds per request; ``server`` picks the extra request
     fields (:data:`SERVER_OPTIONS`); ``transport`` is an httpx transport (e.g. a
-    Unix socket: ``httpx.HTTPTransport(uds=...)``). One connection pool serves
-    every thread, so many DP queries can share the endpoint concurrently (the
-    server batches them).
+    Unix socket: ``httpx.HTTPTransport(uds=...)``); ``proxy`` a proxy URL the
+    requests go through (none by default: ``HTTP_PROXY``/``HTTPS_PROXY``/
+    ``ALL_PROXY`` and the other environment settings httpx would read are
+    ignored). One connection pool serves every thread, so many DP queries can
+    share the endpoint concurrently (the server batches them).
 
     >>> CompletionsEndpoint("localhost:8080", model="m")
     Traceback (most recent call last):
     ValueError: base_url must start with http:// or https:// (e.g. http://host:8080/v1)
     """
 
+    @strict_init
     def __init__(
         self,
         base_url: str,
@@ -181,8 +258,10 @@ class CompletionsEndpoint:
         server: Server = "llama.cpp",
         max_connections: int = 64,
         transport: httpx.BaseTransport | None = None,
+        proxy: str | None = None,
     ) -> None:
         self.base_url = _check_url(base_url)
+        self.root = self.base_url.removesuffix("/v1")
         if not isinstance(model, str) or not model:
             raise ValueError("model must be a non-empty str (the served model's name)")
         self.model = model
@@ -196,6 +275,8 @@ class CompletionsEndpoint:
         if not isinstance(verify, (bool, str)):
             raise TypeError(f"verify must be True, False or a CA bundle path, got {verify!r}")
         connections = positive_int("max_connections", max_connections)
+        if proxy is not None:
+            _check_url(proxy, "proxy", "http://proxy:3128")
         sent = dict(headers or {})
         if api_key is not None:
             sent["Authorization"] = f"Bearer {api_key}"
@@ -205,6 +286,8 @@ class CompletionsEndpoint:
             timeout=positive_finite("timeout", timeout),
             limits=httpx.Limits(max_connections=connections),
             transport=transport,
+            proxy=proxy,
+            trust_env=False,  # no proxy, CA bundle or netrc from the environment
         )
 
     def __repr__(self) -> str:
@@ -217,33 +300,44 @@ class CompletionsEndpoint:
         self._client.close()
 
     def complete(self, prompts: Sequence[Sequence[int]], *, max_tokens: int) -> list[Completion]:
-        """Greedy completions (temperature 0) of token-id ``prompts``, in one batched request."""
+        """Greedy completions (temperature 0) of token-id ``prompts``, in one batched request.
+
+        llama.cpp: its native ``/completion`` (every generated id, module
+        docstring); the others: ``/completions`` under ``base_url``.
+        """
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": [list(p) for p in prompts],
             "max_tokens": max_tokens,
             "temperature": 0,
-            "logprobs": 1,
             **SERVER_OPTIONS[self.server],
         }
-        return parse_completions(self._post("/completions", body), len(body["prompt"]))
+        rows = len(body["prompt"])
+        if self.server == "llama.cpp":
+            return parse_native(self._post_url(self.root + "/completion", body), rows)
+        return parse_completions(self._post_url(self.base_url + "/completions", body), rows)
 
-    def tokenize(self, text: str) -> list[int] | None:
-        """The server's own token ids of ``text`` (llama.cpp's ``/tokenize``), None if absent."""
-        root = self.base_url.removesuffix("/v1")
-        try:
-            body = self._post_url(root + "/tokenize", {"content": text, "add_special": False})
-        except EndpointError:
-            return None
-        tokens = body.get("tokens") if isinstance(body, Mapping) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            return None
+    def tokenize(self, text: str) -> list[int]:
+        """The server's own token ids of ``text`` (its tokenizer endpoint, :data:`TOKENIZE`).
+
+        An :class:`EndpointError` saying why when the server has none, fails, stalls
+        past ``timeout`` or answers something that is not a list of ids.
+        """
+        if self.server not in TOKENIZE:
+            raise EndpointError(f"server={self.server!r} offers no tokenizer endpoint")
+        path, field, extra = TOKENIZE[self.server]
+        body = {"model": self.model, field: text, **extra}
+        tokens = self._post_url(self.root + path, body, stage="tokenize request")
+        tokens = tokens.get("tokens") if isinstance(tokens, Mapping) else None
+        if not isinstance(tokens, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in tokens
+        ):
+            raise EndpointError(f"the server's {path} returned no list of token ids")
         return [int(t) for t in tokens]
 
-    def _post(self, path: str, body: Mapping[str, Any]) -> Any:
-        return self._post_url(self.base_url + path, body)
-
-    def _post_url(self, url: str, body: Mapping[str, Any]) -> Any:
+    def _post_url(
+        self, url: str, body: Mapping[str, Any], *, stage: str = "completions request"
+    ) -> Any:
         failure = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -253,7 +347,7 @@ class CompletionsEndpoint:
                 return result
             if status is not None and status not in _RETRY_STATUS:
                 break
-        raise EndpointError(f"completions request failed with {failure}")
+        raise EndpointError(f"{stage} failed with {failure}")
 
     def _attempt(self, url: str, body: Mapping[str, Any]) -> tuple[str, int | None, Any]:
         """(failure, status, parsed body): failure is '' on success; no exception escapes."""

@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from dprag_core.models.base import StopRule
-from dprag_core.models.codec import TokenizerCodec, check_token_ids
+from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,
@@ -340,14 +340,24 @@ class HFTokenModel(TokenizerCodec):
     Build it from a name or local path (:meth:`from_pretrained`) or from an
     already-loaded model and tokenizer. Prompts are user messages: wrapped with
     the tokenizer's chat template (``add_generation_prompt=True``) when it has one,
-    used verbatim (with the tokenizer's usual special tokens) otherwise.
+    used verbatim (with the tokenizer's usual special tokens) otherwise. The
+    vocabulary, end ids and padding are resolved once
+    (:func:`~dprag_core.models.codec.special_tokens`, shared with the server
+    client); ``eos_token_ids`` replaces the end set.
 
     >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
     'aspirin'
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, engine: Engine = "eager") -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        engine: Engine = "eager",
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
         if not callable(tokenizer) or not hasattr(tokenizer, "decode"):
@@ -356,12 +366,14 @@ class HFTokenModel(TokenizerCodec):
         self.model = model.eval()
         out = model.get_output_embeddings()
         logit_rows = int(out.weight.shape[0] if out is not None else model.config.vocab_size)
-        self._vocab = min(len(tokenizer), logit_rows)  # padded logit rows are not tokens
+        configs = (model.config, getattr(model, "generation_config", None))
+        self.special = special_tokens(  # padded logit rows are not tokens
+            tokenizer, configs=configs, logit_rows=logit_rows, eos_token_ids=eos_token_ids
+        )
+        self._vocab, self._eos = self.special.vocab_size, self.special.eos_token_ids
+        self.pad_token_id = self.special.pad_token_id
         params = inspect.signature(model.forward).parameters
         self._keep_kwarg = "logits_to_keep" in params
-        self._eos = self._find_eos()
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad if pad is not None else min(self._eos, default=0))
         if engine not in _ENGINES:
             raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
         self.engine = engine
@@ -405,19 +417,6 @@ class HFTokenModel(TokenizerCodec):
             return  # check_static_model refused every other kind when the model was built
         check_rewindable(DynamicCache(config=self.model.config))
 
-    def _find_eos(self) -> frozenset[int]:
-        found: set[int] = set()
-        sources = (
-            self.tokenizer.eos_token_id,
-            getattr(self.model.config, "eos_token_id", None),
-            getattr(getattr(self.model, "generation_config", None), "eos_token_id", None),
-        )
-        for src in sources:
-            if src is None:
-                continue
-            found.update(int(x) for x in (src if isinstance(src, (list, tuple)) else [src]))
-        return frozenset(x for x in found if 0 <= x < self._vocab)
-
     @property
     def device(self) -> torch.device:
         """The device of the model's parameters."""
@@ -430,7 +429,8 @@ class HFTokenModel(TokenizerCodec):
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """EOS ids from the tokenizer, the model config and its generation config."""
+        """The end ids of :func:`~dprag_core.models.codec.special_tokens` (tokenizer, model
+        config, generation config, chat template's end of turn; or ``eos_token_ids``)."""
         return self._eos
 
     def prefill(self, prompts: Sequence[str]) -> HFTokenSession:
@@ -537,5 +537,5 @@ class HFTextModel:
         outputs = []
         for row in table:
             cut = next((i for i, tok in enumerate(row) if tok in eos_ids), len(row))
-            outputs.append(tm.decode(row[:cut]))
+            outputs.append(tm.decode_answer(row[:cut]))
         return outputs

@@ -8,13 +8,23 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
 - prompts are built and tokens decoded with the model's own tokenizer, loaded
   locally with transformers (chat template when it has one, as
   :class:`~dprag_core.models.hf.HFTokenModel` does); the server receives token
-  ids only. Where the server offers a tokenizer (llama.cpp's ``/tokenize``) it
-  is checked once, on a public probe text, to agree with the local one;
-- each decoding step is ONE batched request of the B = m + 1 token-id prompts
-  with ``max_tokens: 1, temperature: 0``; the server's prefix cache (llama.cpp's
-  ``cache_prompt``, vLLM's and SGLang's automatic prefix caching) makes it
-  compute only the appended token of each row (``lookahead(n)``, for
-  word-level voting: one request with ``max_tokens: n``);
+  ids only. The server's own tokenizer is checked once, on a public probe text,
+  to agree with the local one; a server whose tokenizer cannot be checked is
+  refused unless ``check_tokenizer=False`` says so;
+- the vocabulary and the end-of-sequence set come from the same resolver as the
+  in-process engine's (:func:`~dprag_core.models.codec.special_tokens`), so one
+  checkpoint stops on the same tokens in process and on a server;
+- **speculative voting**: a session keeps, for each row, a buffer of the row's
+  own greedy continuation. ``greedy()`` reads each row's next buffered token;
+  ``step(token)`` moves the rows whose buffered token was ``token`` one place
+  on and empties the others' buffers; rows whose buffer is empty are refilled
+  together in ONE request of ``max_tokens: lookahead_tokens``. Rows that agree
+  with what is released send nothing; a refill carries only the rows that need
+  one. A buffered token is exactly what a one-token request would return then
+  (a row's greedy continuation is a function of its own tokens), so the
+  released transcript equals step-by-step decoding token for token; the
+  server's prefix cache (llama.cpp's ``cache_prompt``, vLLM's and SGLang's
+  automatic prefix caching) computes only each refilled row's new tokens;
 - it is *not* a :class:`~dprag_core.models.base.LogprobModel`: a server returns
   at most the top few log-probabilities, so mechanisms that need full
   next-token distributions (DP-ICL, kNN-Prompting keys) refuse it when built.
@@ -38,16 +48,23 @@ the async text path.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
+from numbers import Integral
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dprag_core.models.base import StopRule, stop_width
-from dprag_core.models.codec import TokenizerCodec, check_token_ids
+from dprag_core.models.codec import (
+    TokenizerCodec,
+    check_token_ids,
+    special_tokens,
+    token_id_problem,
+)
 from dprag_core.models.endpoint import Completion, CompletionsEndpoint, EndpointError, Server
-from dprag_core.validation import positive_int
+from dprag_core.validation import check_keywords, positive_int, strict_bool, strict_init
 
 __all__ = ["TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
 
@@ -56,17 +73,18 @@ TOKENIZER_PROBE = "The tokenizer probe: Question? Answer: yes, it is 42."
 
 
 class OpenAICompatSession:
-    """One batch's decoding state: the B token-id rows sent with every step's request.
+    """One batch's decoding state: the B token-id rows and each row's buffered continuation.
 
-    :meth:`greedy` sends one request (``max_tokens: 1``) the first time it is
-    read after a :meth:`step`; :meth:`step` appends the same token to every row
-    and sends nothing.
+    Each row's buffer holds the row's next greedy tokens as the server returned
+    them (ending at its first end id, if it came). Requests are sent by
+    :meth:`greedy` and :meth:`lookahead` only, for the rows whose buffer is too
+    short; :meth:`step` and :meth:`extend` send nothing.
     """
 
     def __init__(self, owner: OpenAICompatModel, rows: list[list[int]]) -> None:
         self._owner = owner
         self._rows = rows
-        self._greedy: npt.NDArray[np.intp] | None = None
+        self._ahead: list[list[int]] = [[] for _ in rows]
 
     def __repr__(self) -> str:
         return f"OpenAICompatSession(rows={len(self._rows)})"
@@ -76,49 +94,96 @@ class OpenAICompatSession:
         """Number of rows B."""
         return len(self._rows)
 
+    def _ended(self, ahead: list[int]) -> bool:
+        return bool(ahead) and ahead[-1] in self._owner.eos_token_ids
+
+    def _fill(self, need: int) -> None:
+        """Give every row ``need`` buffered tokens or an ended buffer: ONE request at most.
+
+        The rows short of it are sent (each row's tokens and its buffer so far)
+        with ``max_tokens = max(lookahead_tokens, need)``: public numbers, the same
+        whichever rows are short.
+        """
+        short = [
+            r for r, ahead in enumerate(self._ahead) if len(ahead) < need and not self._ended(ahead)
+        ]
+        if not short:
+            return
+        count = max(self._owner.lookahead_tokens, need)
+        prompts = [self._rows[r] + self._ahead[r] for r in short]
+        done = self._owner.endpoint.complete(prompts, max_tokens=count)
+        for r, completion in zip(short, done, strict=True):
+            self._ahead[r].extend(self._owner.continuation(completion, count))
+
+    def _columns(self, width: int) -> npt.NDArray[np.intp]:
+        """[B, width] from the buffers (each long enough or ended), the smallest end id past
+        a row's end."""
+        end = min(self._owner.eos_token_ids)
+        return np.array(
+            [(ahead + [end] * width)[:width] for ahead in self._ahead], dtype=np.intp
+        ).reshape(len(self._ahead), width)
+
     def greedy(self) -> npt.NDArray[np.intp]:
-        """Each row's greedy next token, shape [B] (one batched request, then cached)."""
-        if self._greedy is None:
-            done = self._owner.endpoint.complete(self._rows, max_tokens=1)
-            self._greedy = np.array(
-                [self._owner.tokens(c, 1)[0] for c in done],
-                dtype=np.intp,
-            )
-        return self._greedy
+        """Each row's greedy next token, shape [B] (a request only for rows with no buffer)."""
+        self._fill(1)
+        return np.array([ahead[0] for ahead in self._ahead], dtype=np.intp)
 
     def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
-        """Each row's greedy continuation of up to ``n`` tokens, [B, j]; the rows are kept.
+        """Each row's greedy continuation of up to ``n`` tokens, [B, j]; the session is kept.
 
-        See :class:`~dprag_core.models.base.LookaheadSession`. ONE batched request
-        with ``max_tokens: n``: the server decodes each row greedily from its own
-        tokens. A row that ended early (EOS, or a bare stop as in :meth:`greedy`)
-        reads EOS from there on. ``stop`` cannot stop the server mid-request, so it
-        is only a hint here: the server always decodes up to ``n`` tokens, and
-        ``stop`` is applied afterwards, to return the same j columns as a session
-        that stops early. Nothing is appended: :meth:`greedy` and :meth:`step` go
-        on as if this had not been called.
+        See :class:`~dprag_core.models.base.LookaheadSession`. Read from the
+        buffers when they already hold the j columns (``stop`` true on fewer
+        columns than every row has buffered); otherwise ONE request for the rows
+        short of ``n`` tokens, whose answers are buffered for the steps to come. A
+        row that ended (an end id, or a bare stop) reads the smallest end id from
+        there on. ``stop`` is applied to the columns as a stepping session would,
+        after each one, so j is the same. Nothing is appended: :meth:`greedy` and
+        :meth:`step` go on as if this had not been called.
 
         >>> session.lookahead(4)  # doctest: +SKIP
         array([[ 330,  2360,    13, 151645], ...])
         """
         limit = positive_int("n", n)
-        done = self._owner.endpoint.complete(self._rows, max_tokens=limit)
-        table = np.array([self._owner.tokens(c, limit) for c in done], dtype=np.intp)
+        known = min(limit if self._ended(a) else min(len(a), limit) for a in self._ahead)
+        if known:
+            table = self._columns(known)
+            width = stop_width(table, stop)
+            if width < known or known == limit or (stop is not None and stop(table)):
+                return np.ascontiguousarray(table[:, :width])
+        self._fill(limit)
+        table = self._columns(limit)
         return np.ascontiguousarray(table[:, : stop_width(table, stop)])
 
     def step(self, token: int) -> None:
-        """Append ``token`` to every row (sent with the next step's request)."""
-        tok = int(token)
-        if not 0 <= tok < self._owner.vocab_size:
-            raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
-        self.extend([tok])
+        """Append ``token`` to every row; rows whose buffered token differs drop their buffer."""
+        vocab = self._owner.vocab_size
+        if isinstance(token, bool) or not isinstance(token, Integral) or not 0 <= token < vocab:
+            raise ValueError(f"token must be in [0, {vocab}), got {token!r}")
+        self.extend([int(token)])
 
     def extend(self, tokens: Sequence[int]) -> None:
-        """Append the same ``tokens`` to every row (sent with the next request)."""
+        """Append the same ``tokens`` to every row, like one :meth:`step` per token."""
         ids = check_token_ids(tokens, self._owner.vocab_size)
-        for row in self._rows:
+        for row, ahead in zip(self._rows, self._ahead, strict=True):
+            for token in ids:
+                if ahead and ahead[0] == token:
+                    del ahead[0]
+                else:
+                    ahead.clear()
             row.extend(ids)
-        self._greedy = None
+
+
+def _configs(path: str) -> list[Any]:
+    """The model config and generation config stored beside a tokenizer (those found)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    found = []
+    for loader in (AutoConfig, GenerationConfig):
+        try:
+            found.append(loader.from_pretrained(path))
+        except (OSError, ValueError):  # none stored there: the tokenizer alone decides
+            continue
+    return found
 
 
 class OpenAICompatModel(TokenizerCodec):
@@ -127,23 +192,33 @@ class OpenAICompatModel(TokenizerCodec):
     ``endpoint`` is the server; ``tokenizer`` the model's transformers tokenizer
     (the same checkpoint the server serves), which builds the prompts and decodes
     (:class:`~dprag_core.models.codec.TokenizerCodec`: chat template when it has
-    one). ``eos_token_ids`` defaults to the tokenizer's EOS. ``check_tokenizer``
-    compares the server's tokenization of :data:`TOKENIZER_PROBE` with the local
-    one where the server offers it, and raises ``ValueError`` if they differ (a
-    different model is being served).
+    one). ``configs``: the checkpoint's model and generation configs, whose
+    ``eos_token_id`` joins the end set (:func:`~dprag_core.models.codec.special_tokens`:
+    the in-process engine's rule; :meth:`from_pretrained` reads them beside the
+    tokenizer); ``eos_token_ids`` replaces the set. ``lookahead_tokens``: how many
+    tokens a refill request asks for per row (speculative voting, module
+    docstring; 1 = one request per released token). ``check_tokenizer`` compares
+    the server's tokenization of :data:`TOKENIZER_PROBE` with the local one:
+    ``ValueError`` if they differ (a different model is being served),
+    :class:`EndpointError` if the server cannot say (no tokenizer endpoint, an
+    error, a stall past the endpoint's ``timeout``); ``check_tokenizer=False``
+    skips it, on the user's word that the server serves this checkpoint.
 
     >>> OpenAICompatModel(object(), object())
     Traceback (most recent call last):
     TypeError: endpoint must be a CompletionsEndpoint, got object
     """
 
+    @strict_init
     def __init__(
         self,
         endpoint: CompletionsEndpoint,
         tokenizer: Any,
         *,
         eos_token_ids: Sequence[int] | None = None,
+        configs: Sequence[Any] = (),
         check_tokenizer: bool = True,
+        lookahead_tokens: int = 8,
     ) -> None:
         if not isinstance(endpoint, CompletionsEndpoint):
             raise TypeError(
@@ -153,19 +228,14 @@ class OpenAICompatModel(TokenizerCodec):
             raise TypeError("tokenizer must be a transformers tokenizer")
         super().__init__(tokenizer)
         self.endpoint = endpoint
-        self._vocab = len(tokenizer)
-        eos = tokenizer.eos_token_id if eos_token_ids is None else eos_token_ids
-        found = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        if not found or not all(
-            isinstance(e, int) and not isinstance(e, bool) and 0 <= e < self._vocab for e in found
-        ):
-            # a bare "stop" with no EOS id would otherwise fail mid-answer, after spends
+        self.special = special_tokens(tokenizer, configs=configs, eos_token_ids=eos_token_ids)
+        if not self.special.eos_token_ids:  # a bare stop (no id returned) must read as an end
             raise ValueError(
-                f"eos_token_ids must be token ids in [0, {self._vocab}) (at least one; the "
-                f"tokenizer's eos_token_id when None), got {eos!r}"
+                "eos_token_ids must be given: the tokenizer, the configs and the chat template "
+                f"name no end-of-sequence token id in [0, {self.special.vocab_size})"
             )
-        self._eos = frozenset(found)
-        if check_tokenizer:
+        self.lookahead_tokens = positive_int("lookahead_tokens", lookahead_tokens)
+        if strict_bool("check_tokenizer", check_tokenizer):
             self._check_tokenizer()
 
     @classmethod
@@ -177,26 +247,42 @@ class OpenAICompatModel(TokenizerCodec):
         model: str,
         server: Server = "llama.cpp",
         check_tokenizer: bool = True,
+        lookahead_tokens: int = 8,
+        eos_token_ids: Sequence[int] | None = None,
         **endpoint_options: Any,
     ) -> OpenAICompatModel:
         """Connect to ``base_url`` serving ``model``; load ``tokenizer`` (name or path) locally.
 
-        ``endpoint_options`` go to :class:`CompletionsEndpoint` (``api_key``,
-        ``headers``, ``verify``, ``timeout``, ``retries``, ...).
+        The model and generation configs stored beside the tokenizer (when there
+        are) join the end set. ``endpoint_options`` go to :class:`CompletionsEndpoint`
+        (``api_key``, ``headers``, ``verify``, ``timeout``, ``retries``, ``proxy``, ...).
         """
         from transformers import AutoTokenizer
 
+        known = inspect.signature(CompletionsEndpoint.__init__).parameters
+        check_keywords("OpenAICompatModel.from_pretrained", endpoint_options, known)
         endpoint = CompletionsEndpoint(base_url, model=model, server=server, **endpoint_options)
         return cls(
-            endpoint, AutoTokenizer.from_pretrained(tokenizer), check_tokenizer=check_tokenizer
+            endpoint,
+            AutoTokenizer.from_pretrained(tokenizer),
+            eos_token_ids=eos_token_ids,
+            configs=_configs(tokenizer),
+            check_tokenizer=check_tokenizer,
+            lookahead_tokens=lookahead_tokens,
         )
 
     def __repr__(self) -> str:
         return f"OpenAICompatModel({self.endpoint!r})"
 
     def _check_tokenizer(self) -> None:
-        served = self.endpoint.tokenize(TOKENIZER_PROBE)
-        if served is not None and served != self.encode(TOKENIZER_PROBE):
+        try:
+            served = self.endpoint.tokenize(TOKENIZER_PROBE)
+        except EndpointError as err:
+            raise EndpointError(
+                f"cannot check the server's tokenizer against the local one ({err.args[0]}): "
+                "pass check_tokenizer=False if the server serves the checkpoint of `tokenizer`"
+            ) from None
+        if served != self.encode(TOKENIZER_PROBE):
             raise ValueError(
                 "the server's tokenizer disagrees with the local tokenizer on a probe text: "
                 "is the server serving the same checkpoint as `tokenizer`?"
@@ -205,52 +291,73 @@ class OpenAICompatModel(TokenizerCodec):
     @property
     def vocab_size(self) -> int:
         """Number V of the tokenizer's tokens (ids 0..V-1)."""
-        return self._vocab
+        return self.special.vocab_size
 
     @property
     def eos_token_ids(self) -> frozenset[int]:
-        """Token ids that end generation."""
-        return self._eos
+        """The end ids (:func:`~dprag_core.models.codec.special_tokens`)."""
+        return self.special.eos_token_ids
+
+    def continuation(self, completion: Completion, n: int) -> list[int]:
+        """The greedy tokens a completion asked for ``n`` tokens shows, checked.
+
+        Its ids up to and including the first end id. A completion that stopped
+        (``finish_reason`` "stop") without returning an end id gets the smallest end
+        id appended: the server ended the row there (an end id it did not return,
+        or one of its own end-of-generation ids that is not in the client's set),
+        and the row reads an end from there on, whatever ``n`` was asked (so a
+        buffered continuation and a one-token request read the same). Every id
+        must pass the codec check (an integer in [0, V)); more than ``n`` ids, or
+        fewer without a stop, are an :class:`EndpointError` naming no token.
+
+        >>> model.continuation(Completion((17, 0, 5), "stop"), 3)  # doctest: +SKIP
+        [17, 0]
+        >>> model.continuation(Completion((17,), "stop"), 1)  # doctest: +SKIP
+        [17, 0]
+        """
+        ids: list[int] = list(completion.token_ids)
+        stopped = completion.finish_reason == "stop"
+        problem = token_id_problem(ids, self.vocab_size)
+        if not problem and (len(ids) > n or (len(ids) < n and not stopped)):
+            problem = "too many" if len(ids) > n else "too few without a stop"
+        if problem:
+            raise EndpointError(
+                f"the server returned no token id in [0, {self.vocab_size}) (expected {n} "
+                f"token ids or a stop; got {len(ids)} id(s), {problem})"
+            )
+        end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
+        if end is not None:
+            return ids[:end]
+        return [*ids, min(self.eos_token_ids)] if stopped else ids
 
     def tokens(self, completion: Completion, n: int) -> list[int]:
-        """The ``n`` greedy tokens of a completion asked for ``n`` tokens.
-
-        A completion that stopped early (``finish_reason`` "stop": an EOS, returned
-        or not) reads EOS from there on: its EOS where the server returned one, the
-        smallest EOS id where it returned none (a bare stop), then the smallest EOS
-        id. Anything else (an id out of range, more than ``n`` ids, fewer without a
-        stop) is an :class:`EndpointError` naming no token.
+        """The ``n`` greedy tokens of a completion asked for ``n`` tokens (:meth:`continuation`,
+        then the smallest end id up to ``n``).
 
         >>> model.tokens(Completion((17,), "stop"), 3)  # doctest: +SKIP
         [17, 0, 0]
         """
-        ids = list(completion.token_ids)
-        stopped = completion.finish_reason == "stop"
-        if (
-            len(ids) > n
-            or (len(ids) < n and not stopped)
-            or not all(0 <= t < self._vocab for t in ids)
-        ):
-            raise EndpointError(
-                f"the server returned no token id in [0, {self._vocab}) "
-                f"(expected {n} token ids or a stop)"
-            )
-        end = next((i + 1 for i, t in enumerate(ids) if t in self._eos), len(ids))
-        return ids[:end] + [min(self._eos)] * (n - end)
+        ids = self.continuation(completion, n)
+        return (ids + [min(self.eos_token_ids)] * n)[:n]
 
     def prefill(self, prompts: Sequence[str]) -> OpenAICompatSession:
         """Tokenize B prompts locally; the first :meth:`~OpenAICompatSession.greedy` sends them."""
         return OpenAICompatSession(self, self.prompt_rows(prompts))
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        """One greedy completion per prompt, in one batched request (new text only)."""
+        """One greedy completion per prompt, in one batched request (new text only).
+
+        Each answer's ids pass the same check as a session's (:meth:`continuation`);
+        the text stops before the first end id and drops a trailing incomplete
+        UTF-8 character (:meth:`~dprag_core.models.codec.TokenizerCodec.decode_answer`).
+        """
         limit = positive_int("max_new_tokens", max_new_tokens)
         done = self.endpoint.complete(self.prompt_rows(prompts), max_tokens=limit)
         out = []
-        for c in done:
-            ids = list(c.token_ids)
-            cut = next((i for i, tok in enumerate(ids) if tok in self._eos), len(ids))
-            out.append(self.decode(ids[:cut]))
+        for completion in done:
+            ids = self.continuation(completion, limit)
+            cut = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), len(ids))
+            out.append(self.decode_answer(ids[:cut]))
         return out
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:

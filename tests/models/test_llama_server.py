@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+import torch
 from llama_server import convert_reader, find_binary, serve
 from private_frames import reachable_text
 
@@ -32,6 +33,7 @@ from dprag_core.eval.synthetic import make_corpus
 from dprag_core.eval.workbench import load_models, reader_path
 from dprag_core.models import TokenModel, TokenSession
 from dprag_core.models.endpoint import EndpointError
+from dprag_core.models.hf import HFTokenModel
 from dprag_core.models.openai_compat import OpenAICompatModel
 from dprag_core.retrieval import ScoredDocument
 
@@ -200,12 +202,50 @@ def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptu
 
 
 def test_the_server_benchmark_runs(server_url: str) -> None:
-    """benchmarks/server.py against this endpoint: both rates and no transcript mismatch."""
+    """benchmarks/server.py against this endpoint: every row, no transcript mismatch
+    (server against in-process, speculative against step-by-step)."""
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "server.py"
     done = subprocess.run(
         [sys.executable, str(script), "--base-url", server_url, "--queries", "2", "--m", "3",
-         "--tokens", "4", "--concurrency", "2", "--repeats", "1"],
+         "--tokens", "4", "--concurrency", "2", "--repeats", "1", "--lookahead", "1", "4"],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     rates = [line for line in done.stdout.splitlines() if "tok/s" in line]
-    assert len(rates) == 2 and "MISMATCH" not in done.stdout, done.stdout
+    assert len(rates) == 4 and "MISMATCH" not in done.stdout, done.stdout
+    assert all("req/tok" in line and "DP/greedy" in line for line in rates)
+
+
+def test_a_chat_checkpoint_stops_on_im_end_with_split_characters(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A chat checkpoint (generation config: <eos> and <|im_end|>) answering "€中", six byte
+    tokens, then <|im_end|>: served by llama-server it releases the whole characters and
+    stops on <|im_end|> after one request, as the in-process engine does."""
+    from chat_checkpoint import chat_checkpoint
+
+    binary = find_binary()
+    if binary is None:
+        pytest.skip("llama-server is not built (scripts/build_llama_server.sh)")
+    from transformers import AutoTokenizer
+
+    tokenizer, model, chain = chat_checkpoint(answer="€中")
+    work = tmp_path_factory.mktemp("chat-checkpoint")
+    model.resize_token_embeddings(len(tokenizer) + 1)  # reloaded, the tokenizer adds an unk
+    with torch.no_grad():
+        model.model.embed_tokens.weight[-1].zero_()
+        model.lm_head.weight[-1].zero_()
+    model.save_pretrained(work / "model")
+    tokenizer.save_pretrained(work / "model")
+    gguf = convert_reader(binary, work / "model", work)
+    local = HFTokenModel(model, AutoTokenizer.from_pretrained(work / "model"))
+    with serve(binary, gguf, work, slots=4, ctx_per_slot=256) as url:
+        served = OpenAICompatModel.from_pretrained(url, str(work / "model"), model="chat")
+        assert served.eos_token_ids == local.eos_token_ids == {1, chain[-1]}
+        docs = [ScoredDocument(id=f"d{i}", text="Zoe paid.", score=0.9) for i in range(3)]
+        answers = []
+        for m in (local, served):
+            *chunks, answer = VoteRAG(m, m=3, k=1, max_new_tokens=12).stream("Who?", docs, rng=0)
+            assert isinstance(answer, DPAnswer) and "".join(map(str, chunks)) == answer.text
+            answers.append((answer.text, answer.details["stop_reason"], chunks))
+        assert answers[0] == answers[1] and answers[0][:2] == ("€中", "eos")
+        assert all("\ufffd" not in c for c in answers[1][2])

@@ -36,12 +36,13 @@ def tokenizer() -> Any:
 
 
 def _llama_cpp_reply(request: httpx.Request, token: int = 5) -> httpx.Response:
+    """llama.cpp's native /completion answer: every row's ``max_tokens`` tokens are ``token``."""
     body = json.loads(request.content)
-    choices = [
-        {"index": i, "finish_reason": "length", "logprobs": {"content": [{"id": token}]}}
+    results = [
+        {"index": i, "tokens": [token] * body["max_tokens"], "stop_type": "limit"}
         for i in range(len(body["prompt"]))
     ]
-    return httpx.Response(200, json={"choices": choices})
+    return httpx.Response(200, json=results)
 
 
 def _endpoint(handler: Handler, **kw: Any) -> CompletionsEndpoint:
@@ -51,7 +52,11 @@ def _endpoint(handler: Handler, **kw: Any) -> CompletionsEndpoint:
 
 
 def _model(tokenizer: Any, handler: Handler, **kw: Any) -> OpenAICompatModel:
-    return OpenAICompatModel(_endpoint(handler, **kw), tokenizer, check_tokenizer=False)
+    """The step-by-step protocol (lookahead_tokens=1: one request per step, as before
+    speculative voting; tests/models/test_speculative.py covers the buffers)."""
+    return OpenAICompatModel(
+        _endpoint(handler, **kw), tokenizer, check_tokenizer=False, lookahead_tokens=1
+    )
 
 
 def test_each_step_is_one_batched_token_id_request(tokenizer: Any) -> None:
@@ -59,7 +64,7 @@ def test_each_step_is_one_batched_token_id_request(tokenizer: Any) -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         sent.append(json.loads(request.content))
-        assert request.url.path == "/v1/completions"
+        assert request.url.path == "/completion"  # llama.cpp's native endpoint: every id
         return _llama_cpp_reply(request)
 
     model = _model(tokenizer, handler)
@@ -114,10 +119,7 @@ def test_protocols_and_refusals(tokenizer: Any) -> None:
 
 def test_a_bare_eos_stop_is_eos_and_bad_ids_are_errors(tokenizer: Any) -> None:
     def eos(request: httpx.Request) -> httpx.Response:
-        lp = {"content": []}
-        return httpx.Response(
-            200, json={"choices": [{"index": 0, "finish_reason": "stop", "logprobs": lp}]}
-        )
+        return httpx.Response(200, json={"index": 0, "tokens": [], "stop_type": "eos"})
 
     assert _model(tokenizer, eos).prefill(["q"]).greedy().tolist() == [0]
     out_of_range = _model(tokenizer, lambda r: _llama_cpp_reply(r, token=len(tokenizer)))
@@ -185,7 +187,10 @@ def test_tokenizer_check(tokenizer: Any) -> None:
     OpenAICompatModel(_endpoint(served(local)), tokenizer)
     with pytest.raises(ValueError, match="same checkpoint"):
         OpenAICompatModel(_endpoint(served(local[:-1])), tokenizer)
-    OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer)  # no /tokenize: skip
+    # no /tokenize (or an error, a stall): refused unless the user says so
+    with pytest.raises(EndpointError, match="check_tokenizer=False"):
+        OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer)
+    OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer, check_tokenizer=False)
 
 
 @pytest.mark.parametrize(
@@ -222,7 +227,9 @@ def test_bad_prompts_and_tokens(tokenizer: Any) -> None:
 
 def test_a_stopped_server_is_a_clean_error(tokenizer: Any) -> None:
     dead = OpenAICompatModel(  # nothing listens on the discard port
-        CompletionsEndpoint("http://127.0.0.1:9/v1", model="reader", retries=0), tokenizer
+        CompletionsEndpoint("http://127.0.0.1:9/v1", model="reader", retries=0),
+        tokenizer,
+        check_tokenizer=False,  # (with the check, the model is refused when built)
     )
     with pytest.raises(EndpointError, match="ConnectError") as info:
         dead.prefill([f"Context: {CANARY}"]).greedy()
@@ -241,25 +248,21 @@ def test_lookahead_is_one_request_of_n_tokens_and_keeps_the_rows(tokenizer: Any)
     """Rows that ended early read EOS from there on; nothing is appended to the rows."""
     sent: list[dict[str, Any]] = []
     replies = [
-        ([11, 12, 13, 14], "length"),
-        ([11, 12], "stop"),  # a bare stop after two tokens
-        ([], "stop"),  # a bare stop at once: greedy() reads EOS there too
-        ([11, 0, 13], "stop"),  # EOS (id 0) returned, then (oddly) more: cut at the EOS
+        ([11, 12, 13, 14], "limit"),
+        ([11, 12], "eos"),  # a bare stop after two tokens
+        ([], "eos"),  # a bare stop at once: greedy() reads EOS there too
+        ([11, 0, 13], "eos"),  # EOS (id 0) returned, then (oddly) more: cut at the EOS
     ]
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         sent.append(body)
         n = body["max_tokens"]
-        choices = [
-            {
-                "index": i,
-                "finish_reason": "length" if len(ids) > n else reason,
-                "logprobs": {"content": [{"id": t} for t in ids[:n]]},
-            }
+        results = [
+            {"index": i, "tokens": ids[:n], "stop_type": "limit" if len(ids) > n else reason}
             for i, (ids, reason) in enumerate(replies)
         ]
-        return httpx.Response(200, json={"choices": choices})
+        return httpx.Response(200, json=results)
 
     model = _model(tokenizer, handler)
     assert min(model.eos_token_ids) == 0
@@ -278,21 +281,18 @@ def test_lookahead_is_one_request_of_n_tokens_and_keeps_the_rows(tokenizer: Any)
     assert seen == [1, 2]  # applied to the columns afterwards, as a stepping session would
     assert session.greedy().tolist() == table[:, 0].tolist()
     assert sent[-1]["prompt"] == sent[0]["prompt"]  # the rows are unchanged
-    assert sent[-1]["max_tokens"] == 1
+    assert len(sent) == 1  # greedy() reads the buffered column 0: nothing more is sent
 
 
 @pytest.mark.parametrize(
     ("ids", "reason"),
-    [([5], "length"), ([5, 6, 7, 8], "length"), ([5, 10**9], "length"), ([-1, 5], "stop")],
+    [([5], "limit"), ([5, 6, 7, 8], "limit"), ([5, 10**9], "limit"), ([-1, 5], "eos")],
 )
 def test_lookahead_refuses_malformed_completions(
     tokenizer: Any, ids: list[int], reason: str
 ) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        lp = {"content": [{"id": t} for t in ids]}
-        return httpx.Response(
-            200, json={"choices": [{"index": 0, "finish_reason": reason, "logprobs": lp}]}
-        )
+        return httpx.Response(200, json={"index": 0, "tokens": ids, "stop_type": reason})
 
     with pytest.raises(EndpointError, match=r"no token id in \[0, \d+\) \(expected 3 token ids"):
         _model(tokenizer, handler).prefill(["q"]).lookahead(3)
