@@ -141,6 +141,7 @@ def _demo(args: argparse.Namespace) -> int:
     from dprag_core.eval.synthetic import make_corpus
     from dprag_core.eval.workbench import CorpusIndex, reader_path
     from dprag_core.pipeline import PrivateRAG
+    from dprag_core.stop_reasons import shown_text
 
     corpus = make_corpus(n_diseases=10, max_support=2 * args.voters, seed=args.seed, world=0)
     print(
@@ -178,7 +179,7 @@ def _demo(args: argparse.Namespace) -> int:
                 continue
             took = time.perf_counter() - start
             ok = "ok" if match(answer.text, item.answer) else "--"
-            text = " ".join(answer.text.split())[:40]
+            text = shown_text(" ".join(answer.text.split())[:40], answer.details)
             tqdm.write(f"    {entry.label:<13} {_fmt_eps(answer)} {took:5.2f}s  [{ok}] {text}")
             if rng is not None:
                 rng += 1
