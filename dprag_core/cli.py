@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
+from dprag_core.validation import missing_extra
 
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
@@ -134,7 +135,10 @@ def _demo(args: argparse.Namespace) -> int:
     import tempfile
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError as missing:
+        raise missing_extra("dprag demo", missing, extra="demo") from missing
 
     from dprag_core.eval.embeddings import MiniLMEmbedder
     from dprag_core.eval.metrics import match

@@ -5,6 +5,13 @@
 'DPRAGChain'
 """
 
+try:
+    import langchain_core  # noqa: F401 (the framework this package adapts)
+except ImportError as missing:
+    from dprag_core.validation import missing_extra
+
+    raise missing_extra("langchain_dprag", missing, extra="langchain") from missing
+
 from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain, DPRAGOutput
 from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier

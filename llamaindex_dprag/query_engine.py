@@ -438,9 +438,15 @@ class DPQueryEngine(CustomQueryEngine):
         )
 
     # BaseQueryEngine's entry points (QueryStartEvent / QueryEndEvent, the trace),
-    # not CustomQueryEngine's, which report neither
-    query = BaseQueryEngine.query
-    aquery = BaseQueryEngine.aquery
+    # not CustomQueryEngine's, which report neither; the input is checked first (its
+    # event would refuse anything else with a bare pydantic ValidationError)
+    def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        """Answer one question (a string, or a ``DPQueryBundle`` carrying the query's id)."""
+        return BaseQueryEngine.query(self, _query_input(str_or_query_bundle))
+
+    async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        """Async :meth:`query`."""
+        return await BaseQueryEngine.aquery(self, _query_input(str_or_query_bundle))
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         """One ``QUERY`` callback event (question, DP response) around the query."""
@@ -468,6 +474,23 @@ class DPQueryEngine(CustomQueryEngine):
             f"DPQueryEngine(mechanism={self.mechanism!r}, accountant={self.accountant!r}, "
             f"streaming={self.streaming}, source_ids={self.source_ids})"
         )
+
+
+def _query_input(value: object) -> str | QueryBundle:
+    """A question string or a ``QueryBundle``, else a TypeError naming both (no text echoed).
+
+    >>> _query_input(5)
+    Traceback (most recent call last):
+    ...
+    TypeError: query takes a question string or a QueryBundle (DPQueryBundle(question, \
+query_id=...) names the query), got int
+    """
+    if isinstance(value, (str, QueryBundle)):
+        return value
+    raise TypeError(
+        "query takes a question string or a QueryBundle (DPQueryBundle(question, "
+        f"query_id=...) names the query), got {type(value).__name__}"
+    )
 
 
 def _first_k(similarity_top_k: int | None, mechanism: Mechanism) -> int | None:
