@@ -23,7 +23,13 @@ TypeError: Box got an unknown keyword argument 'widht'; did you mean 'width'?
 >>> Box(width="wide")
 Traceback (most recent call last):
 ...
-TypeError: Box: width must be a valid integer, unable to parse string as an integer, got str
+TypeError: Box: width must be a valid integer, got str
+>>> class Choice(KnownFields):
+...     flag: bool | int = False
+>>> Choice(flag="many")
+Traceback (most recent call last):
+...
+TypeError: Choice: flag must be a valid boolean or a valid integer, got str
 >>> Box(3)
 Traceback (most recent call last):
 ...
@@ -54,19 +60,28 @@ def plain_error(owner: str, invalid: ValidationError) -> Exception:
     got <type>"`` (a value only for a choice among literals: constructor
     arguments, never documents).
     """
-    first = invalid.errors()[0]
+    errors = invalid.errors()
+    first = errors[0]
     original = first.get("ctx", {}).get("error")
     if isinstance(original, Exception):
         return original
-    field = ".".join(str(part) for part in first["loc"]) or "input"
-    message = str(first["msg"]).replace("Input should be", "must be", 1)
-    if not message.startswith("must"):
-        message = f"is invalid: {message}"
+    field = str(first["loc"][0]) if first["loc"] else "input"
+    same = [e for e in errors if e["loc"][:1] == first["loc"][:1]]  # a union's branches
+    wanted = " or ".join(dict.fromkeys(_wanted(str(e["msg"])) for e in same))
     kind = str(first["type"])
     value = first.get("input")
     shown = repr(value) if kind in ("literal_error", "enum") else type(value).__name__
-    error = TypeError if kind.endswith(_TYPE_ERRORS) else ValueError
-    return error(f"{owner}: {field} {message}, got {shown}")
+    error = TypeError if all(str(e["type"]).endswith(_TYPE_ERRORS) for e in same) else ValueError
+    return error(f"{owner}: {field} must be {wanted}, got {shown}")
+
+
+def _wanted(message: str) -> str:
+    """What a pydantic message asks for: ``"Input should be a valid integer"`` -> ``"a valid
+    integer"``."""
+    for start in ("Input should be ", "Value should be "):
+        if message.startswith(start):
+            return message[len(start) :].split(", unable to")[0]
+    return f"valid ({message})"
 
 
 def accountant_or_none(value: Any) -> Any:

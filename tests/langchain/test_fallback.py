@@ -79,7 +79,7 @@ async def test_fallback_events_and_text_form(store: InMemoryVectorStore) -> None
 
 
 def test_bad_fallback_option_is_refused(store: InMemoryVectorStore) -> None:
-    with pytest.raises(ValueError, match="public_fallback"):
+    with pytest.raises(TypeError, match="public_fallback must be a valid boolean or an instance"):
         _chain(store, FakeListChatModel(responses=["x"]), public_fallback="yes")
 
 
