@@ -11,7 +11,8 @@ Imports only numpy and dp_accounting; the transformers backend
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.errors import PrivateDataError, reveal_private_errors
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.documents import ScoredDocument

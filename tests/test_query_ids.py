@@ -16,7 +16,8 @@ from toy_mechanisms import ToyMechanism
 
 from dprag_core import PrivateRAG
 from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.pipeline import CHARGE_RETRY
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument

@@ -36,7 +36,8 @@ from dprag_core.algorithms.base import (
     check_question,
     check_template,
 )
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import LookaheadSession, TokenModel, TokenSession

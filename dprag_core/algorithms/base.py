@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument
