@@ -12,7 +12,7 @@ in :mod:`dprag_core.retrieval`.
 ('DPSparseVote', 'DPKSA', 'MuRAG', 'NonRAG')
 """
 
-from dprag_core.algorithms.base import Mechanism, StreamingMechanism
+from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
@@ -31,6 +31,5 @@ __all__ = [
     "MuRAGAda",
     "NaiveMulti",
     "NonRAG",
-    "StreamingMechanism",
     "VoteRAG",
 ]
