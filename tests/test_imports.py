@@ -18,145 +18,48 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 FACES: dict[str, list[str]] = {
-    "dprag_core": [
-        "Budget",
-        "DPAnswer",
-        "InMemoryCorpusAccountant",
-        "PrivacyBudgetExhausted",
-        "PrivateDataError",
-        "PrivateRAG",
-        "SQLiteCorpusAccountant",
-        "ScoredDocument",
-    ],
-    "dprag_core.accounting": [
-        "BOUNDS",
-        "BudgetStatus",
-        "ChargeRecord",
-        "CompositionCount",
-        "CorpusAccountant",
-        "DEFAULT_ORDERS",
-        "InMemoryCorpusAccountant",
-        "LedgerStatus",
-        "MAX_COUNT",
-        "PostgresCorpusAccountant",
-        "SQLiteCorpusAccountant",
-        "advanced_composition",
-        "approximate_rdp_to_dp",
-        "bounded_range_rdp",
-        "composition_fits",
-        "gaussian_rdp",
-        "max_compositions",
-        "max_rdp_compositions",
-        "optimal_composition",
-        "per_token_epsilon",
-        "pure_dp_rdp",
-        "rdp_composition",
-        "rdp_to_dp",
-        "sequential_composition",
-    ],
-    "dprag_core.accounting.ledger": [
-        "AuditEntry",
-        "ChargeResult",
-        "InMemoryLedger",
-        "Ledger",
-        "LedgerOutcomeUnknown",
-        "LedgerStatus",
-        "LedgerUnavailable",
-        "PostgresLedger",
-        "PostgresTimeouts",
-        "SQLiteLedger",
-        "charge_active",
-    ],
-    "dprag_core.accounting.stores": [
-        "LedgerOutcomeUnknown",
-        "LedgerUnavailable",
-        "PostgresTimeouts",
-    ],
-    "dprag_core.algorithms": [
-        "DPICL",
-        "DPKSA",
-        "DPSparseVote",
-        "DPVote",
-        "KSA",
-        "Mechanism",
-        "MuRAG",
-        "MuRAGAda",
-        "NaiveMulti",
-        "NonRAG",
-        "RAG",
-        "VoteRAG",
-    ],
-    "dprag_core.datastore": [
-        "DPSimHashDatastore",
-        "SimHashIndex",
-        "embedding_keys",
-        "token_distribution_keys",
-    ],
-    "dprag_core.mechanisms": [
-        "AboveThreshold",
-        "RngLike",
-        "SparseVoteRule",
-        "discrete_laplace",
-        "exponential_mechanism",
-        "exponential_probabilities",
-        "gaussian",
-        "gumbel",
-        "laplace",
-        "limited_domain_top1",
-        "make_rng",
-    ],
-    "dprag_core.models": [
-        "LogprobModel",
-        "LogprobSession",
-        "LookaheadSession",
-        "TextModel",
-        "TokenModel",
-        "TokenSession",
-    ],
-    "dprag_core.retrieval": [
-        "DPThreshold",
-        "HonoursK",
-        "PADDING_PREFIX",
-        "Retriever",
-        "ScoredDocument",
-        "partition_voters",
-        "retrieve_above",
-        "stable_id",
-    ],
-    "langchain_dprag": [
-        "COSINE",
-        "COSINE_DISTANCE",
-        "DPDatastoreClassifier",
-        "DPRAGChain",
-        "DPRAGOutput",
-        "DPRetriever",
-        "L2_UNIT",
-        "LangChainTextModel",
-        "NEGATIVE_INNER_PRODUCT",
-        "NormalizedEmbeddings",
-        "RELEVANCE",
-        "SQUARED_L2_UNIT",
-        "ScoreFunction",
-        "condense_question",
-        "condensed_chat",
-        "faiss_inner_product",
-    ],
-    "llamaindex_dprag": [
-        "COSINE_RANGE",
-        "DPAsyncStreamingResponse",
-        "DPDatastoreQueryEngine",
-        "DPQueryBundle",
-        "DPQueryEndEvent",
-        "DPQueryEngine",
-        "DPQueryStartEvent",
-        "DPResponse",
-        "DPStreamingResponse",
-        "DPThresholdPostprocessor",
-        "EngineOptions",
-        "LlamaIndexTextModel",
-        "PrivacyBudgetPostprocessor",
-        "cosine_faiss_store",
-    ],
+    "dprag_core": """
+        Budget DPAnswer InMemoryCorpusAccountant PrivacyBudgetExhausted PrivateDataError
+        PrivateRAG SQLiteCorpusAccountant ScoredDocument
+    """.split(),
+    "dprag_core.accounting": """
+        BOUNDS BudgetStatus ChargeRecord CompositionCount CorpusAccountant DEFAULT_ORDERS
+        InMemoryCorpusAccountant LedgerStatus MAX_COUNT PostgresCorpusAccountant
+        SQLiteCorpusAccountant advanced_composition approximate_rdp_to_dp bounded_range_rdp
+        composition_fits gaussian_rdp max_compositions max_rdp_compositions
+        optimal_composition per_token_epsilon pure_dp_rdp rdp_composition rdp_to_dp
+        sequential_composition
+    """.split(),
+    "dprag_core.accounting.ledger": """
+        AuditEntry ChargeResult InMemoryLedger Ledger LedgerOutcomeUnknown LedgerStatus
+        LedgerUnavailable PostgresLedger PostgresTimeouts SQLiteLedger charge_active
+    """.split(),
+    "dprag_core.accounting.stores": "LedgerOutcomeUnknown LedgerUnavailable PostgresTimeouts".split(),
+    "dprag_core.algorithms": """
+        DPICL DPKSA DPSparseVote DPVote KSA Mechanism MuRAG MuRAGAda NaiveMulti NonRAG RAG
+        VoteRAG
+    """.split(),
+    "dprag_core.datastore": "DPSimHashDatastore SimHashIndex embedding_keys token_distribution_keys".split(),
+    "dprag_core.mechanisms": """
+        AboveThreshold RngLike SparseVoteRule discrete_laplace exponential_mechanism
+        exponential_probabilities gaussian gumbel laplace limited_domain_top1 make_rng
+    """.split(),
+    "dprag_core.models": "LogprobModel LogprobSession LookaheadSession TextModel TokenModel TokenSession".split(),
+    "dprag_core.retrieval": """
+        DPThreshold HonoursK PADDING_PREFIX Retriever ScoredDocument partition_voters
+        retrieve_above stable_id
+    """.split(),
+    "langchain_dprag": """
+        COSINE COSINE_DISTANCE DPDatastoreClassifier DPRAGChain DPRAGOutput DPRetriever
+        L2_UNIT LangChainTextModel NEGATIVE_INNER_PRODUCT NormalizedEmbeddings RELEVANCE
+        SQUARED_L2_UNIT ScoreFunction condense_question condensed_chat faiss_inner_product
+    """.split(),
+    "llamaindex_dprag": """
+        COSINE_RANGE DPAsyncStreamingResponse DPDatastoreQueryEngine DPQueryBundle
+        DPQueryEndEvent DPQueryEngine DPQueryStartEvent DPResponse DPStreamingResponse
+        DPThresholdPostprocessor EngineOptions LlamaIndexTextModel
+        PrivacyBudgetPostprocessor cosine_faiss_store
+    """.split(),
 }
 
 
@@ -166,9 +69,7 @@ def packages() -> list[str]:
     for top in ("dprag_core", "langchain_dprag", "llamaindex_dprag"):
         found.append(top)
         found += [
-            info.name
-            for info in pkgutil.walk_packages([str(ROOT / top)], f"{top}.")
-            if info.ispkg
+            info.name for info in pkgutil.walk_packages([str(ROOT / top)], f"{top}.") if info.ispkg
         ]
     return sorted(found)
 
