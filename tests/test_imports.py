@@ -17,49 +17,61 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def words(text: str) -> list[str]:
+    """A face as written below: its names in sorted order, separated by white space."""
+    return text.split()
+
+
 FACES: dict[str, list[str]] = {
-    "dprag_core": """
+    "dprag_core": words("""
         Budget DPAnswer InMemoryCorpusAccountant PrivacyBudgetExhausted PrivateDataError
         PrivateRAG SQLiteCorpusAccountant ScoredDocument
-    """.split(),
-    "dprag_core.accounting": """
+    """),
+    "dprag_core.accounting": words("""
         BOUNDS BudgetStatus ChargeRecord CompositionCount CorpusAccountant DEFAULT_ORDERS
         InMemoryCorpusAccountant LedgerStatus MAX_COUNT PostgresCorpusAccountant
         SQLiteCorpusAccountant advanced_composition approximate_rdp_to_dp bounded_range_rdp
         composition_fits gaussian_rdp max_compositions max_rdp_compositions
         optimal_composition per_token_epsilon pure_dp_rdp rdp_composition rdp_to_dp
         sequential_composition
-    """.split(),
-    "dprag_core.accounting.ledger": """
+    """),
+    "dprag_core.accounting.ledger": words("""
         AuditEntry ChargeResult InMemoryLedger Ledger LedgerOutcomeUnknown LedgerStatus
         LedgerUnavailable PostgresLedger PostgresTimeouts SQLiteLedger charge_active
-    """.split(),
-    "dprag_core.accounting.stores": "LedgerOutcomeUnknown LedgerUnavailable PostgresTimeouts".split(),
-    "dprag_core.algorithms": """
+    """),
+    "dprag_core.accounting.stores": words(
+        "LedgerOutcomeUnknown LedgerUnavailable PostgresTimeouts"
+    ),
+    "dprag_core.algorithms": words("""
         DPICL DPKSA DPSparseVote DPVote KSA Mechanism MuRAG MuRAGAda NaiveMulti NonRAG RAG
         VoteRAG
-    """.split(),
-    "dprag_core.datastore": "DPSimHashDatastore SimHashIndex embedding_keys token_distribution_keys".split(),
-    "dprag_core.mechanisms": """
+    """),
+    "dprag_core.datastore": words(
+        "DPSimHashDatastore SimHashIndex embedding_keys token_distribution_keys"
+    ),
+    "dprag_core.mechanisms": words("""
         AboveThreshold RngLike SparseVoteRule discrete_laplace exponential_mechanism
         exponential_probabilities gaussian gumbel laplace limited_domain_top1 make_rng
-    """.split(),
-    "dprag_core.models": "LogprobModel LogprobSession LookaheadSession TextModel TokenModel TokenSession".split(),
-    "dprag_core.retrieval": """
+    """),
+    "dprag_core.models": words(
+        "LogprobModel LogprobSession LookaheadSession TextModel TokenModel TokenSession"
+    ),
+    "dprag_core.retrieval": words("""
         DPThreshold HonoursK PADDING_PREFIX Retriever ScoredDocument partition_voters
         retrieve_above stable_id
-    """.split(),
-    "langchain_dprag": """
+    """),
+    "langchain_dprag": words("""
         COSINE COSINE_DISTANCE DPDatastoreClassifier DPRAGChain DPRAGOutput DPRetriever
         L2_UNIT LangChainTextModel NEGATIVE_INNER_PRODUCT NormalizedEmbeddings RELEVANCE
         SQUARED_L2_UNIT ScoreFunction condense_question condensed_chat faiss_inner_product
-    """.split(),
-    "llamaindex_dprag": """
+    """),
+    "llamaindex_dprag": words("""
         COSINE_RANGE DPAsyncStreamingResponse DPDatastoreQueryEngine DPQueryBundle
         DPQueryEndEvent DPQueryEngine DPQueryStartEvent DPResponse DPStreamingResponse
         DPThresholdPostprocessor EngineOptions LlamaIndexTextModel
         PrivacyBudgetPostprocessor cosine_faiss_store
-    """.split(),
+    """),
 }
 
 
