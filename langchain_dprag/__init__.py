@@ -14,6 +14,7 @@ module (``langchain_dprag.units``, ``.vectorstores``, ``.prompts``, ``.chain``).
 from langchain_dprag.chain import DPRAGChain, DPRAGOutput
 from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier
+from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.models import LangChainTextModel
 from langchain_dprag.retriever import DPRetriever
 from langchain_dprag.vectorstores import (
@@ -23,7 +24,6 @@ from langchain_dprag.vectorstores import (
     NEGATIVE_INNER_PRODUCT,
     RELEVANCE,
     SQUARED_L2_UNIT,
-    NormalizedEmbeddings,
     ScoreFunction,
     faiss_inner_product,
 )
