@@ -7,7 +7,7 @@ the voters' vote histogram as a
 :class:`~dprag_core.mechanisms.histogram.SparseCounts` (at most m non-zero
 counts: O(m), whatever the vocabulary size), the mechanism's choice, and ONE
 batched ``session.step(token)`` appending the chosen token to every row
-(DESIGN §6). Released text is streamed as it is decoded
+(docs/design.md §6). Released text is streamed as it is decoded
 (:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
 
 With ``unit="word"`` a decision is a word instead of a token

@@ -1,4 +1,4 @@
-"""The mechanism classes every algorithm and adapter builds on (DESIGN §3).
+"""The mechanism classes every algorithm and adapter builds on (docs/design.md §3).
 
 A mechanism turns a question plus retrieved candidates into a :class:`DPAnswer`.
 Adapters and :class:`dprag_core.pipeline.PrivateRAG` ask it how many candidates
