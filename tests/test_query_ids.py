@@ -11,13 +11,16 @@ tests/llamaindex/test_li_query_ids.py.
 from __future__ import annotations
 
 import pytest
-from query_support import BAD_UNITS, InDoubtAccountant, murag
+from query_support import BAD_UNITS, InDoubtAccountant, PureToy, murag
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import PrivateRAG
 from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
+from dprag_core.accounting.stores.amounts import MAX_ID_BYTES
+from dprag_core.algorithms import MuRAGAda
 from dprag_core.budget import Budget, DPAnswer
 from dprag_core.pipeline import CHARGE_RETRY
+from dprag_core.query_ids import RESERVED_ID_BYTES
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -60,7 +63,7 @@ def test_without_an_id_each_query_gets_a_fresh_one() -> None:
     assert len(budget.ids) == 2 and len(set(budget.ids)) == 2 and None not in budget.ids
 
 
-@pytest.mark.parametrize("bad", [" ", "q\x00", "q" * 1025, 7])
+@pytest.mark.parametrize("bad", [" ", "q\x00", "q" * 1025, "q" * 961, 7])
 def test_a_bad_query_id_is_refused_before_the_charge(bad: object) -> None:
     budget = InDoubtAccountant(Budget(10.0, 1e-3))
     app = PrivateRAG(ToyMechanism(k=2), retriever, accountant=budget)
@@ -93,3 +96,21 @@ def test_one_invalid_unit_id_never_blocks_murag(defect: str) -> None:
     answers = [app.answer(f"Who is {i}?") for i in range(20)]
     assert [a.text for a in answers] == ["2 candidates"] * 20  # d0, d1: the bad one dropped
     assert "bad" not in {e.unit for e in ledger.audit_log()}
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_the_longest_query_id_leaves_room_for_murag_ada_steps(mode: str) -> None:
+    """A caller id of the longest length still names every step: ``<id>/bin0``, ``<id>/rag``."""
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    ada = MuRAGAda(
+        PureToy(k=2),
+        ledger=ledger,
+        bins=[1.0, 0.5, 0.0],
+        epsilon_threshold=1.0,
+        epsilon_rag=1.0,
+        score_bounds=(-1, 1),
+    )
+    longest = "q" * (MAX_ID_BYTES - RESERVED_ID_BYTES)
+    answer = _final(PrivateRAG(ada, retriever), mode, query_id=longest)
+    assert answer.details["query_id"] == longest
+    assert {e.query_id for e in ledger.audit_log()} >= {f"{longest}/bin0", f"{longest}/rag"}
