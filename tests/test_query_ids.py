@@ -10,12 +10,18 @@ tests/llamaindex/test_li_query_ids.py.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 from query_support import BAD_UNITS, InDoubtAccountant, PureToy, murag
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import PrivateRAG
-from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
+from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown, SQLiteLedger
+from dprag_core.accounting.stores import sqlite as sqlite_store
 from dprag_core.accounting.stores.amounts import MAX_ID_BYTES
 from dprag_core.algorithms import MuRAGAda
 from dprag_core.budget import Budget, DPAnswer
@@ -114,3 +120,29 @@ def test_the_longest_query_id_leaves_room_for_murag_ada_steps(mode: str) -> None
     answer = _final(PrivateRAG(ada, retriever), mode, query_id=longest)
     assert answer.details["query_id"] == longest
     assert {e.query_id for e in ledger.audit_log()} >= {f"{longest}/bin0", f"{longest}/rag"}
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_ledger_in_doubt_inside_murag_reaches_the_caller_who_retries_once(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store's error is public: it leaves the private section as itself, not withheld."""
+    ledger = SQLiteLedger(tmp_path / "l.db", budget_per_unit=10.0, create=True)
+    real = sqlite_store.SQLiteStore.write
+
+    @contextlib.contextmanager
+    def lost_ack(self: sqlite_store.SQLiteStore, *, charge: bool = False) -> Iterator[Any]:
+        with real(self, charge=charge) as conn:
+            yield conn
+        if charge:  # committed, then the acknowledgement is lost (once)
+            monkeypatch.setattr(sqlite_store.SQLiteStore, "write", real)
+            raise LedgerOutcomeUnknown("the acknowledgement was lost (test)")
+
+    monkeypatch.setattr(sqlite_store.SQLiteStore, "write", lost_ack)
+    app = PrivateRAG(murag(ledger), retriever)
+    with pytest.raises(LedgerOutcomeUnknown, match="acknowledgement was lost") as caught:
+        _final(app, mode, query_id="req-5")
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    assert _final(app, mode, query_id="req-5").text == "2 candidates"
+    assert [e.unit for e in ledger.audit_log()] == ["d0", "d1", "d2", "d3"]  # charged once
+    assert ledger.remaining(["d0"]) == {"d0": pytest.approx(9.0)}
