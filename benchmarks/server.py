@@ -53,7 +53,7 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from dprag_core.algorithms import DPVote  # noqa: E402
-from dprag_core.budget import DPAnswer  # noqa: E402
+from dprag_core.answers import DPAnswer  # noqa: E402
 from dprag_core.eval.synthetic import make_corpus  # noqa: E402
 from dprag_core.eval.workbench import reader_path  # noqa: E402
 from dprag_core.models.base import TokenModel  # noqa: E402

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ empty or blank: ⊥ or EOS on the first token, for instance. The text is then
 the empty string ``""`` (never ``None``); an app may opt in to a public
 fallback (:mod:`dprag_core.fallback`).
 
->>> from dprag_core.budget import Budget, DPAnswer
+>>> from dprag_core.answers import DPAnswer
+>>> from dprag_core.budget import Budget
 >>> released_nothing(DPAnswer("", Budget(1.0), "DPSparseVote", {"stop_reason": NULL_TOKEN}))
 True
 >>> sorted(STOP_REASONS)[:3]
@@ -39,7 +40,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dprag_core.budget import DPAnswer
+    from dprag_core.answers import DPAnswer
 
 __all__ = [
     "BUDGET",
@@ -71,7 +72,7 @@ def released_nothing(answer: DPAnswer) -> bool:
     A post-processing of the DP output alone, so acting on it (a public
     fallback) costs no privacy.
 
-    >>> from dprag_core.budget import DPAnswer
+    >>> from dprag_core.answers import DPAnswer
     >>> released_nothing(DPAnswer(" ", None, "X")), released_nothing(DPAnswer("a", None, "X"))
     (True, False)
     """

@@ -72,7 +72,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike

@@ -76,7 +76,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, QueryRun, Released, RunHooks

@@ -24,7 +24,8 @@ from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown, S
 from dprag_core.accounting.stores import sqlite as sqlite_store
 from dprag_core.accounting.stores.amounts import MAX_ID_BYTES
 from dprag_core.algorithms import MuRAGAda
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.pipeline import CHARGE_RETRY
 from dprag_core.query_ids import RESERVED_ID_BYTES
 from dprag_core.retrieval.capabilities import HonoursK

@@ -25,7 +25,7 @@ is ε-DP with ε = M·ε_q = ``ledger.budget_per_unit`` with respect to adding o
 removing one privacy unit, because each unit is charged exactly the privacy loss
 it can incur in each query (0 when it is not relevant/visited, else ε_q, ε_thr,
 ε_RAG) and takes part only while its remaining budget covers that loss.
-Each :class:`~dprag_core.budget.DPAnswer` therefore reports
+Each :class:`~dprag_core.answers.DPAnswer` therefore reports
 ``guarantee = Budget(M·ε_q)``: the guarantee of the whole transcript, this
 answer included, which is what the theorem proves. The most any unit can lose
 in this one query, ε_q, is in ``details["epsilon_query"]``; it is a bound
@@ -61,7 +61,8 @@ from typing import Any
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
 from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.query_ids import current_query_id, new_query_id, step_id

@@ -1,4 +1,4 @@
-"""The per-privacy-unit ledger contract shared by every backend (MuRAG, DESIGN §5).
+"""The per-privacy-unit ledger contract shared by every backend (MuRAG, docs/design.md §5).
 
 A ledger holds, for every privacy unit, the epsilon it has left. Unknown units
 start with ``budget_per_unit`` (MuRAG: M·ε_q). :meth:`Ledger.charge` debits one
