@@ -212,7 +212,7 @@ def threshold_votes(
     2ε when a unit is also pushed out. Claim: SELECTION_EPSILON + ``epsilon``.
     """
     from dprag_core.mechanisms.threshold import _sample_tau, threshold_intervals
-    from dprag_core.retrieval.threshold import group_by_unit
+    from dprag_core.retrieval.units import group_by_unit
 
     groups = list(group_by_unit(candidates).values())
     scores = np.array([np.clip(max(d.score for d in g), *bounds) for g in groups])

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.ledger.base import Ledger
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
-from dprag_core.accounting.stores.amounts import open_options, to_units
+from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable
-from dprag_core.accounting.stores.pgschema import PostgresSchema, PostgresSpec
-from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
+from dprag_core.accounting.stores.pgschema import PostgresSpec, append_only, open_postgres
+from dprag_core.accounting.stores.postgres import PostgresTimeouts
 
 if TYPE_CHECKING:
     import psycopg
@@ -129,10 +129,7 @@ def ledger_spec() -> PostgresSpec:
         },
         (
             "CREATE INDEX IF NOT EXISTS {audit_query} ON {audit}(query_id)",
-            "CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {audit}"
-            " FOR EACH ROW EXECUTE FUNCTION {fn}()",
-            "CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {audit}"
-            " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            *append_only("audit"),
         ),
         _LEDGER_CHARGE,
         "text, text[], bigint",
@@ -175,19 +172,17 @@ class PostgresLedger(Ledger):
         given = None
         if budget_per_unit is not None:
             given = to_units("budget_per_unit", budget_per_unit, positive=True)
-        needs = "budget_per_unit" if given is None else None
-        name, create, _ = open_options(name=name, create=create, needs=needs)
-        self._schema = PostgresSchema(table, ledger_spec())
         self._t = table
-        if grant_to is not None and not create:
-            raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
-        self._store = PostgresStore(dsn, timeouts, label=f"PostgreSQL per-unit ledger {table!r}")
-        self.name = self._schema.open(
-            self._store,
-            create=create,
+        self._schema, self._store, self.name = open_postgres(
+            dsn,
+            ledger_spec(),
+            table=table,
             name=name,
-            settings=[(_SETTINGS, (given,))],
+            create=create,
+            needs="budget_per_unit" if given is None else None,
+            timeouts=timeouts,
             grant_to=grant_to,
+            settings=[(_SETTINGS, (given,))],
         )
         self.label = self._store.label
         self._adopt_budget(given, self._store.run(self._stored_budget), self.label)
