@@ -55,6 +55,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 
 from dprag_core.algorithms import DPSparseVote, DPVote  # noqa: E402
 from dprag_core.models.hf import HFTextModel, HFTokenModel, HFTokenSession  # noqa: E402
+from dprag_core.models.hf_cache import cache_argument  # noqa: E402
 from dprag_core.retrieval import ScoredDocument  # noqa: E402
 
 #: hidden, intermediate, layers, heads, kv heads, vocab (None: the tokenizer's), tied
@@ -189,7 +190,7 @@ def bare_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tupl
     cache = DynamicCache(config=model.config)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     with torch.inference_mode():
-        kw = {"past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
+        kw = {cache_argument(model): cache, "use_cache": True, "logits_to_keep": 1}
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **kw)
         token = int(out.logits[:, -1].argmax(-1).cpu()[0])
         prefill = time.perf_counter() - start

@@ -42,6 +42,7 @@ from transformers.cache_utils import DynamicLayer
 
 from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens
+from dprag_core.models.hf_cache import cache_argument
 from dprag_core.models.hf_static import (
     StaticPool,
     cache_length,
@@ -374,6 +375,7 @@ class HFTokenModel(TokenizerCodec):
         self.pad_token_id = self.special.pad_token_id
         params = inspect.signature(model.forward).parameters
         self._keep_kwarg = "logits_to_keep" in params
+        self._cache_kwarg = cache_argument(model)
         if engine not in _ENGINES:
             raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
         self.engine = engine
@@ -456,7 +458,7 @@ class HFTokenModel(TokenizerCodec):
             "input_ids": ids,
             "attention_mask": mask,
             "position_ids": positions,
-            "past_key_values": cache,
+            self._cache_kwarg: cache,
             "use_cache": True,
         }
         if self._keep_kwarg:

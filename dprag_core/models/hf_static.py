@@ -44,6 +44,8 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from dprag_core.models.hf_cache import cache_argument
+
 __all__ = [
     "BUCKET",
     "HEADROOM",
@@ -122,6 +124,7 @@ class StaticBatch:
         param = next(model.parameters())
         device = param.device
         self.model, self.rows, self.length = model, rows, length
+        self.cache_kwarg = cache_argument(model)
         heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         head_dim = int(
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -156,9 +159,9 @@ class StaticBatch:
             input_ids=self.ids,
             attention_mask=self.mask,
             position_ids=self.positions,
-            past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_kwarg: self.cache},
         )
         self.positions.add_(1)
         logits: torch.Tensor = out.logits[:, -1]
@@ -200,9 +203,9 @@ class StaticBatch:
                 input_ids=ids,
                 attention_mask=prefill_mask[:, None],
                 position_ids=positions,
-                past_key_values=self.cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self.cache_kwarg: self.cache},
             )
             self.mask[:, 0, 0, :].copy_(torch.where(keep, bias, self.closed))
             self.positions.copy_(positions[:, -1:] + 1)
