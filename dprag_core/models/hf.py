@@ -24,6 +24,26 @@ Engines (``engine=``) come from one table, :data:`ENGINES`: each
 CUDA graphs, compiled blocks). Every engine gives the same tokens; they differ
 in speed only.
 
+**Batch invariance.** The voting mechanisms' privacy argument needs each
+row's next token to depend on that row's prompt only ("one unit moves one
+vote"). Rows share one batch, and floating-point results depend on the shapes
+of the kernels that compute them: with the batch padded to its longest row, a
+voter's logits moved (by ~1e-5 on the reader, fp32, CPU) when *another*
+voter's documents changed length, so at a near-tie one voter's vote could
+depend on another's documents. Every session is therefore laid out in a
+*public* shape: B rows (m voters + the public row) left-padded to the model's
+``prompt_width``, a public parameter (:data:`DEFAULT_PROMPT_WIDTH` tokens, or
+half the model's positions if fewer, unless set), whatever the documents.
+With every shape public, each output row is the same deterministic function
+of its own row's inputs (matrix products reduce within a row; attention is
+per row and head; padded positions are masked), so a row's logits are
+bit-identical whatever the other rows hold
+(``tests/models/test_batch_invariance.py`` perturbs them on every engine that
+runs on CPU). A prompt longer than ``prompt_width`` keeps its last
+``prompt_width`` tokens (the question and the answer cue end every prompt): a
+function of the row's own prompt, so the argument holds. Set ``prompt_width``
+to the longest prompt you expect: a session's cost grows with it.
+
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
 
@@ -78,16 +98,23 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+DEFAULT_PROMPT_WIDTH = 512
+
+
 def _left_pad(
-    rows: list[list[int]], pad: int, device: torch.device
+    rows: list[list[int]], pad: int, device: torch.device, width: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, W] token ids (left-padded with ``pad``) and the [B, W] mask of real tokens."""
-    width = max(len(r) for r in rows)
+    """[B, width] token ids (left-padded with ``pad``) and the [B, width] mask of real tokens.
+
+    ``width`` is public (the model's ``prompt_width``), never the longest row: a
+    longer row keeps its last ``width`` tokens (module docstring, *batch invariance*).
+    """
     ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
-        mask[i, width - len(row) :] = 1
+        kept = row[-width:]
+        ids[i, width - len(kept) :] = torch.tensor(kept, dtype=torch.long, device=device)
+        mask[i, width - len(kept) :] = 1
     return ids, mask
 
 
@@ -113,7 +140,7 @@ class HFTokenSession:
         self._owner = owner
         self._device = owner.device
         self._batch_size = len(rows)
-        ids, mask = _left_pad(rows, owner.pad_token_id, self._device)
+        ids, mask = _left_pad(rows, owner.pad_token_id, self._device, owner.prompt_width)
         self._backend: CacheBackend = owner._spec.backend(owner)
         self._set_logits(self._backend.prefill(ids, mask))
 
@@ -306,6 +333,25 @@ ENGINES: Mapping[str, EngineSpec] = {
 }
 
 
+def _check_prompt_width(width: int | None, config: Any) -> int:
+    """``width`` if it is a positive int that leaves the model room to answer; for None,
+    :data:`DEFAULT_PROMPT_WIDTH` or half the model's positions if that is less (public)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if width is None:
+        return (
+            DEFAULT_PROMPT_WIDTH
+            if not isinstance(limit, int)
+            else min(DEFAULT_PROMPT_WIDTH, limit // 2)
+        )
+    width = positive_int("prompt_width", width)
+    if isinstance(limit, int) and width >= limit:
+        raise ValueError(
+            f"prompt_width must be in [1, {limit - 1}] (below the model's "
+            f"max_position_embeddings={limit}, leaving room for the answer), got {width}"
+        )
+    return width
+
+
 class HFTokenModel(TokenizerCodec):
     """A transformers causal LM as a :class:`~dprag_core.models.base.LogprobModel`.
 
@@ -315,7 +361,9 @@ class HFTokenModel(TokenizerCodec):
     used verbatim (with the tokenizer's usual special tokens) otherwise. The
     vocabulary, end ids and padding are resolved once
     (:func:`~dprag_core.models.codec.special_tokens`, shared with the server
-    client); ``eos_token_ids`` replaces the end set.
+    client); ``eos_token_ids`` replaces the end set. ``prompt_width`` is the
+    public width every session's rows are padded to (the module docstring's
+    *batch invariance*; longer prompts keep their last ``prompt_width`` tokens).
 
     >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
@@ -329,6 +377,7 @@ class HFTokenModel(TokenizerCodec):
         *,
         engine: Engine = "eager",
         eos_token_ids: Sequence[int] | None = None,
+        prompt_width: int | None = None,
     ) -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
@@ -344,6 +393,7 @@ class HFTokenModel(TokenizerCodec):
         )
         self._vocab, self._eos = self.special.vocab_size, self.special.eos_token_ids
         self.pad_token_id = self.special.pad_token_id
+        self.prompt_width = _check_prompt_width(prompt_width, model.config)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {engine!r}")
         self._spec = ENGINES[engine]
@@ -364,6 +414,7 @@ class HFTokenModel(TokenizerCodec):
         dtype: DType = "float32",
         device: str = "cpu",
         engine: Engine = "eager",
+        prompt_width: int | None = None,
     ) -> HFTokenModel:
         """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
 
@@ -376,7 +427,7 @@ class HFTokenModel(TokenizerCodec):
         model: Any = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=tdtype, attn_implementation="sdpa"
         )
-        return cls(model.to(device), tokenizer, engine=engine)
+        return cls(model.to(device), tokenizer, engine=engine, prompt_width=prompt_width)
 
     def check_lookahead(self) -> None:
         """Refuse, before any query, a model whose sessions cannot look ahead exactly.
@@ -425,8 +476,15 @@ class HFTextModel:
     ['...']
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, engine: Engine = "eager") -> None:
-        self.token_model = HFTokenModel(model, tokenizer, engine=engine)
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        engine: Engine = "eager",
+        prompt_width: int | None = None,
+    ) -> None:
+        self.token_model = HFTokenModel(model, tokenizer, engine=engine, prompt_width=prompt_width)
 
     @classmethod
     def on(cls, token_model: HFTokenModel) -> HFTextModel:
@@ -451,10 +509,13 @@ class HFTextModel:
         dtype: DType = "float32",
         device: str = "cpu",
         engine: Engine = "eager",
+        prompt_width: int | None = None,
     ) -> HFTextModel:
         """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
         return cls.on(
-            HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device, engine=engine)
+            HFTokenModel.from_pretrained(
+                name_or_path, dtype=dtype, device=device, engine=engine, prompt_width=prompt_width
+            )
         )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
