@@ -54,9 +54,10 @@ FACES: dict[str, list[str]] = {
         AboveThreshold RngLike SparseVoteRule discrete_laplace exponential_mechanism
         exponential_probabilities gaussian gumbel laplace limited_domain_top1 make_rng
     """),
-    "dprag_core.models": words(
-        "LogprobModel LogprobSession LookaheadSession TextModel TokenModel TokenSession"
-    ),
+    "dprag_core.models": words("""
+        LogprobModel LogprobSession LookaheadModel LookaheadSession TextModel TokenModel
+        TokenSession
+    """),
     "dprag_core.retrieval": words("""
         DPThreshold HonoursK PADDING_PREFIX Retriever ScoredDocument partition_voters
         retrieve_above stable_id
