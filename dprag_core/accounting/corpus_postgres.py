@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, Any
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.stores.amounts import budget_units, check_table
 from dprag_core.accounting.stores.errors import LedgerUnavailable
-from dprag_core.accounting.stores.pgschema import PostgresSpec, append_only, open_postgres
+from dprag_core.accounting.stores.pgschema import (
+    PostgresBacked,
+    PostgresSpec,
+    append_only,
+    open_postgres,
+)
 from dprag_core.accounting.stores.postgres import PostgresTimeouts
 from dprag_core.budget import Budget
 
@@ -99,7 +104,7 @@ def corpus_spec() -> PostgresSpec:
     )
 
 
-class PostgresCorpusAccountant(DurableCorpusAccountant):
+class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
     """A total corpus :class:`~dprag_core.budget.Budget` in PostgreSQL tables.
 
     ``dsn``: a libpq connection string or URI (never echoed in messages).
@@ -148,23 +153,6 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
         stored = self._store.run(self._stored_total)
         self.check_total(total, stored, self._store.label)
         super().__init__(stored, label=self._store.label)
-
-    @classmethod
-    def create_schema(
-        cls,
-        dsn: str,
-        *,
-        total: Budget,
-        table: str = "dprag_corpus",
-        name: str | None = None,
-        grant_to: str | None = None,
-    ) -> None:
-        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
-
-        >>> PostgresCorpusAccountant.create_schema("postgresql://owner@db/app",
-        ...     total=Budget(10.0, 1e-6), grant_to="dprag_app")  # doctest: +SKIP
-        """
-        cls(dsn, total=total, table=table, name=name, create=True, grant_to=grant_to).close()
 
     def _stored_total(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
         row = conn.execute(
@@ -223,14 +211,6 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
             ]
 
         return self._store.run(work)
-
-    def drop(self) -> None:
-        """Delete this budget's tables (tests and teardown only: the spend is lost)."""
-        self._schema.drop(self._store)
-
-    def close(self) -> None:
-        """Close this thread's connection."""
-        self._store.close()
 
     def __repr__(self) -> str:
         return f"PostgresCorpusAccountant(table={self._t!r}, total={self.total!r})"

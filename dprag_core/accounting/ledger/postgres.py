@@ -37,7 +37,12 @@ from dprag_core.accounting.ledger.base import Ledger
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable
-from dprag_core.accounting.stores.pgschema import PostgresSpec, append_only, open_postgres
+from dprag_core.accounting.stores.pgschema import (
+    PostgresBacked,
+    PostgresSpec,
+    append_only,
+    open_postgres,
+)
 from dprag_core.accounting.stores.postgres import PostgresTimeouts
 
 if TYPE_CHECKING:
@@ -136,7 +141,7 @@ def ledger_spec() -> PostgresSpec:
     )
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(PostgresBacked, Ledger):
     """Per-unit budgets in PostgreSQL tables, shared by any number of processes.
 
     ``dsn``: a libpq connection string or URI (never echoed in messages).
@@ -186,30 +191,6 @@ class PostgresLedger(Ledger):
         )
         self.label = self._store.label
         self._adopt_budget(given, self._store.run(self._stored_budget), self.label)
-
-    @classmethod
-    def create_schema(
-        cls,
-        dsn: str,
-        *,
-        budget_per_unit: float,
-        table: str = "dprag_ledger",
-        name: str | None = None,
-        grant_to: str | None = None,
-    ) -> None:
-        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
-
-        >>> PostgresLedger.create_schema("postgresql://owner@db/app", budget_per_unit=5.0,
-        ...                              grant_to="dprag_app")  # doctest: +SKIP
-        """
-        cls(
-            dsn,
-            budget_per_unit=budget_per_unit,
-            table=table,
-            name=name,
-            create=True,
-            grant_to=grant_to,
-        ).close()
 
     def _stored_budget(self, conn: psycopg.Connection[Any]) -> int:
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = 'budget'")).fetchone()
@@ -289,14 +270,6 @@ class PostgresLedger(Ledger):
             return self._make_status(row, bins)
 
         return self._store.run(work)
-
-    def drop(self) -> None:
-        """Delete this ledger's tables (tests and teardown only: the budgets are lost)."""
-        self._schema.drop(self._store)
-
-    def close(self) -> None:
-        """Close this thread's connection."""
-        self._store.close()
 
     def __repr__(self) -> str:
         return f"PostgresLedger(table={self._t!r}, budget_per_unit={self.budget_per_unit!r})"

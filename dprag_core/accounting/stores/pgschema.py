@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "PostgresBacked",
     "PostgresSchema",
     "PostgresSpec",
     "append_only",
@@ -429,6 +430,36 @@ class PostgresSchema:
                 conn.execute(self.sql("DROP FUNCTION IF EXISTS {charge}"))
 
         store.run(work)
+
+
+class PostgresBacked:
+    """What a PostgreSQL budget (corpus budget, per-unit ledger) shares: the owner's
+    schema step, ``drop`` and ``close`` over its ``_schema`` and ``_store``."""
+
+    _schema: PostgresSchema
+    _store: PostgresStore
+
+    @classmethod
+    def create_schema(cls, dsn: str, **options: Any) -> None:
+        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
+
+        ``options`` are the constructor's; creating needs the budget (``total`` or
+        ``budget_per_unit``).
+
+        >>> from dprag_core.accounting.ledger import PostgresLedger
+        >>> PostgresLedger.create_schema("postgresql://owner@db/app", budget_per_unit=5.0,
+        ...                              grant_to="dprag_app")  # doctest: +SKIP
+        """
+        constructor: Any = cls
+        constructor(dsn, create=True, **options).close()
+
+    def drop(self) -> None:
+        """Delete this store's tables (tests and teardown only: what they held is lost)."""
+        self._schema.drop(self._store)
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        self._store.close()
 
 
 def open_postgres(
