@@ -24,7 +24,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
-from dprag_core.validation import argument_number
+from dprag_core.validation import argument_number, missing_extra
 
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
@@ -136,13 +136,17 @@ def _demo(args: argparse.Namespace) -> int:
     import tempfile
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError as missing:
+        raise missing_extra("dprag demo", missing, extra="demo") from missing
 
     from dprag_core.eval.embeddings import MiniLMEmbedder
     from dprag_core.eval.metrics import match
     from dprag_core.eval.synthetic import make_corpus
     from dprag_core.eval.workbench import CorpusIndex, reader_path
     from dprag_core.pipeline import PrivateRAG
+    from dprag_core.stop_reasons import shown_text
 
     corpus = make_corpus(n_diseases=10, max_support=2 * args.voters, seed=args.seed, world=0)
     print(
@@ -180,7 +184,7 @@ def _demo(args: argparse.Namespace) -> int:
                 continue
             took = time.perf_counter() - start
             ok = "ok" if match(answer.text, item.answer) else "--"
-            text = " ".join(answer.text.split())[:40]
+            text = shown_text(" ".join(answer.text.split())[:40], answer.details)
             tqdm.write(f"    {entry.label:<13} {_fmt_eps(answer)} {took:5.2f}s  [{ok}] {text}")
             if rng is not None:
                 rng += 1

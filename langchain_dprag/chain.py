@@ -48,6 +48,7 @@ in traces.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -65,7 +66,7 @@ from langchain_core.prompt_values import ChatPromptValue, PromptValue, StringPro
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import AddableDict
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, StrictBool, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, StrictBool, field_validator, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -83,7 +84,7 @@ from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
 from langchain_dprag._sealed import Sealed, refuse_side_doors
 from langchain_dprag._steps import relay, stepped_in_worker
-from langchain_dprag._strict import KnownFields
+from langchain_dprag._strict import KnownFields, accountant_or_none
 from langchain_dprag.prompts import context_template
 from langchain_dprag.vectorstores import ScoreFunction
 
@@ -385,6 +386,8 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """Opt in: the model alone answers an empty DP answer (:mod:`dprag_core.fallback`)."""
     _run: QueryRun = PrivateAttr()
 
+    _accountant = field_validator("accountant", mode="before")(accountant_or_none)
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         self._run = _query_run(self)
@@ -440,7 +443,19 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         return {"object": DPRAGOutput, "text": str, "dict": dict[str, Any]}[self.output]
 
     def pick(self, keys: str | list[str]) -> RunnableSerializable[Any, Any]:
-        """Pick ``keys`` from the ``"dict"`` form (``.pick("answer")`` streams tokens)."""
+        """Pick ``keys`` from the ``"dict"`` form (``.pick("answer")`` streams tokens).
+
+        A misspelt key (``pick("answr")``) is refused, naming the nearest of the
+        chain's own keys, instead of picking None: a key of a mapping input passes.
+        """
+        own = (self.output_key, "epsilon", "delta", "mechanism", "details", self.input_key)
+        for key in [keys] if isinstance(keys, str) else keys:
+            near = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
+            if key not in own and near:
+                raise ValueError(
+                    f"pick: the chain's output has no key {key!r}; did you mean {near[0]!r}? "
+                    f"(its keys: {', '.join(own)}, and those of a mapping input)"
+                )
         if self.output != "dict":
             return self.model_copy(update={"output": "dict"}).pick(keys)
         return super().pick(keys)

@@ -52,7 +52,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, StrictBool, model_validator
+from pydantic import ConfigDict, StrictBool, field_validator, model_validator
 from typing_extensions import Self
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -64,7 +64,7 @@ from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import positive_finite, positive_int
 from langchain_dprag._retrieval import DocumentSource
-from langchain_dprag._strict import KnownFields
+from langchain_dprag._strict import KnownFields, accountant_or_none
 from langchain_dprag.vectorstores import ScoreFunction
 
 __all__ = ["DPRetriever"]
@@ -119,6 +119,8 @@ class DPRetriever(KnownFields, BaseRetriever):
     tau: float | None = None
     epsilon_query: float | None = None
     rng: RngLike = None
+
+    _accountant = field_validator("accountant", mode="before")(accountant_or_none)
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -67,6 +67,7 @@ from dprag_core.retrieval.stores import (
     require_declarations,
 )
 from dprag_core.retrieval.ties import tie_complete
+from dprag_core.validation import missing_extra
 from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import SUPPORTED_STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
@@ -354,8 +355,14 @@ def faiss_inner_product(
     """
     with warnings.catch_warnings():  # its sunset notice: documented above
         warnings.simplefilter("ignore", DeprecationWarning)
-        from langchain_community.vectorstores import FAISS
-        from langchain_community.vectorstores.utils import DistanceStrategy
+        try:
+            import faiss  # noqa: F401 (langchain-community's FAISS store needs it)
+            from langchain_community.vectorstores import FAISS
+            from langchain_community.vectorstores.utils import DistanceStrategy
+        except ImportError as missing:
+            raise missing_extra(
+                "faiss_inner_product", missing, extra="langchain-faiss,faiss"
+            ) from missing
 
     return FAISS.from_documents(
         list(documents),

@@ -12,6 +12,13 @@ sections, prompt templates) stays importable from its own module
 'DPQueryEngine'
 """
 
+try:
+    import llama_index.core  # noqa: F401 (the framework this package adapts)
+except ImportError as missing:
+    from dprag_core.validation import missing_extra
+
+    raise missing_extra("llamaindex_dprag", missing, extra="llamaindex") from missing
+
 from llamaindex_dprag.bundles import DPQueryBundle
 from llamaindex_dprag.datastore import DPDatastoreQueryEngine
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent

@@ -375,9 +375,15 @@ class DPQueryEngine(CustomQueryEngine):
         )
 
     # BaseQueryEngine's entry points (QueryStartEvent / QueryEndEvent, the trace),
-    # not CustomQueryEngine's, which report neither
-    query = BaseQueryEngine.query
-    aquery = BaseQueryEngine.aquery
+    # not CustomQueryEngine's, which report neither; the input is checked first (its
+    # event would refuse anything else with a bare pydantic ValidationError)
+    def query(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        """Answer one question (a string, or a ``DPQueryBundle`` carrying the query's id)."""
+        return BaseQueryEngine.query(self, _query_input(str_or_query_bundle))
+
+    async def aquery(self, str_or_query_bundle: str | QueryBundle) -> RESPONSE_TYPE:
+        """Async :meth:`query`."""
+        return await BaseQueryEngine.aquery(self, _query_input(str_or_query_bundle))
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         """One ``QUERY`` callback event (question, DP response) around the query."""
@@ -484,6 +490,23 @@ def _retriever(
         return bound
     wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
     return wider if source.honours_k else lambda q, k: wider(q, k)
+
+
+def _query_input(value: object) -> str | QueryBundle:
+    """A question string or a ``QueryBundle``, else a TypeError naming both (no text echoed).
+
+    >>> _query_input(5)
+    Traceback (most recent call last):
+    ...
+    TypeError: query takes a question string or a QueryBundle (DPQueryBundle(question, \
+query_id=...) names the query), got int
+    """
+    if isinstance(value, (str, QueryBundle)):
+        return value
+    raise TypeError(
+        "query takes a question string or a QueryBundle (DPQueryBundle(question, "
+        f"query_id=...) names the query), got {type(value).__name__}"
+    )
 
 
 def _first_k(similarity_top_k: int | None, mechanism: Mechanism) -> int | None:

@@ -47,22 +47,30 @@ def check_cost(cost: object) -> Budget:
 
 
 def exhausted(
-    cost: Budget, left_epsilon: float, left_delta: float, *, store: str | None = None
+    cost: Budget,
+    left_epsilon: float,
+    left_delta: float,
+    *,
+    store: str | None = None,
+    status_command: str | None = None,
 ) -> PrivacyBudgetExhausted:
     """The refusal raised when ``cost`` does not fit in what is left (``store``: its label).
 
-    A durable store's refusal says that the budget persists and how to start
-    afresh (only for a new corpus: the spent budget is the corpus's loss).
+    A durable store's refusal says that the budget persists, the command that
+    shows it (``status_command``) and how to start afresh (only for a new
+    corpus: the spent budget is the corpus's loss).
 
     >>> str(exhausted(Budget(2.0), 1.0, 0.0))
     'query needs epsilon=2, delta=0 but only epsilon=1, delta=0 remains'
-    >>> print(exhausted(Budget(2.0), 0.0, 0.0, store="corpus budget 'c' in '/b.db'"))
+    >>> print(exhausted(Budget(2.0), 0.0, 0.0, store="corpus budget 'c' in '/b.db'",
+    ...                 status_command="dprag ledger status --sqlite /b.db --table c"))
     ... # doctest: +ELLIPSIS
-    query needs ... remains in the corpus budget 'c' in '/b.db' (the budget persists ...
+    query needs ... (the budget persists ...; see it: dprag ledger status --sqlite /b.db ...
     """
+    shows = f"; see it: {status_command}" if status_command else ""
     where = (
         f" in the {store} (the budget persists across runs and restarts by design: this corpus "
-        "has spent it; a new corpus needs a new store, at another path or table)"
+        f"has spent it{shows}; a new corpus needs a new store, at another path or table)"
         if store
         else ""
     )

@@ -49,10 +49,12 @@ class DurableCorpusAccountant(CorpusAccountant):
     name: str
     """The store's identity, recorded at its creation."""
 
-    def __init__(self, total: tuple[int, int], *, label: str) -> None:
+    def __init__(self, total: tuple[int, int], *, label: str, status_command: str) -> None:
         super().__init__(Budget(total[0] / SCALE, total[1] / DELTA_SCALE))
         self._total_eps, self._total_delta = total
         self.label = label
+        self.status_command = status_command
+        """The ``dprag ledger status`` command that shows this budget (no DSN in it)."""
         self._pending = PendingRetries()
 
     @abstractmethod
@@ -128,6 +130,7 @@ class DurableCorpusAccountant(CorpusAccountant):
                 (self._total_eps - eps) / SCALE,
                 (self._total_delta - delta) / DELTA_SCALE,
                 store=self.label,
+                status_command=self.status_command,
             )
         return True
 

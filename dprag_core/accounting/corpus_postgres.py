@@ -152,7 +152,11 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
         )
         stored = self._store.run(self._stored_total)
         self.check_total(total, stored, self._store.label)
-        super().__init__(stored, label=self._store.label)
+        super().__init__(
+            stored,
+            label=self._store.label,
+            status_command=f"dprag ledger status --table {table} (the DSN in $DPRAG_LEDGER_DSN)",
+        )
 
     def _stored_total(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
         row = conn.execute(

@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -119,7 +120,10 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
             raise LedgerUnavailable(f"the {self._store.label} records no total")
         stored = (int(rows[0][0]), int(rows[0][1]))
         self.check_total(total, stored, self._store.label)
-        super().__init__(stored, label=self._store.label)
+        command = f"dprag ledger status --sqlite {shlex.quote(str(Path(path).absolute()))}"
+        super().__init__(
+            stored, label=self._store.label, status_command=f"{command} --table {table}"
+        )
 
     @property
     def path(self) -> Path:

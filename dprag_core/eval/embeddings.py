@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core.validation import positive_int
+from dprag_core.validation import missing_extra, positive_int
 
 __all__ = ["MINILM_PACKAGE", "MINILM_SHA256", "MiniLMEmbedder", "file_sha256", "minilm_path"]
 
@@ -96,7 +96,10 @@ class MiniLMEmbedder:
             )
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as missing:
+            raise missing_extra("MiniLMEmbedder", missing, extra="demo") from missing
 
         self._model: Any = SentenceTransformer(str(folder), device=device, local_files_only=True)
         self.path = folder

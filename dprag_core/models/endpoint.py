@@ -55,7 +55,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
+try:
+    import httpx
+except ImportError as missing:
+    from dprag_core.validation import missing_extra
+
+    raise missing_extra("dprag_core.models.endpoint", missing, extra="server") from missing
 
 from dprag_core.quiet_logs import muted_logs
 from dprag_core.validation import nonnegative_finite, positive_finite, positive_int, strict_init

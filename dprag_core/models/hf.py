@@ -61,8 +61,14 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+try:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+except ImportError as missing:
+    from dprag_core.validation import missing_extra
+
+    raise missing_extra("dprag_core.models.hf", missing, extra="hf") from missing
 
 from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens

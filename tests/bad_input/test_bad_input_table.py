@@ -358,7 +358,7 @@ DATASTORE: list[Case] = [
 ]
 
 ADAPTERS: list[Case] = [
-    ("chain-mechanism", lambda c: c.chain(mechanism="toy"), ValueError, "mechanism"),
+    ("chain-mechanism", lambda c: c.chain(mechanism="toy"), TypeError, "mechanism"),
     ("chain-two-sources", lambda c: c.chain(retriever=c.dpretriever()), ValueError, "vectorstore"),
     ("chain-question-empty", lambda c: c.chain().invoke({"question": ""}), ValueError, "question"),
     ("chain-question-int", lambda c: c.chain().invoke({"question": 5}), ValueError, "question"),

@@ -8,13 +8,18 @@ from dprag_core.cli import main
 
 
 def test_demo_runs_one_question(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--questions", "1", "--voters", "8"]) == 0
+    # at epsilon 0.05 per query no word can beat LimitedDomain's threshold (about 1 +
+    # ln(8/delta)/0.0125 votes of 8): the word-level answer is empty, and says why
+    demo = ["demo", "--questions", "1", "--voters", "8", "--epsilon", "0.05"]
+    assert main([*demo, "--noise-seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "sha256 verified" in out
     for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA"):
         assert label in out
     assert "eps=inf" in out and "eps=0" in out
     assert "corpus budget" in out
+    (words,) = [line for line in out.splitlines() if "DPSV (words)" in line and "eps=" in line]
+    assert words.endswith("(no answer released: null_token)"), out
 
 
 def test_demo_rejects_bad_options() -> None:

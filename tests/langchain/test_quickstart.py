@@ -1,37 +1,37 @@
-"""The LangChain quickstart runs offline and prints the answer with its epsilon, delta."""
+"""The LangChain quickstart runs offline and every mechanism's answer names the right drug."""
 
 from __future__ import annotations
 
-import importlib.util
+import re
 import runpy
 import sys
 from pathlib import Path
 
 import pytest
 
+from dprag_core.eval.metrics import match
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langchain_quickstart.py"
-MECHANISMS = [
-    "dpsparsevote",
-    "dpksa",
-    pytest.param(
-        "murag",
-        marks=pytest.mark.skipif(
-            importlib.util.find_spec("dprag_core.algorithms.murag") is None,
-            reason="dprag_core.algorithms.murag not in the tree yet",
-        ),
-    ),
-]
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_quickstart_runs(
+@pytest.mark.parametrize("mechanism", ["dpvote", "dpsparsevote", "dpksa", "murag"])
+def test_quickstart_answers_right(
     mechanism: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
     state = str(tmp_path / "state.db")
-    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "--mechanism", mechanism, "--state", state])
-    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    argv = [str(EXAMPLE), "--mechanism", mechanism, "--state", state, "--seed", "0"]
+    monkeypatch.setattr(sys, "argv", argv)
+    example = runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
-    assert "answer:" in out and "epsilon=" in out and "delta=" in out
+    gold = example["FACT"].answer
+    assert example["FACT"].support == 16
+    answer = re.search(r"^answer: (.*)$", out, re.M)
+    lcel = re.search(r"^as an LCEL app: (.*)$", out, re.M)
+    assert answer and lcel, out
+    assert match(answer.group(1), gold) and match(lcel.group(1), gold), out
+    assert re.search(r"^epsilon=\d[\d.e+-]* delta=\d", out, re.M), out
+    for text, _ in example["RECORDS"]:  # no record is ever printed
+        assert text not in out

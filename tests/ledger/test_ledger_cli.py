@@ -131,8 +131,12 @@ def test_the_operator_view_on_both_backends(
         acc, led = _opened(kind, tmp_path, table)
         for i in range(2):
             acc.charge(Budget(0.5, 5e-7), query_id=f"q{i}")
-        with pytest.raises(PrivacyBudgetExhausted, match="persists"):
+        with pytest.raises(PrivacyBudgetExhausted, match="persists") as refused:
             acc.charge(Budget(0.5))
+        message = str(refused.value)  # names the command that shows it, never the DSN
+        shown = [*where, *corpus] if kind == "sqlite" else corpus
+        assert f"see it: dprag ledger status {' '.join(shown)}" in message, message
+        assert kind == "sqlite" or POSTGRES_DSN not in message
         led.charge("q1", ["a", "b"], 0.5)
         led.charge("q2", ["a"], 0.5)
         assert not led.charge("q3", ["a"], 0.5).granted

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import multiprocessing as mp
 import os
+import re
+import shlex
 import shutil
 import sqlite3
 import stat
@@ -26,6 +28,7 @@ from ledger_support import POSTGRES_DSN, dsn_with, needs_postgres, needs_roles
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.cli import main
 
 NOBODY = 65534
 
@@ -320,7 +323,7 @@ def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
 
 
 def test_rerunning_in_the_same_folder_says_the_budget_persists(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
     for run in range(2):  # the README quick start, run twice in one folder
@@ -329,7 +332,15 @@ def test_rerunning_in_the_same_folder_says_the_budget_persists(
             acc.charge(Budget(1.0))
     with pytest.raises(PrivacyBudgetExhausted, match="persists") as info:
         acc.charge(Budget(0.5))
-    assert str(tmp_path / "budget.db") in str(info.value) and "new store" in str(info.value)
+    message = str(info.value)
+    assert str(tmp_path / "budget.db") in message and "new store" in message
+    # the command it names shows this very budget, exhausted
+    command = re.search(r"see it: (dprag ledger status [^;]*);", message)
+    assert command, message
+    monkeypatch.chdir(tmp_path.parent)  # from another folder too: the path is absolute
+    capsys.readouterr()
+    assert main(shlex.split(command.group(1))[1:]) == 0
+    assert "(exhausted)" in capsys.readouterr().out
 
 
 @pytest.mark.postgres
