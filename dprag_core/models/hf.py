@@ -149,6 +149,7 @@ class HFTokenSession:
         ids, mask = _left_pad(rows, owner.pad_token_id, self._device, owner.prompt_width)
         self._backend: CacheBackend = owner._spec.backend(owner)
         self._set_logits(self._backend.prefill(ids, mask))
+        self._first: _FirstStep | None = None
 
     def _set_logits(self, logits: torch.Tensor) -> None:
         """The new next-token logits, cut to the real tokens (padded logit rows excluded)."""
@@ -194,14 +195,23 @@ class HFTokenSession:
         The logits, greedy tokens and cache are those of w :meth:`step` calls up to
         float rounding (one w-token forward instead of w one-token ones), on every
         engine (the static ones write the w slots in one step,
-        :meth:`~dprag_core.models.hf_static.StaticBatch.write`).
+        :meth:`~dprag_core.models.hf_static.StaticBatch.write`). A one-token word
+        that every row's last :meth:`lookahead` began with is not recomputed: that
+        lookahead's first step fed every row this very token, so its cache slot and
+        logits are kept, bit for bit what the [B, 1] forward would give.
         """
         ids = check_token_ids(tokens, self._owner.vocab_size)
+        first, self._first = self._first, None
+        if len(ids) == 1 and first is not None and bool((first.tokens == ids[0]).all()):
+            self._backend.restore(first.saved)
+            self._logits, self._greedy, self._logprobs = first.logits, None, None
+            return
         row = torch.tensor(ids, dtype=torch.long, device=self._device)
         self.step_rows(row.expand(self.batch_size, len(ids)))
 
     def step_rows(self, ids: torch.Tensor) -> None:
         """Append (possibly different) tokens per row: ``ids`` of shape [B, w] on the device."""
+        self._first = None
         self._set_logits(self._backend.append(ids))
 
     def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
@@ -233,15 +243,29 @@ class HFTokenSession:
         saved = backend.save()
         kept = (backend.persistent(self._logits), self._greedy, self._logprobs)
         columns = [self.greedy()]
+        first = None
         try:
             while len(columns) < limit and not (stop and stop(np.stack(columns, axis=1))):
                 last = torch.as_tensor(columns[-1], dtype=torch.long, device=self._device)
                 self.step_rows(last.view(-1, 1))
+                if first is None:  # every row fed its own first token: kept for extend
+                    after = backend.save()
+                    first = _FirstStep(after, columns[0], backend.persistent(self._logits))
                 columns.append(self.greedy())
         finally:
             backend.restore(saved)
             self._logits, self._greedy, self._logprobs = kept
+        self._first = first
         return np.stack(columns, axis=1)
+
+
+@dataclass(frozen=True)
+class _FirstStep:
+    """A lookahead's first step: the state after it, each row's token, the logits after."""
+
+    saved: Any
+    tokens: npt.NDArray[np.intp]
+    logits: torch.Tensor
 
 
 class HFStaticSession(HFTokenSession):

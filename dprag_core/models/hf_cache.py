@@ -129,7 +129,8 @@ class CacheBackend(Protocol):
         ...
 
     def restore(self, saved: Any) -> None:
-        """Go back to a :meth:`save` d state (the slots written since are dropped)."""
+        """Go back to a state :meth:`save` returned, earlier in the lookahead under way or
+        just before it (the slots written since are dropped)."""
         ...
 
 
@@ -168,16 +169,18 @@ class DynamicBackend:
         return logits
 
     def save(self) -> Any:
-        """The mask and positions (never written to: each step concatenates new ones)."""
+        """The mask, positions and every layer's key and value tensors: references only,
+        as each step concatenates new tensors and never writes to the old ones."""
         check_rewindable(self._cache)
-        return self._mask, self._next_position
+        layers = [(layer.keys, layer.values) for layer in self._layers()]
+        return self._mask, self._next_position, layers
 
     def restore(self, saved: Any) -> None:
-        """Cut every layer back to the saved length."""
-        self._mask, self._next_position = saved
-        length = int(self._mask.shape[1])
-        for layer in self._cache.layers:
-            assert isinstance(layer, DynamicLayer)  # checked by save
-            keys, values = layer.keys, layer.values
-            assert keys is not None and values is not None
-            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+        """Put the saved tensors back (no copy)."""
+        self._mask, self._next_position, layers = saved
+        for layer, (keys, values) in zip(self._layers(), layers, strict=True):
+            layer.keys, layer.values = keys, values
+
+    def _layers(self) -> list[DynamicLayer]:
+        """The cache's layers, all full attention (``check_rewindable``)."""
+        return [layer for layer in self._cache.layers if isinstance(layer, DynamicLayer)]

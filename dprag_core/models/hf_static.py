@@ -264,18 +264,20 @@ class StaticBatch:
         logits: torch.Tensor = out.logits[:, -1]
         return logits
 
-    def rewind(self, filled: int, positions: torch.Tensor) -> None:
-        """Go back to ``filled`` slots and the [B, 1] ``positions`` they had (no host sync).
+    def rewind(self, filled: int, positions: torch.Tensor, *, start: int) -> None:
+        """Go to ``filled`` slots and the [B, 1] ``positions`` they had (no host sync).
 
-        Every layer's slot counter is set to ``filled`` and the slots from there on
-        are closed again in the mask, as they were then (a decode step opens only
-        the slot it fills), so keys and values written there since are never
-        attended to, and the next steps overwrite them. In place: the buffers a
-        CUDA graph replays keep their addresses.
+        Every layer's slot counter is set to ``filled``; the slots past the prompt's
+        ``start`` up to it are open (decode and write steps open their slots for
+        every row) and the slots from ``filled`` on are closed, as they were then,
+        so keys and values written there since are never attended to, and the next
+        steps overwrite them. In place: the buffers a CUDA graph replays keep their
+        addresses.
         """
         with torch.inference_mode():
             for layer in self.layers:
                 layer.cumulative_length.fill_(filled)
+            self.mask[..., start:filled].fill_(0.0)
             self.mask[..., filled:].fill_(self.closed)
             self.positions.copy_(positions)
 
@@ -349,6 +351,7 @@ class StaticBackend:
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Acquire a batch for the prompt width and fill it."""
         rows, width = int(ids.shape[0]), int(ids.shape[1])
+        self.width = width  # the prompt's slots; every slot from here on is open to every row
         self.batch = self.pool.acquire(rows, cache_length(width))
         self._release = weakref.finalize(self, self.pool.release, self.batch)
         self.free_slots = self.batch.length - width  # counted here: no host sync per step
@@ -390,7 +393,7 @@ class StaticBackend:
     def restore(self, saved: Any) -> None:
         """Put the saved state back on the current batch (no cache copy)."""
         filled, positions = saved
-        self.batch.rewind(filled, positions)
+        self.batch.rewind(filled, positions, start=self.width)
         self.free_slots = self.batch.length - filled
 
     def _grow(self) -> None:

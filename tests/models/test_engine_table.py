@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from dprag_core.algorithms import DPSparseVote, DPVote, VoteRAG
 from dprag_core.models import LookaheadModel
@@ -82,14 +83,11 @@ def _docs() -> list[ScoredDocument]:
     return [ScoredDocument(id=f"d{i}", text=t, score=1.0) for i, t in enumerate(texts)]
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_word_transcripts_on_static_equal_eager(
-    kind: str, tiny_hf_models: dict[str, Any], tiny_tokenizer: Any
-) -> None:
-    model = tiny_hf_models[kind]
+def _word_runs_agree(model: Any, tokenizer: Any, engine: str) -> None:
+    """Word-level VoteRAG, DPVote and DPSparseVote give ``engine`` the eager transcripts."""
     runs = []
-    for engine in ("eager", "static"):
-        tm = HFTokenModel(model, tiny_tokenizer, engine=engine)  # type: ignore[arg-type]
+    for name in ("eager", engine):
+        tm = HFTokenModel(model, tokenizer, engine=name)  # type: ignore[arg-type]
         words: dict[str, Any] = {"m": 4, "k": 2, "max_new_tokens": 12, "unit": "word"}
         dp: dict[str, Any] = {"epsilon": 60.0, "delta": 1e-4, "epsilon_token": 8.0, **words}
         mechs = [VoteRAG(tm, **words), DPVote(tm, **dp), DPSparseVote(tm, **dp)]
@@ -101,3 +99,67 @@ def test_word_transcripts_on_static_equal_eager(
         assert (a.text, dict(a.details)) == (b.text, dict(b.details))
         proposals.add(a.text)
     assert len(proposals) > 1  # the transcripts are not all alike
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_word_transcripts_on_static_equal_eager(
+    kind: str, tiny_hf_models: dict[str, Any], tiny_tokenizer: Any
+) -> None:
+    _word_runs_agree(tiny_hf_models[kind], tiny_tokenizer, "static")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("engine", ["cuda_graphs", "compiled"])
+def test_word_transcripts_on_graph_engines_equal_eager(engine: str, tiny_tokenizer: Any) -> None:
+    from tiny_models import build_model
+
+    _word_runs_agree(build_model("llama", tiny_tokenizer).to("cuda"), tiny_tokenizer, engine)
+
+
+@pytest.mark.parametrize("engine", ["eager", "static"])
+def test_a_one_token_word_reuses_the_lookaheads_first_step(
+    engine: str,
+    tiny_hf_models: dict[str, Any],
+    tiny_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every row began its lookahead with the chosen token: no forward, and the session is
+    bit for bit a twin's that stepped it; a step in between, or a row that began with
+    another token, and the token is appended by a forward as usual."""
+    model = tiny_hf_models["llama"]
+    tm = HFTokenModel(model, tiny_tokenizer, engine=engine)  # type: ignore[arg-type]
+    same = [PROMPTS[1]] * 3  # the rows agree
+    looked, twin = tm.prefill(same), tm.prefill(same)
+    calls: list[int] = []
+    forward = model.forward
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(int(kwargs["input_ids"].shape[1]))
+        return forward(*args, **kwargs)
+
+    for _ in range(3):
+        table = looked.lookahead(4)
+        token = int(table[0, 0])
+        assert (table[:, 0] == token).all()
+        monkeypatch.setattr(model, "forward", counted)
+        looked.extend([token])
+        monkeypatch.undo()
+        twin.step(token)
+        np.testing.assert_array_equal(looked.greedy(), twin.greedy())
+        np.testing.assert_array_equal(looked.logprobs, twin.logprobs)
+    assert calls == []
+    looked.lookahead(4)
+    looked.step(int(looked.greedy()[0]))  # a step in between: the kept first step is stale
+    twin.step(int(twin.greedy()[0]))
+    monkeypatch.setattr(model, "forward", counted)
+    looked.extend([int(looked.greedy()[0])])
+    assert calls == [1]
+    monkeypatch.undo()
+    twin.step(int(twin.greedy()[0]))
+    np.testing.assert_array_equal(looked.logprobs, twin.logprobs)
+    mixed = tm.prefill(PROMPTS)
+    table = mixed.lookahead(3)
+    assert len(set(table[:, 0].tolist())) > 1
+    monkeypatch.setattr(model, "forward", counted)
+    mixed.extend([int(table[0, 0])])  # rows that began otherwise: one forward
+    assert calls == [1, 1]
