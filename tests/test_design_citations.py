@@ -43,8 +43,6 @@ def test_every_citation_names_an_existing_section() -> None:
 
 
 OUTSIDE = re.compile(r"DESIGN(\.md)? §|shared/DESIGN|shared/papers")
-PENDING = {"dprag_core/models/hf.py"}
-"""Files whose owner has yet to point their citations at docs/design.md (then: empty)."""
 
 
 def test_nothing_cites_a_guide_outside_the_repository() -> None:
@@ -56,4 +54,4 @@ def test_nothing_cites_a_guide_outside_the_repository() -> None:
         if path.suffix in (".py", ".md") and path != Path(__file__).resolve()
         if OUTSIDE.search(path.read_text(encoding="utf-8"))
     }
-    assert citing <= PENDING, f"cite docs/design.md instead: {sorted(citing - PENDING)}"
+    assert not citing, f"cite docs/design.md instead: {sorted(citing)}"

@@ -1,6 +1,6 @@
 """The transformers backend: a KV-cached batched token engine and greedy text generation.
 
-:class:`HFTokenModel` is the hot path of the token-level DP mechanisms (DESIGN §6):
+:class:`HFTokenModel` is the hot path of the token-level DP mechanisms (docs/design.md §6):
 one batched prefill of B prompts (left padding, attention mask, position ids from
 the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
 generated token, appending the *same* token to every row. It never calls
@@ -231,7 +231,7 @@ class HFTokenSession:
         lengths. Each row's tokens are those of greedy decoding of that row alone.
         Its time grows with j, which depends on every row: like the prefill's time
         (the documents' lengths), timing is outside the threat model (the
-        adversary sees answers, DESIGN §1).
+        adversary sees answers, docs/design.md §1).
 
         >>> s = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
         >>> s.lookahead(3).shape, s.greedy()  # doctest: +SKIP
