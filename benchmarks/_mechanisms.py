@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -18,6 +19,8 @@ from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.budget import Budget
+from dprag_core.eval.readers import READERS, Reader, load_reader
+from dprag_core.eval.workbench import load_models
 from dprag_core.models.hf import HFTextModel, HFTokenModel
 
 
@@ -28,47 +31,77 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
     )
     ap.add_argument("--quick", action="store_true", help="small smoke run (~30 s)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default=None, help="HF model name or path (default: reader)")
+    ap.add_argument("--model", default=None, help="HF model name or path (default: --reader)")
+    ap.add_argument(
+        "--reader",
+        choices=sorted(READERS),
+        default="reader",
+        help="the reader and its defaults (dprag_core/eval/readers.py): the shipped\n"
+        "answer-first reader, or smollm2 (SmolLM2-135M-Instruct, its chat template)",
+    )
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--out", type=Path, default=out)
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
     ap.add_argument("--voters", type=int, default=40, help="m voters (k=1) / KSA responses")
-    # Both shares were chosen on a development world (corpus seed 1; the tables use seed
-    # 0) by the rule in docs/evaluation.md ("Tuning"): 1/5 per private token, 1/2 per word.
+    # The shares and the threshold default to the reader's (dprag_core/eval/readers.py),
+    # chosen on a development world (corpus seed 1; the tables use seed 0) by the rule in
+    # docs/evaluation.md ("Tuning"; "The instruct reader").
     ap.add_argument(
         "--token-share",
         type=float,
-        default=1 / 5,
+        default=None,
         help="DPVote/DPSparseVote epsilon_token = share * epsilon (1/share private tokens)",
     )
     ap.add_argument(
         "--word-share",
         type=float,
-        default=1 / 2,
+        default=None,
         help="the same for the word-level variants (unit='word': epsilon per private word)",
+    )
+    ap.add_argument(
+        "--threshold-share",
+        type=float,
+        default=None,
+        help="DPSparseVote's threshold = share * m (votes for the public token)",
     )
     ap.add_argument("--delta", type=float, default=1e-4)
     return ap
+
+
+def reader_settings(args: argparse.Namespace) -> Reader:
+    """The reader of ``--reader`` with the shares and threshold given on the command line."""
+    base = READERS[args.reader]
+    return replace(
+        base,
+        token_share=base.token_share if args.token_share is None else args.token_share,
+        word_share=base.word_share if args.word_share is None else args.word_share,
+        threshold_share=(
+            base.threshold_share if args.threshold_share is None else args.threshold_share
+        ),
+    )
 
 
 def dp_mechanisms(
     token_model: HFTokenModel,
     text_model: HFTextModel,
     *,
+    reader: Reader,
     voters: int,
     delta: float,
-    token_share: float,
-    word_share: float,
     max_new_tokens: int,
 ) -> dict[str, Callable[[float], Mechanism]]:
     """Name -> factory(epsilon) for every DP single-query mechanism.
 
     DPVote and DPSparseVote (Koga et al.; LimitedDomain and the pure exponential
     variant), DP-KSA (Tang et al.) and Grislain's DP-RAG (DP threshold retrieval
-    aiming at ``voters`` units + DP in-context generation). Each spends
-    ``token_share`` of epsilon per private token where it has that knob; the
-    word-level variants of DPVote and DPSparseVote (``unit="word"``: one decision
-    per word) spend ``word_share`` of it per private word.
+    aiming at ``voters`` units + DP in-context generation), with the reader's
+    prompts. Each spends ``reader.token_share`` of epsilon per private token where
+    it has that knob; the word-level variants of DPVote and DPSparseVote
+    (``unit="word"``: one decision per word) spend ``reader.word_share`` of it per
+    private word; DPSparseVote's threshold is ``reader.threshold(voters)``.
     """
+    token_share, word_share = reader.token_share, reader.word_share
+    prompts = reader.voting_prompts()
 
     def vote(epsilon: float, *, words: bool = False) -> Mechanism:
         return DPVote(
@@ -80,6 +113,7 @@ def dp_mechanisms(
             epsilon_token=epsilon * (word_share if words else token_share),
             max_new_tokens=max_new_tokens,
             unit="word" if words else "token",
+            **prompts,
         )
 
     def sparse(epsilon: float, *, pure: bool, words: bool = False) -> Mechanism:
@@ -93,6 +127,8 @@ def dp_mechanisms(
             selection="exponential" if pure else "limited_domain",
             max_new_tokens=max_new_tokens,
             unit="word" if words else "token",
+            threshold=reader.threshold(voters),
+            **prompts,
         )
 
     return {
@@ -109,9 +145,15 @@ def dp_mechanisms(
             k_max=5,
             response_tokens=max_new_tokens,
             answer_tokens=max_new_tokens,
+            **reader.ksa_prompts(),
         ),
         "DP-RAG (Grislain)": lambda e: DPICL(
-            token_model, epsilon=e, delta=delta, k=voters, max_new_tokens=max_new_tokens
+            token_model,
+            epsilon=e,
+            delta=delta,
+            k=voters,
+            max_new_tokens=max_new_tokens,
+            **prompts,
         ),
     }
 
@@ -123,12 +165,18 @@ def dp_mechanisms_for(
     return dp_mechanisms(
         token_model,
         text_model,
+        reader=reader_settings(args),
         voters=args.voters,
         delta=args.delta,
-        token_share=args.token_share,
-        word_share=args.word_share,
         max_new_tokens=args.max_new_tokens,
     )
+
+
+def load_for(args: argparse.Namespace) -> tuple[HFTokenModel, HFTextModel]:
+    """The models of ``--model`` (an HF folder or name) or else of ``--reader``."""
+    if args.model:
+        return load_models(args.model)
+    return load_reader(args.reader, dtype=args.dtype)
 
 
 def per_answer_budget() -> InMemoryCorpusAccountant:

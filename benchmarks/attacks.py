@@ -15,7 +15,7 @@ Results go to ``--out`` (default ``results/attacks``): ``table.md``,
 ``config.json``, ``attacks.png``.
 
     .venv/bin/python benchmarks/attacks.py            # ~5 min on 2 cores
-    .venv/bin/python benchmarks/attacks.py --quick    # ~30 s (a smoke run)
+    .venv/bin/python benchmarks/attacks.py --quick    # a smoke run: ~70 s of CPU
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms_for, mechanism_arguments, per_answer_budget
+from _mechanisms import dp_mechanisms_for, load_for, mechanism_arguments, per_answer_budget
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -45,7 +45,7 @@ from dprag_core.eval.attacks import (
 )
 from dprag_core.eval.embeddings import MiniLMEmbedder
 from dprag_core.eval.synthetic import PatientRecord, make_corpus
-from dprag_core.eval.workbench import CorpusIndex, load_models, reader_path
+from dprag_core.eval.workbench import CorpusIndex
 from dprag_core.pipeline import PrivateRAG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     if args.quick:
-        args.epsilons, args.targets, args.voters, args.diseases = [2.0, 10.0], 10, 10, 20
+        args.epsilons, args.targets, args.voters, args.diseases = [10.0], 8, 10, 20
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     n = min(args.targets, len(members), len(nonmembers))
     tm = [members[int(i)] for i in rng.choice(len(members), n, replace=False)]
     tn = [nonmembers[int(i)] for i in rng.choice(len(nonmembers), n, replace=False)]
-    token_model, text_model = load_models(args.model)
+    token_model, text_model = load_for(args)
     mnt = args.max_new_tokens
 
     mechanisms = dp_mechanisms_for(args, token_model, text_model)
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "# Attacks: canary extraction and S2MIA-style membership inference",
         "",
         f"{len(members)} member / {len(nonmembers)} held-out records; {n} targets each; "
-        f"model `{args.model or reader_path().name}`; seed {args.seed}; wall {wall:.0f}s.",
+        f"model `{args.model or args.reader}`; seed {args.seed}; wall {wall:.0f}s.",
         "",
         "| mechanism | epsilon | canary extraction rate | MIA AUC [95% bootstrap CI] |",
         "|---|---|---|---|",

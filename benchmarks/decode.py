@@ -19,6 +19,17 @@ the same number of tokens, side by side in one process:
   token shows in the same columns), and ``HFTextModel.generate`` (DP-KSA's
   response generation) vs ``model.generate``.
 
+``--unit`` picks the voting units measured (``token``, ``word``: both by default).
+In-process engines have no speculative variant: a batched engine runs one
+forward per step for all rows whether or not they agree (speculation saves
+round trips, which only the server path has: ``benchmarks/server.py``).
+``--clock cpu`` times with the process's CPU time instead of the wall clock, so
+that ratios stay fair on a CPU shared with other jobs (CPU runs only).
+``--model smollm2`` runs SmolLM2-135M-Instruct (the project's loader,
+``dprag_core.eval.smollm2``) instead of the random presets: real tokenizer and
+end ids, so a mechanism may stop before ``--tokens`` (its token count is printed
+and costs are per decoded token of each run).
+
 Prefill is timed separately, so the decode-only time per token is printed too;
 ratios are decode-only against the HF bare loop, against the same engine's
 greedy loop (what a mechanism adds to its engine) and against ``generate`` (and
@@ -31,6 +42,8 @@ random-initialised from Llama configs (no downloads): ``tiny`` (tests),
 The script imports the ``dprag_core`` of the checkout it lives in.
 
 Run (CPU):  nice .venv/bin/python benchmarks/decode.py --preset small --tokens 32 --m 40
+            nice .venv/bin/python benchmarks/decode.py --engine eager static --clock cpu
+            nice .venv/bin/python benchmarks/decode.py --model smollm2 --engine eager static
 Run (GPU):  .venv/bin/python benchmarks/decode.py --device cuda --dtype bfloat16 \\
                 --preset llama1b --m 40 100 --tokens 48 --doc-chars 450 \\
                 --engine eager cuda_graphs
@@ -55,6 +68,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 
 from dprag_core.algorithms import DPSparseVote, DPVote  # noqa: E402
 from dprag_core.models.hf import HFTextModel, HFTokenModel, HFTokenSession  # noqa: E402
+from dprag_core.models.hf_cache import cache_argument  # noqa: E402
 from dprag_core.retrieval import ScoredDocument  # noqa: E402
 
 #: hidden, intermediate, layers, heads, kv heads, vocab (None: the tokenizer's), tied
@@ -66,6 +80,16 @@ PRESETS: dict[str, tuple[int, int, int, int, int, int | None, bool]] = {
     "llama8b": (4096, 14336, 32, 32, 8, 128_256, False),
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+#: ``--clock``: wall time, or the process's CPU time (fair ratios on a busy shared CPU)
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = [time.perf_counter]
+
+
+def now() -> float:
+    """The chosen clock (``--clock``), in seconds."""
+    return _clock[0]()
+
+
 DOC = (
     "patient alice martin was diagnosed with migraine and treated with aspirin; bob durand "
     "has asthma and his doctor prescribed salbutamol twice a day; chloe takes metformin "
@@ -121,13 +145,16 @@ class TimedPrefill:
     def decode(self, ids: Any) -> str:
         return self.inner.decode(ids)
 
+    def check_lookahead(self) -> None:
+        self.inner.check_lookahead()
+
     def prefill(self, prompts: list[str]) -> HFTokenSession:
-        start = time.perf_counter()
+        start = now()
         session = self.inner.prefill(prompts)
         if hasattr(session, "greedy"):  # the first tokens are part of the prefill
             session.greedy()
         self.sync()
-        self.seconds = time.perf_counter() - start
+        self.seconds = now() - start
         return session
 
 
@@ -185,14 +212,14 @@ def left_pad(rows: list[list[int]], pad: int, device: str) -> tuple[torch.Tensor
 
 def bare_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[float, float]:
     """(prefill s, total s): cached greedy decode, same token to every row, one sync per token."""
-    start = time.perf_counter()
+    start = now()
     cache = DynamicCache(config=model.config)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     with torch.inference_mode():
-        kw = {"past_key_values": cache, "use_cache": True, "logits_to_keep": 1}
+        kw = {cache_argument(model): cache, "use_cache": True, "logits_to_keep": 1}
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **kw)
         token = int(out.logits[:, -1].argmax(-1).cpu()[0])
-        prefill = time.perf_counter() - start
+        prefill = now() - start
         ones = torch.ones((ids.shape[0], 1), dtype=mask.dtype, device=mask.device)
         position = positions[:, -1:]
         for _ in range(n - 1):
@@ -201,11 +228,11 @@ def bare_loop(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tupl
             step = torch.full_like(position, token)
             out = model(input_ids=step, attention_mask=mask, position_ids=position, **kw)
             token = int(out.logits[:, -1].argmax(-1).cpu()[0])
-    return prefill, time.perf_counter() - start
+    return prefill, now() - start
 
 
-def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> float:
-    start = time.perf_counter()
+def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int, pad: int) -> float:
+    start = now()
     with torch.inference_mode():
         model.generate(
             input_ids=ids,
@@ -216,40 +243,61 @@ def generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, n: int) -> float
             top_p=None,
             temperature=None,
             eos_token_id=None,
-            pad_token_id=int(model.config.pad_token_id),
+            pad_token_id=pad,
             use_cache=True,
         )
-    return time.perf_counter() - start
+    return now() - start
 
 
-def mechanisms(bench: TimedPrefill, m: int, n: int) -> dict[str, Any]:
-    """The DP mechanisms with budgets that allow n private tokens (voters agree: released)."""
+def mechanisms(bench: TimedPrefill, m: int, n: int, units: list[str]) -> dict[str, Any]:
+    """The DP mechanisms with budgets that allow n private tokens (voters agree: released),
+    for each unit of ``units`` (``token``: LD and EM selections; ``word``: LD)."""
     common = {"m": m, "k": 1, "epsilon": 60.0 * n, "epsilon_token": 50.0, "max_new_tokens": n}
-    return {
-        "DPVote (LD)": DPVote(bench, delta=1e-4, **common),
-        "DPSparseVote (LD)": DPSparseVote(bench, delta=1e-4, **common),
-        "DPSparseVote (EM)": DPSparseVote(bench, delta=0.0, selection="exponential", **common),
-        "DPVote (LD, words)": DPVote(bench, delta=1e-4, unit="word", **common),
-        "DPSparseVote (LD, words)": DPSparseVote(bench, delta=1e-4, unit="word", **common),
-    }
+    found: dict[str, Any] = {}
+    if "token" in units:
+        found["DPVote (LD)"] = DPVote(bench, delta=1e-4, **common)
+        found["DPSparseVote (LD)"] = DPSparseVote(bench, delta=1e-4, **common)
+        em = DPSparseVote(bench, delta=0.0, selection="exponential", **common)
+        found["DPSparseVote (EM)"] = em
+    if "word" in units:
+        found["DPVote (LD, words)"] = DPVote(bench, delta=1e-4, unit="word", **common)
+        found["DPSparseVote (LD, words)"] = DPSparseVote(bench, delta=1e-4, unit="word", **common)
+    return found
 
 
 def greedy_loop(bench: TimedPrefill, prompts: list[str], n: int) -> float:
     """Total s of the engine's own loop: prefill, then greedy()/step() per token (row 0's token)."""
-    start = time.perf_counter()
+    start = now()
     session = bench.prefill(prompts)
     for _ in range(n - 1):
         session.step(int(session.greedy()[0]))
     int(session.greedy()[0])
-    return time.perf_counter() - start
+    return now() - start
+
+
+def load_smollm2(dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+    """SmolLM2-135M-Instruct (model, tokenizer) through the project's one loader."""
+    try:
+        from dprag_core.eval.smollm2 import model_dir
+    except ImportError as exc:  # the loader lands with the instruct reader (dprag_core.eval)
+        raise SystemExit(f"--model smollm2 needs dprag_core.eval.smollm2: {exc}") from exc
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = str(model_dir())
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(folder)
 
 
 def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     device, n = args.device, args.tokens
     sync: Callable[[], None] = torch.cuda.synchronize if device.startswith("cuda") else lambda: None
-    vocab = args.vocab or PRESETS[preset][5] or len(tok)
-    wide = WideTokenizer(tok, vocab)
-    model = build_model(preset, vocab, DTYPES[args.dtype], device, wide)
+    if preset == "smollm2":  # a real instruct model: its own tokenizer, vocabulary and end ids
+        model, wide = load_smollm2(DTYPES[args.dtype], device)
+        vocab = int(model.config.vocab_size)
+    else:
+        vocab = args.vocab or PRESETS[preset][5] or len(tok)
+        wide = WideTokenizer(tok, vocab)
+        model = build_model(preset, vocab, DTYPES[args.dtype], device, wide)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     # "compiled" compiles the shared model's blocks in place: its phase comes last, and the
     # HF comparators (bare loop, generate) are measured in the first phase, on the plain model
@@ -264,24 +312,26 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     docs = [ScoredDocument(id=f"d{i}", text=doc_text, score=1.0) for i in range(m)]
     question = "Which treatment did Alice Martin receive?"
     mechs: dict[str, dict[str, Any]] = {}
-    probe = mechanisms(HFTokenModel(model, wide), m, n)["DPSparseVote (EM)"]
+    probe = mechanisms(HFTokenModel(model, wide), m, n, ["token"])["DPSparseVote (EM)"]
     prompts = probe.prompts(question, [docs[:1]] * m)
     rows = [probe.model.prompt_ids(p) for p in prompts]
     ids, mask = left_pad(rows, probe.model.pad_token_id, device)
 
-    results: dict[str, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, int]]] = {}
     private: dict[str, int] = {}
+    generated: dict[str, int] = {}
 
-    def record(name: str, prefill: float, total: float) -> None:
-        results.setdefault(name, []).append((prefill, total))
+    def record(name: str, prefill: float, total: float, tokens: int = n) -> None:
+        results.setdefault(name, []).append((prefill, total, tokens))
 
     def once(phase: list[str], comparators: bool) -> None:
         if comparators:
             sync()
             record("bare cached greedy loop", *bare_loop(model, ids, mask, n))
             sync()
-            first_token = generate(model, ids, mask, 1)
-            record("model.generate", first_token, generate(model, ids, mask, n))
+            pad = probe.model.pad_token_id
+            first_token = generate(model, ids, mask, 1, pad)
+            record("model.generate", first_token, generate(model, ids, mask, n, pad))
         for engine in phase:
             bench = engines[engine]
             sync()
@@ -289,24 +339,27 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
             record(f"[{engine}] greedy loop", bench.seconds, total)
             for name, mech in mechs[engine].items():
                 sync()
-                start = time.perf_counter()
+                start = now()
                 answer = mech.answer(question, docs, rng=0)
                 sync()
-                record(f"[{engine}] {name}", bench.seconds, time.perf_counter() - start)
-                assert answer.details["tokens_generated"] == n, answer.details
+                made = int(answer.details["tokens_generated"])
+                record(f"[{engine}] {name}", bench.seconds, now() - start, made)
+                # fixed-length runs (no end id) except a real model's (--model smollm2)
+                assert made == n or preset == "smollm2", answer.details
                 private[f"[{engine}] {name}"] = int(answer.details["private_tokens"])
+                generated[f"[{engine}] {name}"] = made
             sync()
-            start = time.perf_counter()
+            start = now()
             texts[engine].generate(prompts, max_new_tokens=n)
             sync()
-            record(f"[{engine}] HFTextModel.generate", 0.0, time.perf_counter() - start)
+            record(f"[{engine}] HFTextModel.generate", 0.0, now() - start)
 
     warm: dict[str, float] = {}
     for i, phase in enumerate(phases):
         for e in phase:
             engines[e] = TimedPrefill(HFTokenModel(model, wide, engine=e), sync)
             texts[e] = HFTextModel.on(engines[e].inner)
-            mechs[e] = mechanisms(engines[e], m, n)
+            mechs[e] = mechanisms(engines[e], m, n, args.unit)
         once(phase, comparators=i == 0)  # warm-up: allocator, kernels, capture, compilation
         warm.update({e: results.pop(f"[{e}] greedy loop")[0][1] for e in phase})
         for name in [k for k in results if k.startswith(tuple(f"[{e}]" for e in phase))]:
@@ -317,14 +370,16 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
             once(phase, comparators=i == 0)
 
     def median(name: str) -> tuple[float, float]:
-        prefill = statistics.median(p for p, _ in results[name])
-        total = statistics.median(t for _, t in results[name])
-        return total, (total - prefill) / (n - 1)
+        """Median total s and median decode s per token after the first (each run its own)."""
+        total = statistics.median(t for _, t, _ in results[name])
+        per_token = statistics.median((t - p) / max(k - 1, 1) for p, t, k in results[name])
+        return total, per_token
 
     floor = weight_bytes / copy_bandwidth(device, sync)
     bare_dec = median("bare cached greedy loop")[1]
     gen_dec = median("model.generate")[1]
     where = torch.cuda.get_device_name() if device.startswith("cuda") else f"cpu x{args.threads}"
+    where += f", {args.clock} clock"
     print(
         f"\n== {preset}: {weight_bytes / 2**30:.2f} GiB of {args.dtype} weights, V={vocab}, "
         f"{where}, m={m} (+1 public row), {n} tokens, prompt tokens "
@@ -344,6 +399,8 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
             name = f"[{engine}] {short}"
             total, dec = median(name)
             spent = f"{private[name]:9d}" if name in private else ""
+            if name in generated and generated[name] != n:
+                spent += f" ({generated[name]} tokens)"
             ratios = f"{dec / bare_dec:13.2f}{dec / loop_dec:10.2f}{dec / gen_dec:12.2f}"
             print(f"{name:36}{total:9.3f}{1e3 * dec:17.2f}{ratios}{spent}")
         print(
@@ -359,6 +416,20 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), nargs="+", default=["small"])
+    parser.add_argument(
+        "--model",
+        choices=["random", "smollm2"],
+        default="random",
+        help="random: Llama-shaped random models (--preset); smollm2: SmolLM2-135M-Instruct "
+        "(dprag_core.eval.smollm2, its own end ids: a mechanism may stop early)",
+    )
+    parser.add_argument("--unit", choices=["token", "word"], nargs="+", default=["token", "word"])
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="cpu: the process's CPU time (fair ratios when other jobs share the CPU)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--vocab", type=int, default=None, help="override the preset's V")
@@ -376,9 +447,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.tokens < 2 or args.repeats < 1 or min(args.m) < 1:
         parser.error("--tokens must be >= 2, --repeats and --m >= 1")
+    if args.clock == "cpu" and args.device != "cpu":
+        parser.error("--clock cpu times CPU work only: use it with --device cpu")
+    _clock[0] = CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     tok = build_tokenizer()
-    for preset in args.preset:
+    for preset in ["smollm2"] if args.model == "smollm2" else args.preset:
         for m in args.m:
             run(args, preset, m, tok)
 

@@ -16,6 +16,18 @@ FAISS. Results go to ``--out`` (default ``results/privacy_utility``): ``table.md
 
     .venv/bin/python benchmarks/privacy_utility.py            # ~8 min on 2 cores
     .venv/bin/python benchmarks/privacy_utility.py --quick    # ~30 s (a smoke run)
+
+``--reader smollm2`` runs SmolLM2-135M-Instruct (``dprag_core/eval/smollm2.py``)
+with its prompts and defaults (``dprag_core/eval/readers.py``): every prompt goes
+through its chat template. ``--real-treatments`` gives the treatments real drug
+names (the world variant for readers that cannot copy invented words);
+``--min-support`` and ``--kinds`` keep fewer questions (e.g. the 16+ treatment
+facts); ``--diagnose`` adds what limits a row: how many of the m voters hold a
+record of the fact, and how many of those records make the reader, alone, answer
+right.
+
+    .venv/bin/python benchmarks/privacy_utility.py --reader smollm2 --real-treatments \
+        --kinds treatment --min-support 16 --epsilons 5 --multi-queries 0 --diagnose
 """
 
 from __future__ import annotations
@@ -32,7 +44,13 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
-from _mechanisms import dp_mechanisms_for, mechanism_arguments, per_answer_budget
+from _mechanisms import (
+    dp_mechanisms_for,
+    load_for,
+    mechanism_arguments,
+    per_answer_budget,
+    reader_settings,
+)
 from tqdm import tqdm
 
 from dprag_core.algorithms.base import Mechanism
@@ -40,8 +58,9 @@ from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote
 from dprag_core.algorithms.ksa import KSA
 from dprag_core.eval.metrics import METRIC_NAMES, ratio_interval, score_answer
+from dprag_core.eval.readers import Reader
 from dprag_core.eval.synthetic import QAItem, make_corpus
-from dprag_core.eval.workbench import CorpusIndex, load_models, reader_path
+from dprag_core.eval.workbench import CorpusIndex
 from dprag_core.pipeline import PrivateRAG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +97,8 @@ def token_counts(details: Mapping[str, Any]) -> dict[str, float]:
     ended = details.get("stop_reason") in ENDED_BY_A_DECISION
     decisions = int(details["tokens_generated"]) + int(ended)
     private = int(details["private_tokens"])
-    return {"decisions": decisions, "private": private, "free": decisions - private}
+    words = {"private_words": int(details["private_words"])} if "private_words" in details else {}
+    return {"decisions": decisions, "private": private, "free": decisions - private, **words}
 
 
 def run_mechanism(
@@ -95,6 +115,7 @@ def run_mechanism(
                 **score_answer(ans.text, item.answer),
                 **token_counts(ans.details),
                 "support": item.support,
+                "stop": str(ans.details.get("stop_reason", "-")),
             }
         )
     took = (time.perf_counter() - start) / len(items)
@@ -140,6 +161,72 @@ def cell(value: Interval | None) -> str:
     return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def stop_table(results: Mapping[str, dict[str, Any]]) -> list[str]:
+    """Per row: how its answers ended (stop reasons) and private words per answer."""
+    lines = [
+        "",
+        "## How the answers ended",
+        "",
+        "Stop reasons (answers), and private words (word-level rows) per answer.",
+        "",
+        "| row | stop reasons | private words per answer |",
+        "|---|---|---|",
+    ]
+    for name, r in results.items():
+        stops: dict[str, int] = {}
+        for row in r["rows"]:
+            stops[row["stop"]] = stops.get(row["stop"], 0) + 1
+        words = [row["private_words"] for row in r["rows"] if "private_words" in row]
+        per = f"{np.mean(words):.2f}" if words else "-"
+        lines.append(
+            f"| {name} | {', '.join(f'{k} {v}' for k, v in sorted(stops.items()))} | {per} |"
+        )
+    return lines
+
+
+def diagnose(
+    reader: Reader,
+    text_model: Any,
+    index: CorpusIndex,
+    items: Sequence[QAItem],
+    corpus: Any,
+    *,
+    m: int,
+    max_new_tokens: int,
+    per_fact: int = 5,
+) -> list[str]:
+    """Reader-bound or retrieval-bound: per fact, how many of the m voters' records
+    support it, and how many of ``per_fact`` supporting records make the reader alone
+    (greedy, the voters' prompt) answer right."""
+    texts = {r.id: r.text for r in corpus.records}
+    lines = [
+        "",
+        "## What limits the answers",
+        "",
+        f"Per kind of question: of the m = {m} voters, those holding a record of the fact "
+        "(mean, min-max), and how often the reader alone, given one record of the fact "
+        f"(the voters' prompt, greedy; up to {per_fact} records per fact), answers right.",
+        "",
+        "| questions | voters holding a record | reader alone right |",
+        "|---|---|---|",
+    ]
+    for kind in sorted({item.kind for item in items}):
+        relevant, copied, tried = [], 0, 0
+        for item in (it for it in items if it.kind == kind):
+            ids = {d.id for d in index(item.question, m)}
+            relevant.append(len(ids & set(item.record_ids)))
+            records = [texts[i] for i in item.record_ids[:per_fact]]
+            prompts = [reader.template.format(context=t, question=item.question) for t in records]
+            outs = text_model.generate(prompts, max_new_tokens=max_new_tokens)
+            copied += sum(score_answer(o, item.answer)["match"] == 1.0 for o in outs)
+            tried += len(outs)
+        lines.append(
+            f"| {kind} ({len(relevant)}) | {np.mean(relevant):.1f} ({min(relevant)}-"
+            f"{max(relevant)}) | {copied} of {tried} ({copied / max(tried, 1):.2f}) |"
+        )
+    return lines
+
+
 def multi_query(
     args: argparse.Namespace, token_model: Any, index: CorpusIndex, items: Sequence[QAItem]
 ) -> list[dict[str, Any]]:
@@ -159,7 +246,7 @@ def multi_query(
             k=1,
             epsilon=eps_q,
             delta=0.0,
-            epsilon_token=eps_q * args.token_share,
+            epsilon_token=eps_q * reader_settings(args).token_share,
             selection="exponential",
             max_new_tokens=args.max_new_tokens,
         )
@@ -388,7 +475,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.set_defaults(epsilons=[1.0, 2.0, 5.0, 10.0, 20.0])
     ap.add_argument("--diseases", type=int, default=40)
     ap.add_argument("--max-support", type=int, default=100)
-    ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the reader's")
+    ap.add_argument("--real-treatments", action="store_true", help="real drug names")
+    ap.add_argument("--min-support", type=int, default=1, help="only facts with this support")
+    ap.add_argument(
+        "--kinds", nargs="+", choices=["treatment", "disease"], default=["treatment", "disease"]
+    )
+    ap.add_argument("--diagnose", action="store_true", help="what limits the answers")
     ap.add_argument("--tau", type=float, default=0.4, help="MuRAG public score threshold")
     ap.add_argument("--multi-queries", type=int, default=100, help="0: no multi-query run")
     ap.add_argument("--multi-totals", type=float, nargs="+", default=[10.0, 20.0, 40.0, 80.0])
@@ -405,21 +498,41 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         args.epsilons, args.diseases, args.max_support, args.voters = [2.0, 10.0], 6, 20, 10
         args.multi_queries, args.multi_totals = 12, [10.0, 20.0]
+    reader = reader_settings(args)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = reader.max_new_tokens
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
-    corpus = make_corpus(n_diseases=args.diseases, max_support=args.max_support, seed=args.seed)
-    items = corpus.questions_of("treatment") + corpus.questions_of("disease")
+    corpus = make_corpus(
+        n_diseases=args.diseases,
+        max_support=args.max_support,
+        seed=args.seed,
+        real_treatments=args.real_treatments,
+    )
+    items = [
+        q for kind in args.kinds for q in corpus.questions_of(kind) if q.support >= args.min_support
+    ]
     index = CorpusIndex.build(corpus)
-    token_model, text_model = load_models(args.model)
+    token_model, text_model = load_for(args)
     m, mnt = args.voters, args.max_new_tokens
+    voters = reader.voting_prompts()
 
     baselines: dict[str, Mechanism] = {
-        "NonRAG": NonRAG(token_model, max_new_tokens=mnt),
-        "RAG (k=3)": RAG(token_model, k=3, max_new_tokens=mnt),
-        f"VoteRAG (m={m})": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt),
-        f"VoteRAG (m={m}, words)": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt, unit="word"),
-        f"KSA (N={m})": KSA(text_model, n_docs=m, k_max=5, response_tokens=mnt, answer_tokens=mnt),
+        "NonRAG": NonRAG(token_model, max_new_tokens=mnt, template=reader.public_template),
+        "RAG (k=3)": RAG(token_model, k=3, max_new_tokens=mnt, template=reader.template),
+        f"VoteRAG (m={m})": VoteRAG(token_model, m=m, k=1, max_new_tokens=mnt, **voters),
+        f"VoteRAG (m={m}, words)": VoteRAG(
+            token_model, m=m, k=1, max_new_tokens=mnt, unit="word", **voters
+        ),
+        f"KSA (N={m})": KSA(
+            text_model,
+            n_docs=m,
+            k_max=5,
+            response_tokens=mnt,
+            answer_tokens=mnt,
+            **reader.ksa_prompts(),
+        ),
     }
     dp = dp_mechanisms_for(args, token_model, text_model)
     if args.only:
@@ -432,13 +545,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         for eps in tqdm(args.epsilons, desc=name):
             results[f"{name} eps={eps:g}"] = run_mechanism(build(eps), index, items, args.seed)
     multi = multi_query(args, token_model, index, items) if args.multi_queries else []
+    limits = (
+        diagnose(reader, text_model, index, items, corpus, m=m, max_new_tokens=mnt)
+        if args.diagnose
+        else []
+    )
     wall = time.perf_counter() - t0
 
     lines = [
         "# Privacy-utility on the synthetic private corpus",
         "",
-        f"{len(corpus.records)} records, {len(items)} questions (treatment + disease), "
-        f"model `{args.model or reader_path().name}`, seed {args.seed}, wall {wall:.0f}s.",
+        f"{len(corpus.records)} records, {len(items)} questions ({' + '.join(args.kinds)}"
+        f"{f', support >= {args.min_support}' if args.min_support > 1 else ''}), "
+        f"model `{args.model or args.reader}` ({args.dtype}), seed {args.seed}"
+        f"{', real drug names' if args.real_treatments else ''}; word share "
+        f"{reader.word_share:g}, token share {reader.token_share:g}, threshold "
+        f"{reader.threshold(m):g}; wall {wall:.0f}s.",
         "",
         "| mechanism | " + " | ".join(METRIC_NAMES) + " | s/query |",
         "|---|" + "---|" * (len(METRIC_NAMES) + 1),
@@ -450,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         results, list(baselines), list(dp), args.epsilons, items, args.out, args.seed
     )
     token_lines, tokens = token_table(results, list(dp), args.epsilons, args.out, args.seed)
-    lines += support_lines + token_lines
+    lines += support_lines + token_lines + stop_table(results) + limits
     if multi:
         lines += [
             "",

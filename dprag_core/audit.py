@@ -12,7 +12,7 @@ correction over all (outputs × 2 directions × 2 bounds), and reports
 With probability ≥ ``confidence`` (over the sampling) every term is ≤ the true
 privacy loss of the singleton event {o}, so a mechanism that is (ε, δ)-DP yields
 a bound ≤ ε. A bound above the claimed ε is a proof (at that confidence) that
-the claim is false. DESIGN §9: each mechanism is audited on a worst-case pair,
+the claim is false. docs/design.md §9: each mechanism is audited on a worst-case pair,
 and a deliberately broken variant must make the same audit exceed its claim.
 
 >>> import numpy as np

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
-from dprag_core.validation import missing_extra
+from dprag_core.validation import argument_number, missing_extra
 
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
@@ -255,25 +256,9 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _share(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text}")
-    return value
-
-
-def _cosine(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or not -1 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a cosine score in [-1, 1], got {text}")
-    return value
+_positive_float = argument_number("a finite number > 0", lambda v: v > 0)
+_share = argument_number("a share in (0, 1]", lambda v: 0 < v <= 1)
+_cosine = argument_number("a cosine score in [-1, 1]", lambda v: -1 <= v <= 1)
 
 
 if __name__ == "__main__":

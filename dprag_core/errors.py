@@ -14,8 +14,11 @@ frame, outside the ``except`` block: it has no ``__cause__``, no
 ``__context__``, and its traceback starts at the guard, so no frame below it
 (where the private data lived) is reachable from it. A
 :class:`PrivacyBudgetExhausted` (its message holds budgets only) is re-raised
-the same way, as a fresh copy. Entry points put the guard above every frame
-that holds documents or prompts, so the frames above it hold only the question.
+the same way, as a fresh copy, and so is any exception whose class declares
+``public_message = True`` (the budget stores' errors, which name the store and
+never an id: a caller must see ``LedgerOutcomeUnknown`` as itself to retry).
+Entry points put the guard above every frame that holds documents or prompts,
+so the frames above it hold only the question.
 
 The data owner debugging their own deployment can switch this off, in their
 own process and context only, with :func:`reveal_private_errors`: inside it,
@@ -99,6 +102,11 @@ def reveal_private_errors() -> Iterator[None]:
 def _replacement(exc: Exception, stage: str, where: str) -> Exception:
     if isinstance(exc, PrivacyBudgetExhausted):
         return PrivacyBudgetExhausted(*exc.args)
+    if getattr(type(exc), "public_message", False) is True:
+        try:
+            return type(exc)(*exc.args)
+        except Exception:  # a signature that cannot be copied: withheld like any other
+            pass
     if isinstance(exc, PrivateDataError):  # sanitised deeper down: keep its facts only
         return PrivateDataError.withheld(exc.stage, exc.where, exc.kind)
     return PrivateDataError.withheld(stage, where, type(exc).__name__)

@@ -23,7 +23,8 @@ query's start and end is its latency, which grows with the documents' lengths
 (as the caller's own clock shows). Timing is outside the guarantee, as it is for
 the answer itself: the guarantee covers what is released, not when.
 
->>> from dprag_core.budget import Budget, DPAnswer
+>>> from dprag_core.answers import DPAnswer
+>>> from dprag_core.budget import Budget
 >>> answer = DPAnswer("aspirin", Budget(1.0, 1e-6), "DPSparseVote",
 ...                   {"stop_reason": "eos", "private_tokens": 2, "m": 10})
 >>> end_payload(answer)  # doctest: +NORMALIZE_WHITESPACE
@@ -36,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.stop_reasons import STOP_REASONS
 
 __all__ = ["END_FIELDS", "START_FIELDS", "end_payload", "start_payload"]

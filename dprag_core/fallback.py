@@ -18,7 +18,8 @@ answer's guarantee is the DP query's, already charged.
 DP-KSA needs no fallback for a failed PTR test: it already answers zero-shot
 (the question alone) and says so with ``stop_reason == "ptr_failed"``.
 
->>> from dprag_core.budget import Budget, DPAnswer
+>>> from dprag_core.answers import DPAnswer
+>>> from dprag_core.budget import Budget
 >>> class Api:  # a text model
 ...     def generate(self, prompts, *, max_new_tokens=64): return ["Paris"] * len(prompts)
 >>> from dprag_core.algorithms.baselines import NonRAG
@@ -34,7 +35,7 @@ from collections.abc import Iterator
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.stop_reasons import released_nothing
 
 __all__ = ["check_public_fallback", "fallback_answer", "fallback_stream", "public_answerer"]

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 from typing import Any
@@ -62,6 +61,7 @@ from dprag_core.ledger_report import (
     utc,
     write_private,
 )
+from dprag_core.validation import argument_number
 
 __all__ = ["add_ledger_command", "ledger_init"]
 
@@ -70,18 +70,8 @@ _OPERATOR_ERRORS = (ValueError, TypeError, LedgerUnavailable, OSError, ImportErr
 Store = DurableCorpusAccountant | Ledger
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def _delta(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
+_positive = argument_number("a finite number > 0", lambda v: v > 0)
+_delta = argument_number("in [0, 1)", lambda v: 0 <= v < 1)
 
 
 def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:

@@ -64,8 +64,7 @@ from dprag_core.admission import (
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.contract import check_mechanism
-from dprag_core.algorithms.threshold import DPThreshold
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -75,6 +74,7 @@ from dprag_core.retrieval.capabilities import has_range_search
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.retrieval.threshold import DPThreshold
 from dprag_core.retrieval.units import top_units
 from dprag_core.validation import positive_int, strict_init
 
@@ -479,7 +479,7 @@ def select_above_threshold(
     (:func:`selection_query_id`) *before* ``candidates()`` runs, so a query that
     would overspend is refused before the store is searched. ``candidates``
     must return every unit scoring above the selector's lower bound (the
-    completeness :class:`~dprag_core.algorithms.threshold.DPThreshold`'s claim
+    completeness :class:`~dprag_core.retrieval.threshold.DPThreshold`'s claim
     needs); the units above the DP threshold come back. Used by LangChain's
     ``DPRetriever`` and LlamaIndex's ``DPThresholdPostprocessor``.
 

@@ -14,7 +14,9 @@ reuse of a recorded id, so a caller cannot get a second answer for one charge.
 An id is public: the caller's own input or random, never derived from the
 data. It follows the stores' one id policy
 (:func:`~dprag_core.accounting.stores.amounts.check_id`), checked before anything
-is charged.
+is charged, and leaves :data:`RESERVED_ID_BYTES` of the stores' id length for
+the steps of one query (:func:`step_id`: MuRAG-Ada's ``<id>/bin3``), so a
+derived id never fails mid-query.
 
 A mechanism that charges a ledger inside ``answer`` reads the id of the query
 it runs in with :func:`current_query_id`; the query run sets it around every
@@ -37,9 +39,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from dprag_core.accounting.stores.amounts import check_id
+from dprag_core.accounting.stores.amounts import MAX_ID_BYTES, check_id
 
-__all__ = ["check_query_id", "current_query_id", "new_query_id", "query_scope"]
+__all__ = [
+    "RESERVED_ID_BYTES",
+    "check_query_id",
+    "current_query_id",
+    "new_query_id",
+    "query_scope",
+    "step_id",
+]
+
+RESERVED_ID_BYTES = 64
 
 _CURRENT: ContextVar[str | None] = ContextVar("dprag_query_id", default=None)
 
@@ -60,8 +71,29 @@ def check_query_id(value: object) -> str:
     Traceback (most recent call last):
     ...
     ValueError: query_id must be a non-empty string (not only whitespace)
+    >>> check_query_id("q" * 1000)
+    Traceback (most recent call last):
+    ...
+    ValueError: query_id must be at most 960 UTF-8 bytes, got 1000
     """
-    return check_id("query_id", value)
+    query_id = check_id("query_id", value)
+    size, most = len(query_id.encode("utf-8")), MAX_ID_BYTES - RESERVED_ID_BYTES
+    if size > most:
+        raise ValueError(f"query_id must be at most {most} UTF-8 bytes, got {size}")
+    return query_id
+
+
+def step_id(query_id: str, step: str) -> str:
+    """The id of one charge step of a query (its ledger records it once per step).
+
+    ``step`` is a short public name (at most :data:`RESERVED_ID_BYTES` − 1 bytes).
+
+    >>> step_id("request-42", "bin3")
+    'request-42/bin3'
+    """
+    if len(step.encode("utf-8")) >= RESERVED_ID_BYTES:
+        raise ValueError(f"step must be under {RESERVED_ID_BYTES} UTF-8 bytes, got {step!r}")
+    return f"{query_id}/{step}"
 
 
 @contextmanager

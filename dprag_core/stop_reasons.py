@@ -28,7 +28,8 @@ the empty string ``""`` (never ``None``); an app may opt in to a public
 fallback (:mod:`dprag_core.fallback`). :func:`shown_text` is what to print
 for it: ``(no answer released: null_token)``, never a blank line.
 
->>> from dprag_core.budget import Budget, DPAnswer
+>>> from dprag_core.answers import DPAnswer
+>>> from dprag_core.budget import Budget
 >>> released_nothing(DPAnswer("", Budget(1.0), "DPSparseVote", {"stop_reason": NULL_TOKEN}))
 True
 >>> sorted(STOP_REASONS)[:3]
@@ -41,7 +42,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dprag_core.budget import DPAnswer
+    from dprag_core.answers import DPAnswer
 
 __all__ = [
     "BUDGET",
@@ -74,7 +75,7 @@ def released_nothing(answer: DPAnswer) -> bool:
     A post-processing of the DP output alone, so acting on it (a public
     fallback) costs no privacy.
 
-    >>> from dprag_core.budget import DPAnswer
+    >>> from dprag_core.answers import DPAnswer
     >>> released_nothing(DPAnswer(" ", None, "X")), released_nothing(DPAnswer("a", None, "X"))
     (True, False)
     """

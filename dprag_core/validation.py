@@ -12,6 +12,7 @@ message that names the parameter and its allowed range, e.g.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import functools
 import inspect
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "StrictKeywords",
+    "argument_number",
     "check_keywords",
     "finite",
     "in_closed_interval",
@@ -106,6 +108,27 @@ def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     if int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
+
+
+def argument_number(meaning: str, accept: Callable[[float], bool]) -> Callable[[str], float]:
+    """An ``argparse`` type: a finite number ``accept`` takes, else an error naming ``meaning``.
+
+    >>> share = argument_number("a share in (0, 1]", lambda v: 0 < v <= 1)
+    >>> share("0.5")
+    0.5
+    >>> share("2")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a share in (0, 1], got 2
+    """
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value) or not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {meaning}, got {text}")
+        return value
+
+    return parse
 
 
 def check_keywords(owner: str, given: Iterable[str], allowed: Iterable[str]) -> None:

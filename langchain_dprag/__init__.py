@@ -1,5 +1,11 @@
 """LangChain adapters for dprag: a DP retriever-plus-generator Runnable and a DP retriever.
 
+The face holds what an app builds with: the chain, the retriever, the model
+adapter, the datastore classifier, the score functions a store's raw scores are
+read with, and the chat helpers. Everything else (document conversion, the store
+read, prompt templates, the chain's event names) stays importable from its own
+module (``langchain_dprag.units``, ``.vectorstores``, ``.prompts``, ``.chain``).
+
 >>> from langchain_dprag import DPDatastoreClassifier, DPRAGChain, DPRetriever
 >>> DPRAGChain.__name__
 'DPRAGChain'
@@ -12,14 +18,12 @@ except ImportError as missing:
 
     raise missing_extra("langchain_dprag", missing, extra="langchain") from missing
 
-from langchain_dprag.chain import QUERY_END_EVENT, QUERY_START_EVENT, DPRAGChain, DPRAGOutput
+from langchain_dprag.chain import DPRAGChain, DPRAGOutput
 from langchain_dprag.chat import condense_question, condensed_chat
 from langchain_dprag.datastore import DPDatastoreClassifier
-from langchain_dprag.errors import PrivateDataError
+from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.models import LangChainTextModel
-from langchain_dprag.prompts import context_template
 from langchain_dprag.retriever import DPRetriever
-from langchain_dprag.units import document_id, privacy_unit, to_scored_document
 from langchain_dprag.vectorstores import (
     COSINE,
     COSINE_DISTANCE,
@@ -27,10 +31,8 @@ from langchain_dprag.vectorstores import (
     NEGATIVE_INNER_PRODUCT,
     RELEVANCE,
     SQUARED_L2_UNIT,
-    NormalizedEmbeddings,
     ScoreFunction,
     faiss_inner_product,
-    search_with_scores,
 )
 
 __all__ = [
@@ -38,8 +40,6 @@ __all__ = [
     "COSINE_DISTANCE",
     "L2_UNIT",
     "NEGATIVE_INNER_PRODUCT",
-    "QUERY_END_EVENT",
-    "QUERY_START_EVENT",
     "RELEVANCE",
     "SQUARED_L2_UNIT",
     "DPDatastoreClassifier",
@@ -48,14 +48,8 @@ __all__ = [
     "DPRetriever",
     "LangChainTextModel",
     "NormalizedEmbeddings",
-    "PrivateDataError",
     "ScoreFunction",
     "condense_question",
     "condensed_chat",
-    "context_template",
-    "document_id",
     "faiss_inner_product",
-    "privacy_unit",
-    "search_with_scores",
-    "to_scored_document",
 ]

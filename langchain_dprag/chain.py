@@ -52,7 +52,7 @@ import difflib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Literal, TypeVar, Union
 
 from langchain_core.callbacks import (
@@ -73,11 +73,11 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
-from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, RunHooks
+from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
 from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
@@ -257,12 +257,52 @@ class _Hooks(RunHooks):
     def generating(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         return self.sealed.call(fn, *args, **kwargs)
 
+    @classmethod
+    def start(
+        cls,
+        chain: DPRAGChain,
+        value: object,
+        run_manager: CallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> tuple[Query, _Hooks]:
+        """Check and charge one query of ``chain`` (the core's run), then report its start."""
+        hooks = cls(chain._source, run_manager)
+        question, qid = question_of(value, chain.input_key), query_id_of(run_manager, config)
+        query = chain._run.start(question, accountant=chain.accountant, query_id=qid, hooks=hooks)
+        hooks.event(QUERY_START_EVENT, start_payload(chain.mechanism))
+        return query, hooks
+
     def retriever(self, mechanism: Mechanism) -> Retriever:
         needs_scores = mechanism.candidates_needed() is None
         return self.source.bind(self.run.get_child(), needs_scores=needs_scores)
 
     def event(self, name: str, payload: dict[str, Any]) -> None:
         dispatch_custom_event(name, payload, config={"callbacks": self.run.get_child()})
+
+    def release(self, result: DPAnswer, answer: AnswerRun) -> DPRAGOutput:
+        """The DP answer's public fields, reported to the answer run and as the end event."""
+        public = end_payload(result)
+        answer.end(public, text=result.text)
+        self.event(QUERY_END_EVENT, public)
+        return DPRAGOutput.from_answer(result, text=False)
+
+    def outputs(self, released: Released, question: str, name: str) -> Iterator[DPRAGOutput]:
+        """The stream's outputs: each released chunk, then the privacy fields."""
+        answer: AnswerRun | None = None
+        try:
+            answer = AnswerRun.start(self.run.get_child(), question, name=name)
+            for item in released:
+                if isinstance(item, DPAnswer):
+                    yield self.release(item, answer)
+                elif item:
+                    answer.token(str(item))
+                    yield DPRAGOutput(answer=str(item))
+        except BaseException as err:  # a callback's error, a consumer stopping early, ...
+            if answer is not None:
+                answer.error(err)  # the answer run never stays open
+            raise
+        finally:  # closed, a paused generator drops its frame (question, documents)
+            released.close()
 
 
 class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
@@ -350,24 +390,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        self._form  # noqa: B018 (checks the forms)
-        if self.prompt is not None:
-            template = context_template(self.prompt, question=self.input_key)
-            object.__setattr__(self, "mechanism", with_context_template(self.mechanism, template))
-        if (self.vectorstore is None) == (self.retriever is None):
-            raise ValueError("pass exactly one of vectorstore= or retriever=")
-        source = self._source
-        source.check()
-        self._run = QueryRun(
-            self.mechanism,
-            source,
-            qualifying=LANGCHAIN_SOURCES,
-            accountant=self.accountant,
-            max_question_tokens=self.max_question_tokens,
-            public_fallback=self.public_fallback,
-            source_name=source.name,
-            rng=self.rng,
-        )
+        self._run = _query_run(self)
         object.__setattr__(self, "accountant", self._run.accountant)  # the one really charged
         object.__setattr__(self, "rng", self._run.rng)  # one generator for all queries
         return self
@@ -386,64 +409,25 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
 
     @cached_property
     def _source(self) -> DocumentSource:
-        return DocumentSource(
-            retriever=self.retriever,
-            vectorstore=self.vectorstore,
-            score_function=self.score_function,
-            score_key=self.score_key,
-            unit_key=self.unit_key,
-            retriever_honours_k=self.retriever_honours_k,
-            exact_search=self.exact_search,
-        )
+        return DocumentSource(**{name: getattr(self, name) for name in _SOURCE_FIELDS})
 
     # -- one query: the core's run, translated ------------------------------------------
-
-    def _start(
-        self, value: object, run_manager: CallbackManagerForChainRun, config: RunnableConfig
-    ) -> tuple[Query, _Hooks]:
-        hooks = _Hooks(self._source, run_manager)
-        question, qid = question_of(value, self.input_key), query_id_of(run_manager, config)
-        query = self._run.start(question, accountant=self.accountant, query_id=qid, hooks=hooks)
-        hooks.event(QUERY_START_EVENT, start_payload(self.mechanism))
-        return query, hooks
-
-    def _release(self, result: DPAnswer, answer: AnswerRun, hooks: _Hooks) -> DPRAGOutput:
-        public = end_payload(result)
-        answer.end(public, text=result.text)
-        hooks.event(QUERY_END_EVENT, public)
-        return DPRAGOutput.from_answer(result, text=False)
 
     def _invoke(
         self, value: ChainInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> ChainOutput:
-        query, hooks = self._start(value, run_manager, config)
+        query, hooks = _Hooks.start(self, value, run_manager, config)
         result = self._run.answer(query, hooks.retriever(self.mechanism), hooks)
         answer = AnswerRun.start(run_manager.get_child(), query.question, name=self.mechanism.name)
-        out = self._release(result, answer, hooks) + DPRAGOutput(answer=result.text)
+        out = hooks.release(result, answer) + DPRAGOutput(answer=result.text)
         return self._form.whole(out, value)
 
     def _outputs(
         self, value: object, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> Iterator[DPRAGOutput]:
-        query, hooks = self._start(value, run_manager, config)
+        query, hooks = _Hooks.start(self, value, run_manager, config)
         released = self._run.stream(query, hooks.retriever(self.mechanism), hooks)
-        answer: AnswerRun | None = None
-        try:
-            answer = AnswerRun.start(
-                run_manager.get_child(), query.question, name=self.mechanism.name
-            )
-            for item in released:
-                if isinstance(item, DPAnswer):
-                    yield self._release(item, answer, hooks)
-                elif item:
-                    answer.token(str(item))
-                    yield DPRAGOutput(answer=str(item))
-        except BaseException as err:  # a callback's error, a consumer stopping early, ...
-            if answer is not None:
-                answer.error(err)  # the answer run never stays open
-            raise
-        finally:  # closed, a paused generator drops its frame (question, documents)
-            released.close()
+        yield from hooks.outputs(released, query.question, self.mechanism.name)
 
     def _chunks(
         self, inputs: Iterator[Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
@@ -482,17 +466,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         The default ``"object"`` form is switched to ``"text"`` for it; the
         ``"dict"`` form is refused, naming the fix.
         """
-        parser = getattr(other, "first", other)
-        if not isinstance(parser, BaseOutputParser) or self.output == "text":
-            composed: RunnableSerializable[Any, Any] = super().__or__(other)
-            return composed
-        if self.output == "dict":
-            raise TypeError(
-                f"{type(parser).__name__} parses text, but this chain outputs dicts: build it "
-                "with output='text', or compose chain.pick('answer') | ..."
-            )
-        text_form: DPRAGChain = self.model_copy(update={"output": "text"})
-        return text_form.__or__(other)
+        return _compose(self, other)
 
     def invoke(
         self, input: ChainInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -519,15 +493,67 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         at once on ``aclose()``, when the event loop finalizes it after a
         ``break``, and once the running step returns after a cancellation.
         """
-
-        async def chunks(
-            inputs: AsyncIterator[ChainInput],
-            run_manager: AsyncCallbackManagerForChainRun,
-            config: RunnableConfig,
-        ) -> AsyncIterator[ChainOutput]:
-            outputs = self._chunks(iter([await anext(inputs)]), run_manager.get_sync(), config)
-            async with aclosing(stepped_in_worker(outputs, config)) as steps:
-                async for chunk in steps:
-                    yield chunk
-
+        chunks = partial(_achunks, self)
         return relay(self._atransform_stream_with_config(_once(input), chunks, config, **kwargs))
+
+
+_SOURCE_FIELDS = (
+    "retriever",
+    "vectorstore",
+    "score_function",
+    "score_key",
+    "unit_key",
+    "retriever_honours_k",
+    "exact_search",
+)
+"""The chain's fields that configure its :class:`~langchain_dprag._retrieval.DocumentSource`."""
+
+
+def _query_run(chain: DPRAGChain) -> QueryRun:
+    """The chain's forms, prompt and source checked, then its one query run (when built)."""
+    chain._form  # noqa: B018 (checks the forms)
+    if chain.prompt is not None:
+        template = context_template(chain.prompt, question=chain.input_key)
+        object.__setattr__(chain, "mechanism", with_context_template(chain.mechanism, template))
+    if (chain.vectorstore is None) == (chain.retriever is None):
+        raise ValueError("pass exactly one of vectorstore= or retriever=")
+    source = chain._source
+    source.check()
+    return QueryRun(
+        chain.mechanism,
+        source,
+        qualifying=LANGCHAIN_SOURCES,
+        accountant=chain.accountant,
+        max_question_tokens=chain.max_question_tokens,
+        public_fallback=chain.public_fallback,
+        source_name=source.name,
+        rng=chain.rng,
+    )
+
+
+def _compose(chain: DPRAGChain, other: Any) -> RunnableSerializable[Any, Any]:
+    """``chain | other`` (``DPRAGChain.__or__``): an output parser next reads the text form."""
+    parser = getattr(other, "first", other)
+    if not isinstance(parser, BaseOutputParser) or chain.output == "text":
+        composed: RunnableSerializable[Any, Any] = super(DPRAGChain, chain).__or__(other)
+        return composed
+    if chain.output == "dict":
+        raise TypeError(
+            f"{type(parser).__name__} parses text, but this chain outputs dicts: build it "
+            "with output='text', or compose chain.pick('answer') | ..."
+        )
+    text_form: DPRAGChain = chain.model_copy(update={"output": "text"})
+    return text_form.__or__(other)
+
+
+async def _achunks(
+    chain: DPRAGChain,
+    inputs: AsyncIterator[ChainInput],
+    run_manager: AsyncCallbackManagerForChainRun,
+    config: RunnableConfig,
+) -> AsyncIterator[ChainOutput]:
+    """``astream``'s transform: the sync chunks, each step run in a worker thread."""
+    outputs = chain._chunks(iter([await anext(inputs)]), run_manager.get_sync(), config)
+    async with aclosing(stepped_in_worker(outputs, config)) as steps:
+        async for chunk in steps:
+            yield chunk

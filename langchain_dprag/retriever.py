@@ -7,7 +7,7 @@ Two selections, for chains that want the selection step on its own:
   grows from ``fetch_k`` until the last score falls to that bound or the store is
   exhausted), draw a threshold tau with the exponential mechanism whose utility
   peaks where exactly ``k`` units score above tau
-  (``dprag_core.algorithms.threshold.DPThreshold``, running
+  (``dprag_core.retrieval.threshold.DPThreshold``, running
   :func:`dprag_core.retrieval.selection.dp_threshold_select`), return every unit
   above tau.
   Each query costs ``epsilon``, charged to the accountant *before* the store is
@@ -174,7 +174,7 @@ class DPRetriever(KnownFields, BaseRetriever):
         return self._source.bind(None, needs_scores=True, found=found)
 
     def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
-        from dprag_core.algorithms.threshold import DPThreshold
+        from dprag_core.retrieval.threshold import DPThreshold
 
         assert self.accountant is not None and self.epsilon is not None
         scale = self._source.scale

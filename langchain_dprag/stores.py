@@ -55,6 +55,7 @@ from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval import clients
 from dprag_core.retrieval.stores import StoreFacts
+from langchain_dprag.embeddings import NormalizedEmbeddings
 
 __all__ = ["SUPPORTED_STORES", "Search", "StoreReading", "read_store"]
 
@@ -94,8 +95,6 @@ def _fixed(facts: StoreFacts, search: Search) -> StoreReading:
 
 
 def _unit_norm(store: Any) -> bool:
-    from langchain_dprag.vectorstores import NormalizedEmbeddings
-
     embeddings = getattr(store, "embeddings", None)
     return bool(getattr(store, "_normalize_L2", False)) or isinstance(
         embeddings, NormalizedEmbeddings

@@ -32,9 +32,10 @@ refusal happens when the chain or retriever is built, and names the store, what
 could not be established and the fix.
 
 Converted scores are clipped into the declared range (a public, per-document
-transform); ranges "on unit vectors" assume unit-norm embeddings (wrap yours in
-:class:`NormalizedEmbeddings`), otherwise declare your own range: the order is
-kept either way, only the meaning of a threshold depends on it.
+transform); ranges "on unit vectors" assume unit-norm embeddings (wrap yours
+in :class:`~langchain_dprag.embeddings.NormalizedEmbeddings`), otherwise declare
+your own range: the order is kept either way, only the meaning of a threshold
+depends on it.
 
 Rank order: :meth:`OpenedStore.searcher` keeps the store's exact order (no
 re-sort) and completes tie groups at the cut, ordering tied documents by id
@@ -67,6 +68,7 @@ from dprag_core.retrieval.stores import (
 )
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import missing_extra
+from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import SUPPORTED_STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
 
@@ -81,7 +83,6 @@ __all__ = [
     "RELEVANCE",
     "SCORE_FUNCTIONS",
     "SQUARED_L2_UNIT",
-    "NormalizedEmbeddings",
     "OpenedStore",
     "ScoreFunction",
     "faiss_inner_product",
@@ -336,35 +337,6 @@ def _raw(pair: tuple[Document, float]) -> float:
     """A pair's raw score; NaN when the store gave none (its document becomes a placeholder)."""
     raw = pair[1]
     return float(raw) if isinstance(raw, (int, float)) else math.nan
-
-
-class NormalizedEmbeddings(Embeddings):
-    """Wraps any ``Embeddings`` so every vector has unit L2 norm (inner product = cosine).
-
-    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
-    >>> v = NormalizedEmbeddings(DeterministicFakeEmbedding(size=8)).embed_query("x")
-    >>> round(sum(a * a for a in v), 6)
-    1.0
-    """
-
-    def __init__(self, inner: Embeddings) -> None:
-        self.inner = inner
-
-    @staticmethod
-    def _unit(vector: Sequence[float]) -> list[float]:
-        norm = math.sqrt(sum(float(a) * float(a) for a in vector))
-        return [float(a) / norm for a in vector] if norm > 0 else [float(a) for a in vector]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Unit-norm embeddings of ``texts``."""
-        return [self._unit(v) for v in self.inner.embed_documents(texts)]
-
-    def embed_query(self, text: str) -> list[float]:
-        """Unit-norm embedding of ``text``."""
-        return self._unit(self.inner.embed_query(text))
-
-    def __repr__(self) -> str:
-        return f"NormalizedEmbeddings({type(self.inner).__name__})"
 
 
 def faiss_inner_product(

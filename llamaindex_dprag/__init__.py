@@ -1,5 +1,12 @@
 """LlamaIndex adapters for dprag: a DP query engine, DP node postprocessors, model adapters.
 
+The face holds what an app builds with: the query engine and its options, the
+query bundle that carries a query id, the responses and events it returns, the
+postprocessors, the model adapter, the datastore engine and the FAISS store
+helper. Everything else (node conversion, the sources the engine reads, private
+sections, prompt templates) stays importable from its own module
+(``llamaindex_dprag.units``, ``.sources``, ``._quiet``, ``.prompts``).
+
 >>> from llamaindex_dprag import DPQueryEngine
 >>> DPQueryEngine.__name__
 'DPQueryEngine'
@@ -12,26 +19,24 @@ except ImportError as missing:
 
     raise missing_extra("llamaindex_dprag", missing, extra="llamaindex") from missing
 
-from llamaindex_dprag._quiet import PrivateStageError, private_section
+from llamaindex_dprag.bundles import DPQueryBundle
 from llamaindex_dprag.datastore import DPDatastoreQueryEngine
 from llamaindex_dprag.events import DPQueryEndEvent, DPQueryStartEvent
 from llamaindex_dprag.llms import LlamaIndexTextModel
 from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
-from llamaindex_dprag.prompts import context_template
-from llamaindex_dprag.query_engine import DPQueryEngine, EngineOptions, answer_metadata
+from llamaindex_dprag.query_engine import DPQueryEngine, EngineOptions
 from llamaindex_dprag.responses import (
     DPAsyncStreamingResponse,
     DPResponse,
     DPStreamingResponse,
 )
-from llamaindex_dprag.sources import IndexSource, RetrieverSource
-from llamaindex_dprag.units import node_unit, to_scored_document, to_scored_documents
 from llamaindex_dprag.vector_stores import COSINE_RANGE, cosine_faiss_store
 
 __all__ = [
     "COSINE_RANGE",
     "DPAsyncStreamingResponse",
     "DPDatastoreQueryEngine",
+    "DPQueryBundle",
     "DPQueryEndEvent",
     "DPQueryEngine",
     "DPQueryStartEvent",
@@ -39,16 +44,7 @@ __all__ = [
     "DPStreamingResponse",
     "DPThresholdPostprocessor",
     "EngineOptions",
-    "IndexSource",
     "LlamaIndexTextModel",
     "PrivacyBudgetPostprocessor",
-    "PrivateStageError",
-    "RetrieverSource",
-    "answer_metadata",
-    "context_template",
     "cosine_faiss_store",
-    "node_unit",
-    "private_section",
-    "to_scored_document",
-    "to_scored_documents",
 ]

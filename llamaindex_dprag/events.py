@@ -10,7 +10,8 @@ dispatcher receives them, next to LlamaIndex's own ``QueryStartEvent`` /
 the query (no timings, no counts per voter or per document, no token usage of
 the private prompts) is reported.
 
->>> from dprag_core.budget import Budget, DPAnswer
+>>> from dprag_core.answers import DPAnswer
+>>> from dprag_core.budget import Budget
 >>> from dprag_core.events import end_payload
 >>> event = DPQueryEndEvent(**end_payload(DPAnswer("", Budget(1.0), "DPVote",
 ...                                                {"stop_reason": "null_token"})))

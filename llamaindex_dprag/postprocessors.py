@@ -44,13 +44,13 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
-from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
 from dprag_core.retrieval.documents import ScoredDocument, admit
 from dprag_core.retrieval.scores import ScoreScale
+from dprag_core.retrieval.threshold import DPThreshold
 from dprag_core.validation import positive_finite, positive_int, strict_init
 from llamaindex_dprag.bundles import query_id_of
 from llamaindex_dprag.units import check_score_range, node_unit, score_scale
@@ -77,7 +77,7 @@ def _pick(nodes: Sequence[NodeWithScore], chosen: Sequence[ScoredDocument]) -> l
 class DPThresholdPostprocessor(BaseNodePostprocessor):
     """Keep the nodes scoring above a DP similarity threshold (Grislain's DP top-k / top-p).
 
-    Wraps :class:`dprag_core.algorithms.threshold.DPThreshold`: a threshold τ
+    Wraps :class:`dprag_core.retrieval.threshold.DPThreshold`: a threshold τ
     is drawn with the continuous exponential mechanism over the public
     ``score_range`` (scores are clipped into it; ``score_direction="distance"``
     negates distances first) and the nodes scoring above τ are returned, best

@@ -50,6 +50,7 @@ import asyncio
 import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypedDict, TypeVar
 
 from llama_index.core import Settings
@@ -76,7 +77,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, QueryRun, Released, RunHooks
@@ -266,50 +267,18 @@ class DPQueryEngine(CustomQueryEngine):
         text_qa_template: Any = None,
         public_fallback: bool | NonRAG = False,
     ) -> None:
-        if not callable(getattr(source, "bind", None)):
-            raise TypeError("source must have bind(question) -> retriever")
-        if callback_manager is not None and not isinstance(callback_manager, CallbackManager):
-            raise TypeError(
-                f"callback_manager must be a LlamaIndex CallbackManager, "
-                f"got {type(callback_manager).__name__}"
-            )
-        if text_qa_template is not None and isinstance(mechanism, Mechanism):
-            mechanism = with_context_template(mechanism, context_template(text_qa_template))
-        run = QueryRun(
+        run = _query_run(
             mechanism,
             source,
-            qualifying=LLAMAINDEX_SOURCES,  # and the min_score in the source's .scale
-            accountant=budget,
+            budget=budget,
             max_question_tokens=max_question_tokens,
             public_fallback=public_fallback,
-            parameter="budget",
             rng=rng,
+            callback_manager=callback_manager,
+            text_qa_template=text_qa_template,
         )
-        fields: dict[str, Any] = {
-            "mechanism": run.mechanism,
-            "accountant": run.accountant,
-            "streaming": strict_bool("streaming", streaming),
-            "source_ids": strict_bool("source_ids", source_ids),
-            "similarity_top_k": _first_k(similarity_top_k, run.mechanism),
-            "max_question_tokens": run.max_question_tokens,
-            "callback_manager": callback_manager or Settings.callback_manager,
-        }
-        super().__init__(**fields)
+        super().__init__(**_fields(run, streaming, source_ids, similarity_top_k, callback_manager))
         self._source, self._run = source, run
-
-    @classmethod
-    def _over(
-        cls,
-        how: str,
-        make_source: Callable[..., CandidateSource],
-        mechanism: Mechanism,
-        options: dict[str, Any],
-        *named: str,
-    ) -> DPQueryEngine:
-        """The one construction path: options checked, the source, then the engine."""
-        check_keywords(f"DPQueryEngine.{how}", options, [*EngineOptions.__annotations__, *named])
-        conversion = {k: options.pop(k) for k in _CONVERSION if k in options}
-        return cls(mechanism=mechanism, source=make_source(**conversion), **options)
 
     @classmethod
     def from_index(
@@ -330,11 +299,9 @@ class DPQueryEngine(CustomQueryEngine):
         >>> # DPQueryEngine.from_index(index, mechanism=mech, budget=budget)
         """
 
-        def source(**conversion: Any) -> CandidateSource:
-            return IndexSource(index, embed_model=embed_model, filters=filters, **conversion)
-
+        source = partial(IndexSource, index, embed_model=embed_model, filters=filters)
         named = ("mechanism", "embed_model", "filters")
-        return cls._over("from_index", source, mechanism, dict(options), *named)
+        return _over(cls, "from_index", source, mechanism, dict(options), *named)
 
     @classmethod
     def from_retriever(
@@ -361,20 +328,9 @@ class DPQueryEngine(CustomQueryEngine):
 
         >>> # DPQueryEngine.from_retriever(index.as_retriever(), mechanism=mech, budget=budget)
         """
-        from llama_index.core.indices.vector_store.retrievers.retriever import (
-            VectorIndexRetriever,
-        )
-
-        def source(**conversion: Any) -> CandidateSource:
-            if isinstance(retriever, VectorIndexRetriever):
-                return IndexSource.from_vector_retriever(retriever, **conversion)
-            return RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
-
-        given = dict(options)
-        if isinstance(retriever, VectorIndexRetriever) and isinstance(mechanism, Mechanism):
-            given.setdefault("similarity_top_k", _retriever_k(retriever, mechanism))
+        source, given = _retriever_source(retriever, mechanism, returns_everything, dict(options))
         named = ("mechanism", "returns_everything")
-        return cls._over("from_retriever", source, mechanism, given, *named)
+        return _over(cls, "from_retriever", source, mechanism, given, *named)
 
     @strict_keywords
     def as_chat_engine(
@@ -399,36 +355,17 @@ class DPQueryEngine(CustomQueryEngine):
         >>> # engine.as_chat_engine(llm=Settings.llm).chat("And her dosage?")
         """
         _check_chat_mode(chat_mode)
-        public = llm if llm is not None else Settings.llm
-        if not isinstance(public, LLM):
-            raise TypeError(f"llm must be a LlamaIndex LLM, got {type(public).__name__}")
-        return CondenseQuestionChatEngine.from_defaults(
-            query_engine=self,
-            llm=public,
-            chat_history=chat_history,
-            condense_question_prompt=condense_question_prompt,
-            verbose=verbose,
-        )
+        return _chat_engine(self, llm, chat_history, condense_question_prompt, verbose)
 
     # -- one query: the core's run, translated --------------------------------
-
-    def _retriever(self, question: str) -> Retriever:
-        bound = self._source.bind(question)
-        first_k = self.similarity_top_k
-        if first_k is None or self.mechanism.candidates_needed() is not None:
-            return bound
-        wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
-        return wider if self._source.honours_k else lambda q, k: wider(q, k)
 
     def _respond(self, query_str: str, query_id: str | None) -> Response | StreamingResponse:
         query = self._run.start(query_str, accountant=self.accountant, query_id=query_id)
         dispatcher.event(DPQueryStartEvent(**start_payload(self.mechanism)))
-        hooks, retriever = _Hooks(self.source_ids), self._retriever(query.question)
+        hooks = _Hooks(self.source_ids)
+        retriever = _retriever(self._source, query.question, self.similarity_top_k, self.mechanism)
         if self.streaming:
-            metadata: dict[str, Any] = {"mechanism": self.mechanism.name}
-            chunks = _chunks(self._run.stream(query, retriever, hooks), metadata)
-            nodes = hooks.source_nodes()
-            return DPStreamingResponse(response_gen=chunks, source_nodes=nodes, metadata=metadata)
+            return _streaming(self._run.stream(query, retriever, hooks), hooks, self.mechanism)
         answer = self._run.answer(query, retriever, hooks)
         dispatcher.event(DPQueryEndEvent(**end_payload(answer)))
         return DPResponse(
@@ -476,6 +413,85 @@ class DPQueryEngine(CustomQueryEngine):
         )
 
 
+def _over(
+    cls: type[DPQueryEngine],
+    how: str,
+    make_source: Callable[..., CandidateSource],
+    mechanism: Mechanism,
+    options: dict[str, Any],
+    *named: str,
+) -> DPQueryEngine:
+    """The one construction path of ``from_index`` and ``from_retriever``: options checked,
+    the source, then the engine."""
+    check_keywords(f"DPQueryEngine.{how}", options, [*EngineOptions.__annotations__, *named])
+    conversion = {k: options.pop(k) for k in _CONVERSION if k in options}
+    return cls(mechanism=mechanism, source=make_source(**conversion), **options)
+
+
+def _query_run(
+    mechanism: Mechanism,
+    source: CandidateSource,
+    *,
+    budget: CorpusAccountant | None,
+    max_question_tokens: int,
+    public_fallback: bool | NonRAG,
+    rng: RngLike,
+    callback_manager: CallbackManager | None,
+    text_qa_template: Any,
+) -> QueryRun:
+    """The engine's source, callbacks and prompt checked, then its one query run (when built)."""
+    if not callable(getattr(source, "bind", None)):
+        raise TypeError("source must have bind(question) -> retriever")
+    if callback_manager is not None and not isinstance(callback_manager, CallbackManager):
+        raise TypeError(
+            f"callback_manager must be a LlamaIndex CallbackManager, "
+            f"got {type(callback_manager).__name__}"
+        )
+    if text_qa_template is not None and isinstance(mechanism, Mechanism):
+        mechanism = with_context_template(mechanism, context_template(text_qa_template))
+    return QueryRun(
+        mechanism,
+        source,
+        qualifying=LLAMAINDEX_SOURCES,  # and the min_score in the source's .scale
+        accountant=budget,
+        max_question_tokens=max_question_tokens,
+        public_fallback=public_fallback,
+        parameter="budget",
+        rng=rng,
+    )
+
+
+def _fields(
+    run: QueryRun,
+    streaming: bool,
+    source_ids: bool,
+    similarity_top_k: int | None,
+    callback_manager: CallbackManager | None,
+) -> dict[str, Any]:
+    """The engine's pydantic fields, checked, from its query run and options."""
+    return {
+        "mechanism": run.mechanism,
+        "accountant": run.accountant,
+        "streaming": strict_bool("streaming", streaming),
+        "source_ids": strict_bool("source_ids", source_ids),
+        "similarity_top_k": _first_k(similarity_top_k, run.mechanism),
+        "max_question_tokens": run.max_question_tokens,
+        "callback_manager": callback_manager or Settings.callback_manager,
+    }
+
+
+def _retriever(
+    source: CandidateSource, question: str, first_k: int | None, mechanism: Mechanism
+) -> Retriever:
+    """The source bound to ``question``; a threshold mechanism's store queries ask for at
+    least ``first_k`` (``similarity_top_k``) and keep the first k."""
+    bound = source.bind(question)
+    if first_k is None or mechanism.candidates_needed() is not None:
+        return bound
+    wider = HonoursK(lambda q, k: list(bound(q, max(k, first_k)))[:k])
+    return wider if source.honours_k else lambda q, k: wider(q, k)
+
+
 def _query_input(value: object) -> str | QueryBundle:
     """A question string or a ``QueryBundle``, else a TypeError naming both (no text echoed).
 
@@ -507,6 +523,24 @@ def _first_k(similarity_top_k: int | None, mechanism: Mechanism) -> int | None:
     return k
 
 
+def _retriever_source(
+    retriever: Any, mechanism: Mechanism, returns_everything: bool, options: dict[str, Any]
+) -> tuple[Callable[..., CandidateSource], dict[str, Any]]:
+    """``from_retriever``'s source and options: a vector retriever's store is read directly."""
+    from llama_index.core.indices.vector_store.retrievers.retriever import (
+        VectorIndexRetriever,
+    )
+
+    def source(**conversion: Any) -> CandidateSource:
+        if isinstance(retriever, VectorIndexRetriever):
+            return IndexSource.from_vector_retriever(retriever, **conversion)
+        return RetrieverSource(retriever, returns_everything=returns_everything, **conversion)
+
+    if isinstance(retriever, VectorIndexRetriever) and isinstance(mechanism, Mechanism):
+        options.setdefault("similarity_top_k", _retriever_k(retriever, mechanism))
+    return source, options
+
+
 def _retriever_k(retriever: Any, mechanism: Mechanism) -> int | None:
     """What a ``VectorIndexRetriever``'s ``similarity_top_k`` becomes (``from_retriever``)."""
     k = int(retriever.similarity_top_k)
@@ -522,6 +556,26 @@ def _retriever_k(retriever: Any, mechanism: Mechanism) -> int | None:
             stacklevel=3,
         )
     return None
+
+
+def _chat_engine(
+    engine: DPQueryEngine,
+    llm: LLM | None,
+    chat_history: list[ChatMessage] | None,
+    condense_question_prompt: Any,
+    verbose: bool,
+) -> CondenseQuestionChatEngine:
+    """``as_chat_engine``'s condensed-question engine over ``engine``, with a public LLM."""
+    public = llm if llm is not None else Settings.llm
+    if not isinstance(public, LLM):
+        raise TypeError(f"llm must be a LlamaIndex LLM, got {type(public).__name__}")
+    return CondenseQuestionChatEngine.from_defaults(
+        query_engine=engine,
+        llm=public,
+        chat_history=chat_history,
+        condense_question_prompt=condense_question_prompt,
+        verbose=verbose,
+    )
 
 
 def _check_chat_mode(chat_mode: object) -> None:
@@ -552,6 +606,15 @@ def _reported(
             return response
 
         yield report
+
+
+def _streaming(released: Released, hooks: _Hooks, mechanism: Mechanism) -> DPStreamingResponse:
+    """A streaming engine's response: chunks as released, the metadata filled at the end."""
+    metadata: dict[str, Any] = {"mechanism": mechanism.name}
+    chunks = _chunks(released, metadata)
+    return DPStreamingResponse(
+        response_gen=chunks, source_nodes=hooks.source_nodes(), metadata=metadata
+    )
 
 
 def _chunks(released: Released, metadata: dict[str, Any]) -> Generator[str, None, None]:

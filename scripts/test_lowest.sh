@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The LangChain and LlamaIndex adapter tests under the lowest framework versions that
-# pyproject.toml declares (scripts/lowest-versions.txt), in a virtualenv of their own
+# The LangChain and LlamaIndex adapter tests, and the transformers engine's tests, under the
+# lowest versions that pyproject.toml declares (scripts/lowest-versions.txt), in a virtualenv of their own
 # ($LOWEST_VENV, default .venv-lowest; built here when missing or older than the pins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,3 +31,7 @@ PY
 # one run per adapter: both test folders have a conftest.py of the same name
 "$LOW/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/langchain langchain_dprag
 "$LOW/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests/llamaindex llamaindex_dprag
+# the engines on the transformers floor (the forward's cache argument, every engine the CPU runs)
+"$LOW/bin/python" -m pytest -q -p no:cacheprovider -n 2 -W error::FutureWarning \
+  tests/models/test_transformers_compat.py tests/models/test_hf_engine.py \
+  tests/models/test_hf_static.py tests/models/test_lookahead.py tests/algorithms/test_words.py

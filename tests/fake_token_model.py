@@ -115,6 +115,9 @@ class FakeTokenModel:
                 return answer.encode("utf-8")
         return b""
 
+    def check_lookahead(self) -> None:
+        """Its sessions look ahead (a LookaheadModel)."""
+
     def prefill(self, prompts: Sequence[str]) -> FakeSession:
         self.prompts.append(list(prompts))
         session = FakeSession(self, [self._answer(p) for p in prompts])

@@ -23,7 +23,8 @@ from toy_mechanisms import ToyMechanism
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import Ledger, LedgerOutcomeUnknown
 from dprag_core.algorithms.murag import MuRAG
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 

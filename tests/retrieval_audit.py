@@ -28,8 +28,9 @@ import numpy as np
 
 from dprag_core.accounting.accountant import CorpusAccountant, InMemoryCorpusAccountant
 from dprag_core.algorithms.base import Mechanism
+from dprag_core.answers import DPAnswer
 from dprag_core.audit import AuditResult, audit_epsilon
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
@@ -210,8 +211,8 @@ def threshold_votes(
     units: ε-DP when one added unit raises one count by one (a monotone utility),
     2ε when a unit is also pushed out. Claim: SELECTION_EPSILON + ``epsilon``.
     """
-    from dprag_core.algorithms.threshold import group_by_unit
     from dprag_core.mechanisms.threshold import _sample_tau, threshold_intervals
+    from dprag_core.retrieval.units import group_by_unit
 
     groups = list(group_by_unit(candidates).values())
     scores = np.array([np.clip(max(d.score for d in g), *bounds) for g in groups])

@@ -142,6 +142,9 @@ class Recorded:
     def __getattr__(self, name: str) -> Any:  # vocab_size, eos_token_ids, encode, decode
         return getattr(self.inner, name)
 
+    def check_lookahead(self) -> None:  # explicit: Python 3.12 protocols ignore __getattr__
+        self.inner.check_lookahead()
+
     def prefill(self, prompts: Sequence[str]) -> RecordedSession:
         self.appended.append([])
         self.seen.append([])

@@ -4,10 +4,11 @@ The doc's ``layers`` block lists every top-level module and subpackage of
 ``dprag_core`` (and the two adapter packages) by layer; this test reads every
 import statement (lazy and type-checking ones included) and asserts that each
 one points to a strictly lower layer, and that the doc names exactly the
-modules that exist. The ``accounting layers`` block does the same inside
-``dprag_core.accounting`` (its package face, ``__init__``, sits above them
-all). A new module, a moved one or an upward import fails here until the doc
-is redrawn.
+modules that exist. The ``accounting layers``, ``langchain_dprag layers``
+and ``llamaindex_dprag layers`` blocks do the same inside
+``dprag_core.accounting`` and each adapter package (a package's face,
+``__init__``, sits above its modules). A new module, a moved one or an
+upward import fails here until the doc is redrawn.
 """
 
 from __future__ import annotations
@@ -92,39 +93,67 @@ def test_imports_point_to_lower_layers_only(src: str) -> None:
 
 ACCOUNTING = ROOT / "dprag_core" / "accounting"
 
+INNER = {
+    "accounting layers": "dprag_core.accounting",
+    "langchain_dprag layers": "langchain_dprag",
+    "llamaindex_dprag layers": "llamaindex_dprag",
+}
+"""The packages whose modules are drawn block by block: the doc's block -> the package."""
+
+
+def inner_component(package: str, module: str) -> str | None:
+    """``package.X...`` -> X (the package face -> ``__init__``); None outside ``package``."""
+    parts, prefix = module.split("."), package.split(".")
+    if parts[: len(prefix)] != prefix:
+        return None
+    return parts[len(prefix)] if len(parts) > len(prefix) else "__init__"
+
 
 def accounting_component(module: str) -> str | None:
     """``dprag_core.accounting.X...`` -> X (the package face -> ``__init__``)."""
-    parts = module.split(".")
-    if parts[:2] != ["dprag_core", "accounting"]:
-        return None
-    return parts[2] if len(parts) > 2 else "__init__"
+    return inner_component("dprag_core.accounting", module)
 
 
-def accounting_graph() -> dict[str, set[str]]:
+def inner_graph(package: str) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` inside one package."""
+    folder = ROOT.joinpath(*package.split("."))
     edges: dict[str, set[str]] = {}
-    for path in sorted(ACCOUNTING.rglob("*.py")):
-        parts = path.relative_to(ACCOUNTING).with_suffix("").parts
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(folder).with_suffix("").parts
         src = "__init__" if parts == ("__init__",) else parts[0]
         found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom):
-                found.add(accounting_component(node.module or "") or "")
+                found.add(inner_component(package, node.module or "") or "")
             elif isinstance(node, ast.Import):
-                found.update(accounting_component(a.name) or "" for a in node.names)
+                found.update(inner_component(package, a.name) or "" for a in node.names)
         edges.setdefault(src, set()).update(found - {src, ""})
     return edges
 
 
-def test_the_accounting_drawing_names_every_module_once() -> None:
-    assert set(documented_layers("accounting layers")) == set(accounting_graph()) - {"__init__"}
+def accounting_graph() -> dict[str, set[str]]:
+    return inner_graph("dprag_core.accounting")
 
 
-@pytest.mark.parametrize("src", sorted(set(accounting_graph()) - {"__init__"}))
-def test_accounting_imports_point_to_lower_layers_only(src: str) -> None:
-    layers = documented_layers("accounting layers")
-    upward = {dst for dst in accounting_graph()[src] if layers.get(dst, 99) >= layers[src]}
-    assert not upward, f"accounting.{src} (layer {layers[src]}) imports {sorted(upward)}"
+@pytest.mark.parametrize("block", sorted(INNER))
+def test_each_inner_drawing_names_every_module_once(block: str) -> None:
+    assert set(documented_layers(block)) == set(inner_graph(INNER[block])) - {"__init__"}
+
+
+def inner_cases() -> list[tuple[str, str]]:
+    return [
+        (block, src)
+        for block, package in sorted(INNER.items())
+        for src in sorted(set(inner_graph(package)) - {"__init__"})
+    ]
+
+
+@pytest.mark.parametrize(("block", "src"), inner_cases())
+def test_inner_imports_point_to_lower_layers_only(block: str, src: str) -> None:
+    layers = documented_layers(block)
+    edges = inner_graph(INNER[block])[src]
+    upward = {dst for dst in edges if layers.get(dst, 99) >= layers[src]}
+    assert not upward, f"{INNER[block]}.{src} (layer {layers[src]}) imports {sorted(upward)}"
 
 
 def test_an_upward_import_inside_accounting_is_caught() -> None:
@@ -141,3 +170,12 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
     layers = documented_layers()
     assert {layers[c] for c in imports(probe)} == {layers["pipeline"]}
     assert layers["pipeline"] > layers["mechanisms"]
+
+
+def test_an_upward_import_inside_an_adapter_is_caught() -> None:
+    layers = documented_layers("langchain_dprag layers")
+    assert layers["stores"] < layers["vectorstores"] < layers["chain"]
+    assert inner_component("langchain_dprag", "langchain_dprag.vectorstores") == "vectorstores"
+    assert inner_component("langchain_dprag", "langchain_dprag") == "__init__"
+    assert inner_component("langchain_dprag", "llamaindex_dprag.stores") is None
+    assert "stores" in inner_graph("langchain_dprag")["vectorstores"]

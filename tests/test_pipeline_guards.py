@@ -20,7 +20,8 @@ from toy_mechanisms import ToyMechanism
 from dprag_core import InMemoryCorpusAccountant, PrivateRAG
 from dprag_core.algorithms.base import PublicModel
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.errors import PrivateDataError, reveal_private_errors
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.capabilities import HonoursK

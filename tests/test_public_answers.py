@@ -21,7 +21,8 @@ from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms import DPICL, DPKSA, KSA, RAG, DPSparseVote, DPVote, NonRAG, VoteRAG
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.murag import MuRAG
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.events import END_FIELDS, START_FIELDS, end_payload, start_payload
 from dprag_core.fallback import check_public_fallback, public_answerer
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE

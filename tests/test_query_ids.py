@@ -10,14 +10,24 @@ tests/llamaindex/test_li_query_ids.py.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
-from query_support import BAD_UNITS, InDoubtAccountant, murag
+from query_support import BAD_UNITS, InDoubtAccountant, PureToy, murag
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import PrivateRAG
-from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown, SQLiteLedger
+from dprag_core.accounting.stores import sqlite as sqlite_store
+from dprag_core.accounting.stores.amounts import MAX_ID_BYTES
+from dprag_core.algorithms import MuRAGAda
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.pipeline import CHARGE_RETRY
+from dprag_core.query_ids import RESERVED_ID_BYTES
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -60,7 +70,7 @@ def test_without_an_id_each_query_gets_a_fresh_one() -> None:
     assert len(budget.ids) == 2 and len(set(budget.ids)) == 2 and None not in budget.ids
 
 
-@pytest.mark.parametrize("bad", [" ", "q\x00", "q" * 1025, 7])
+@pytest.mark.parametrize("bad", [" ", "q\x00", "q" * 1025, "q" * 961, 7])
 def test_a_bad_query_id_is_refused_before_the_charge(bad: object) -> None:
     budget = InDoubtAccountant(Budget(10.0, 1e-3))
     app = PrivateRAG(ToyMechanism(k=2), retriever, accountant=budget)
@@ -93,3 +103,47 @@ def test_one_invalid_unit_id_never_blocks_murag(defect: str) -> None:
     answers = [app.answer(f"Who is {i}?") for i in range(20)]
     assert [a.text for a in answers] == ["2 candidates"] * 20  # d0, d1: the bad one dropped
     assert "bad" not in {e.unit for e in ledger.audit_log()}
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_the_longest_query_id_leaves_room_for_murag_ada_steps(mode: str) -> None:
+    """A caller id of the longest length still names every step: ``<id>/bin0``, ``<id>/rag``."""
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    ada = MuRAGAda(
+        PureToy(k=2),
+        ledger=ledger,
+        bins=[1.0, 0.5, 0.0],
+        epsilon_threshold=1.0,
+        epsilon_rag=1.0,
+        score_bounds=(-1, 1),
+    )
+    longest = "q" * (MAX_ID_BYTES - RESERVED_ID_BYTES)
+    answer = _final(PrivateRAG(ada, retriever), mode, query_id=longest)
+    assert answer.details["query_id"] == longest
+    assert {e.query_id for e in ledger.audit_log()} >= {f"{longest}/bin0", f"{longest}/rag"}
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_ledger_in_doubt_inside_murag_reaches_the_caller_who_retries_once(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store's error is public: it leaves the private section as itself, not withheld."""
+    ledger = SQLiteLedger(tmp_path / "l.db", budget_per_unit=10.0, create=True)
+    real = sqlite_store.SQLiteStore.write
+
+    @contextlib.contextmanager
+    def lost_ack(self: sqlite_store.SQLiteStore, *, charge: bool = False) -> Iterator[Any]:
+        with real(self, charge=charge) as conn:
+            yield conn
+        if charge:  # committed, then the acknowledgement is lost (once)
+            monkeypatch.setattr(sqlite_store.SQLiteStore, "write", real)
+            raise LedgerOutcomeUnknown("the acknowledgement was lost (test)")
+
+    monkeypatch.setattr(sqlite_store.SQLiteStore, "write", lost_ack)
+    app = PrivateRAG(murag(ledger), retriever)
+    with pytest.raises(LedgerOutcomeUnknown, match="acknowledgement was lost") as caught:
+        _final(app, mode, query_id="req-5")
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    assert _final(app, mode, query_id="req-5").text == "2 candidates"
+    assert [e.unit for e in ledger.audit_log()] == ["d0", "d1", "d2", "d3"]  # charged once
+    assert ledger.remaining(["d0"]) == {"d0": pytest.approx(9.0)}

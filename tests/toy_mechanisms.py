@@ -11,7 +11,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 

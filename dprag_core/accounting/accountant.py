@@ -6,7 +6,7 @@ nothing. Composition is basic (epsilons and deltas add), which is valid for any
 sequence of adaptively chosen (epsilon_i, delta_i)-DP queries.
 
 :class:`CorpusAccountant` is the contract every backend keeps. The corpus
-budget must be as durable and as shared as the corpus itself (DESIGN §7):
+budget must be as durable and as shared as the corpus itself (docs/design.md §7):
 serving code uses a persistent backend kept in the same stores as the per-unit
 ledger. :class:`InMemoryCorpusAccountant` lives and dies with one process: it
 is for notebooks and tests only, and says so in its name.

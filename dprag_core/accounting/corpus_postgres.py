@@ -28,10 +28,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
-from dprag_core.accounting.stores.amounts import budget_units, check_table, open_options
+from dprag_core.accounting.stores.amounts import budget_units, check_table
 from dprag_core.accounting.stores.errors import LedgerUnavailable
-from dprag_core.accounting.stores.pgschema import PostgresSchema, PostgresSpec
-from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
+from dprag_core.accounting.stores.pgschema import (
+    PostgresBacked,
+    PostgresSpec,
+    append_only,
+    open_postgres,
+)
+from dprag_core.accounting.stores.postgres import PostgresTimeouts
 from dprag_core.budget import Budget
 
 if TYPE_CHECKING:
@@ -92,19 +97,14 @@ def corpus_spec() -> PostgresSpec:
             "charges": "query_id text PRIMARY KEY, epsilon bigint NOT NULL,"
             " delta bigint NOT NULL, at double precision NOT NULL",
         },
-        (
-            "CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {charges}"
-            " FOR EACH ROW EXECUTE FUNCTION {fn}()",
-            "CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {charges}"
-            " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-        ),
+        append_only("charges"),
         _CORPUS_CHARGE,
         "text, bigint, bigint",
         ("ALTER TABLE {budget} ADD COLUMN IF NOT EXISTS refusals bigint NOT NULL DEFAULT 0",),
     )
 
 
-class PostgresCorpusAccountant(DurableCorpusAccountant):
+class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
     """A total corpus :class:`~dprag_core.budget.Budget` in PostgreSQL tables.
 
     ``dsn``: a libpq connection string or URI (never echoed in messages).
@@ -139,19 +139,16 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
             raise TypeError(f"total must be a Budget, got {type(total).__name__}")
         given = None if total is None else budget_units("total", total)
         self._t = check_table(table)
-        name, create, _ = open_options(
-            name=name, create=create, needs="total" if given is None else None
-        )
-        if grant_to is not None and not create:
-            raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
-        self._schema = PostgresSchema(table, corpus_spec())
-        self._store = PostgresStore(dsn, timeouts, label=f"PostgreSQL corpus budget {table!r}")
-        self.name = self._schema.open(
-            self._store,
-            create=create,
+        self._schema, self._store, self.name = open_postgres(
+            dsn,
+            corpus_spec(),
+            table=table,
             name=name,
-            settings=[(_SETTINGS, given or (0, 0))],
+            create=create,
+            needs="total" if given is None else None,
+            timeouts=timeouts,
             grant_to=grant_to,
+            settings=[(_SETTINGS, given or (0, 0))],
         )
         stored = self._store.run(self._stored_total)
         self.check_total(total, stored, self._store.label)
@@ -160,23 +157,6 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
             label=self._store.label,
             status_command=f"dprag ledger status --table {table} (the DSN in $DPRAG_LEDGER_DSN)",
         )
-
-    @classmethod
-    def create_schema(
-        cls,
-        dsn: str,
-        *,
-        total: Budget,
-        table: str = "dprag_corpus",
-        name: str | None = None,
-        grant_to: str | None = None,
-    ) -> None:
-        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
-
-        >>> PostgresCorpusAccountant.create_schema("postgresql://owner@db/app",
-        ...     total=Budget(10.0, 1e-6), grant_to="dprag_app")  # doctest: +SKIP
-        """
-        cls(dsn, total=total, table=table, name=name, create=True, grant_to=grant_to).close()
 
     def _stored_total(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:
         row = conn.execute(
@@ -235,14 +215,6 @@ class PostgresCorpusAccountant(DurableCorpusAccountant):
             ]
 
         return self._store.run(work)
-
-    def drop(self) -> None:
-        """Delete this budget's tables (tests and teardown only: the spend is lost)."""
-        self._schema.drop(self._store)
-
-    def close(self) -> None:
-        """Close this thread's connection."""
-        self._store.close()
 
     def __repr__(self) -> str:
         return f"PostgresCorpusAccountant(table={self._t!r}, total={self.total!r})"

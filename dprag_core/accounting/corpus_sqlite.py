@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
-from dprag_core.accounting.stores.amounts import budget_units, check_table, open_options
+from dprag_core.accounting.stores.amounts import budget_units, check_table
 from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, SQLiteStore
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
 from dprag_core.budget import Budget
 
 __all__ = ["SQLiteCorpusAccountant"]
@@ -104,18 +104,17 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
             raise TypeError(f"total must be a Budget, got {type(total).__name__}")
         given = None if total is None else budget_units("total", total)
         self._t = check_table(table)
-        name, create, read_only = open_options(
-            name=name, create=create, read_only=read_only, needs="total" if given is None else None
-        )
-        self._store = SQLiteStore(
+        self._budget_t, self._charges_t = f"{table}_budget", f"{table}_charges"
+        self._store, self.name = open_sqlite(
             path,
-            busy_timeout=busy_timeout,
+            _spec(table, given),
+            what=f"corpus budget {table!r}",
+            name=name,
             create=create,
             read_only=read_only,
-            label=f"corpus budget {table!r} in {str(Path(path).absolute())!r}",
+            busy_timeout=busy_timeout,
+            needs="total" if given is None else None,
         )
-        self._budget_t, self._charges_t = f"{table}_budget", f"{table}_charges"
-        self.name = self._store.open(_spec(table, given), create=create, name=name)
         rows = self._store.read(f"SELECT total_epsilon, total_delta FROM {self._budget_t}")
         if not rows:
             raise LedgerUnavailable(f"the {self._store.label} records no total")

@@ -35,6 +35,9 @@ __all__ = ["ICL_BOUNDS", "ICLParameters", "calibrate_icl", "icl_epsilon"]
 
 ICL_BOUNDS = ("sequential", "bounded_range_rdp", "pld")
 _PLD_INTERVAL = 1e-3
+# dp_accounting's pure-DP PLD evaluates exp(ε) in floating point (overflow past ~709);
+# beyond this the PLD bound is not evaluated (reported as inf: it certifies nothing).
+_PLD_MAX_EPSILON = 500.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ def icl_epsilon(
         )
         return rdp_to_dp(rdp, DEFAULT_ORDERS, delta=delta)
     if bound == "pld":
+        if max(e_sel, e_tok) > _PLD_MAX_EPSILON:
+            return math.inf
         sel = pld.from_privacy_parameters(
             DifferentialPrivacyParameters(e_sel, 0.0), value_discretization_interval=_PLD_INTERVAL
         )

@@ -112,7 +112,8 @@ def bounded_range_rdp(epsilon: float, orders: ArrayLike = DEFAULT_ORDERS) -> Flo
     """
     a = _orders(orders)
     eps = positive_finite("epsilon", epsilon)
-    return np.minimum(a * eps * eps / 8.0, pure_dp_rdp(eps, a))
+    with np.errstate(over="ignore"):  # ε² past float range: that term is +inf, the min is RR
+        return np.minimum(a * eps * eps / 8.0, pure_dp_rdp(eps, a))
 
 
 def gaussian_rdp(

@@ -16,7 +16,7 @@ history (per-unit ledgers have :class:`~dprag_core.accounting.ledger.AuditEntry`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dprag_core.budget import Budget
 
@@ -87,10 +87,7 @@ class ChargeRecord:
     0.5
     """
 
-    query_id: str
+    query_id: str = field(repr=False)  # ids stay out of reprs
     epsilon: float
     delta: float
     time: float
-
-    def __repr__(self) -> str:
-        return f"ChargeRecord(epsilon={self.epsilon!r}, delta={self.delta!r}, time={self.time!r})"

@@ -7,7 +7,7 @@ the voters' vote histogram as a
 :class:`~dprag_core.mechanisms.histogram.SparseCounts` (at most m non-zero
 counts: O(m), whatever the vocabulary size), the mechanism's choice, and ONE
 batched ``session.step(token)`` appending the chosen token to every row
-(DESIGN §6). Released text is streamed as it is decoded
+(docs/design.md §6). Released text is streamed as it is decoded
 (:class:`~dprag_core.algorithms._decoding.IncrementalDecoder`).
 
 With ``unit="word"`` a decision is a word instead of a token
@@ -36,7 +36,8 @@ from dprag_core.algorithms.base import (
     check_question,
     check_template,
 )
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import LookaheadSession, TokenModel, TokenSession

@@ -1,4 +1,4 @@
-"""The mechanism classes every algorithm and adapter builds on (DESIGN §3).
+"""The mechanism classes every algorithm and adapter builds on (docs/design.md §3).
 
 A mechanism turns a question plus retrieved candidates into a :class:`DPAnswer`.
 Adapters and :class:`dprag_core.pipeline.PrivateRAG` ask it how many candidates
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from dprag_core.accounting.accountant import CorpusAccountant
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument

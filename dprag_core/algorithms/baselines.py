@@ -33,7 +33,7 @@ from dprag_core.algorithms.base import (
     check_question,
     check_template,
 )
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel

@@ -24,7 +24,7 @@ three tests to write):
    (:meth:`~dprag_core.algorithms.base.Mechanism.check_templates` runs after the
    constructor); ``context_template_field`` names the one built from documents.
 5. **It releases through one answer**: ``stream()`` yields text chunks, then
-   one :class:`~dprag_core.budget.DPAnswer` last, whose text is the chunks
+   one :class:`~dprag_core.answers.DPAnswer` last, whose text is the chunks
    joined; ``answer()`` returns the same answer for the same ``rng``.
 6. **Its details are public**: ``details["stop_reason"]`` is one of
    :data:`~dprag_core.stop_reasons.STOP_REASONS`, and every key is in
@@ -63,7 +63,8 @@ from dprag_core.algorithms.base import (
     PublicModel,
     check_template,
 )
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument

@@ -1,6 +1,6 @@
 """DPICL: Grislain's DP-RAG — DP threshold selection, then DP in-context token generation.
 
-1. :class:`~dprag_core.algorithms.threshold.DPThreshold` (ε_sel) keeps the
+1. :class:`~dprag_core.retrieval.threshold.DPThreshold` (ε_sel) keeps the
    privacy units above a DP similarity threshold.
 2. One prompt per selected unit (``template`` with its chunks as context) plus
    one public prompt (``public_template``, no documents) go into ONE
@@ -53,8 +53,8 @@ from dprag_core.algorithms.base import (
     StreamingMechanism,
     Templates,
 )
-from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.icl import dp_icl_token
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
@@ -62,6 +62,8 @@ from dprag_core.models.base import LogprobModel
 from dprag_core.models.checks import check_token_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.threshold import DPThreshold
+from dprag_core.retrieval.units import group_by_unit
 from dprag_core.stop_reasons import EOS, MAX_TOKENS
 from dprag_core.validation import nonnegative_finite, positive_finite, positive_int
 

@@ -53,7 +53,8 @@ from dprag_core.algorithms.base import (
     PublicModel,
     Templates,
 )
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TextModel

@@ -25,7 +25,7 @@ is ε-DP with ε = M·ε_q = ``ledger.budget_per_unit`` with respect to adding o
 removing one privacy unit, because each unit is charged exactly the privacy loss
 it can incur in each query (0 when it is not relevant/visited, else ε_q, ε_thr,
 ε_RAG) and takes part only while its remaining budget covers that loss.
-Each :class:`~dprag_core.budget.DPAnswer` therefore reports
+Each :class:`~dprag_core.answers.DPAnswer` therefore reports
 ``guarantee = Budget(M·ε_q)``: the guarantee of the whole transcript, this
 answer included, which is what the theorem proves. The most any unit can lose
 in this one query, ε_q, is in ``details["epsilon_query"]``; it is a bound
@@ -61,10 +61,11 @@ from typing import Any
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
 from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.query_ids import current_query_id, new_query_id
+from dprag_core.query_ids import current_query_id, new_query_id, step_id
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter
@@ -337,13 +338,13 @@ class MuRAGAda(_Individual):
 
         def counts() -> Iterator[int]:
             for i, units in enumerate(per_bin):  # charged only when the walk reaches the bin
-                step_id = f"{query_id}/bin{i}"  # one ledger id per charge (retries are no-ops)
-                charged = charge_active(self.ledger, step_id, units, self.epsilon_threshold)
+                bin_id = step_id(query_id, f"bin{i}")  # one ledger id per charge (retries: no-ops)
+                charged = charge_active(self.ledger, bin_id, units, self.epsilon_threshold)
                 found.extend(charged)
                 yield len(charged)
 
         visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
-        usable = set(charge_active(self.ledger, f"{query_id}/rag", found, self.epsilon_rag))
+        usable = set(charge_active(self.ledger, step_id(query_id, "rag"), found, self.epsilon_rag))
         # TOP-K over units, as in MuRAG (selection.ledger_filter): one best chunk per unit
         top = best_chunk_per_unit(d for d in relevant if d.unit in usable)[: self.k]
         return _padded(top, self.k), {"bins_visited": visited, "threshold": self.edges[visited]}

@@ -1,7 +1,7 @@
 """DP SimHash datastore: a one-shot DP release of a (key, label) datastore.
 
 Paper: "Differentially Private Datastore Generation for Retrieval-Augmented
-Inference" (``shared/papers/dp-datastore-simhash.md``, Section 3, Alg. 1–2).
+Inference" (Section 3, Alg. 1–2).
 
 Construction: ``L`` SimHash tables, each made of ``b`` random hyperplanes drawn
 from a public seed, independently of the data. Every record adds one vote to

@@ -13,6 +13,12 @@ belongs to world ``w`` iff ``sha256(word) mod NUM_WORLDS == w``. World 0 is the
 evaluation world (the demo, benchmarks and attacks); world 1 is the one the
 project's reader LM is trained on, so the reader cannot know the test facts.
 
+A variant for readers that cannot copy invented words (``real_treatments=True``):
+the same records, with each invented treatment replaced by a real drug name
+(:data:`REAL_TREATMENTS`, words a pretrained model knows) drawn at random for
+each invented disease, so that the fact "disease -> drug" is still unknowable
+without the corpus (measure NonRAG to check that guessing stays near zero).
+
 >>> corpus = make_corpus(supports=[3, 1], seed=0)
 >>> len(corpus.records), corpus.support_of(corpus.diseases[0])
 (4, 3)
@@ -36,6 +42,7 @@ from dprag_core.validation import positive_finite, positive_int
 __all__ = [
     "NUM_WORLDS",
     "QUESTION_KINDS",
+    "REAL_TREATMENTS",
     "SYMPTOMS",
     "PatientRecord",
     "QAItem",
@@ -158,6 +165,21 @@ _QUESTION_TEMPLATES: Mapping[QuestionKind, str] = MappingProxyType(
         "phone": "What is {name}'s phone number?",
     }
 )
+
+#: Real drug names for the ``real_treatments=True`` variant: one word each, well known.
+REAL_TREATMENTS = (
+    "aspirin", "ibuprofen", "paracetamol", "penicillin", "amoxicillin", "insulin",
+    "morphine", "metformin", "warfarin", "heparin", "codeine", "lithium", "prednisone",
+    "cortisone", "diazepam", "omeprazole", "atorvastatin", "simvastatin", "lisinopril",
+    "amlodipine", "losartan", "furosemide", "digoxin", "levothyroxine", "salbutamol",
+    "epinephrine", "ketamine", "lidocaine", "naproxen", "tramadol", "oxycodone",
+    "methadone", "doxycycline", "ciprofloxacin", "azithromycin", "erythromycin",
+    "tetracycline", "vancomycin", "quinine", "chloroquine", "ivermectin", "acyclovir",
+    "fluoxetine", "sertraline", "haloperidol", "clozapine", "melatonin", "cetirizine",
+    "loratadine", "ranitidine", "hydrocortisone", "dexamethasone", "tamoxifen",
+    "methotrexate", "cisplatin", "nitroglycerin", "propranolol", "atenolol",
+    "clopidogrel", "gabapentin", "ondansetron", "allopurinol", "colchicine", "dopamine",
+)  # fmt: skip
 
 # The answer comes first: a mechanism that pays for every token (DPVote, DP-ICL) has
 # released it within its first private tokens, and the rest of the sentence (words of
@@ -392,6 +414,7 @@ def make_corpus(
     n_symptoms: int = 3,
     seed: int = 0,
     world: int = 0,
+    real_treatments: bool = False,
 ) -> SyntheticCorpus:
     """Generate a corpus: disease ``i`` is supported by exactly ``supports[i]`` records.
 
@@ -399,13 +422,23 @@ def make_corpus(
     exponent)``. Each record is a new patient (unique name and phone) with the
     disease's symptoms in a random order and one of three wordings. Questions:
     one treatment and one disease question per disease, one phone question per
-    patient. Deterministic in ``(seed, world)``.
+    patient. Deterministic in ``(seed, world)``. ``real_treatments=True``: the
+    same corpus with every invented treatment replaced by a real drug name of
+    :data:`REAL_TREATMENTS`, a random one per disease (at most
+    ``len(REAL_TREATMENTS)`` diseases).
 
     >>> a, b = make_corpus(seed=1), make_corpus(seed=1)
     >>> a.texts() == b.texts()
     True
+    >>> real = make_corpus(seed=1, real_treatments=True)
+    >>> [r.name for r in real.records] == [r.name for r in a.records]
+    True
+    >>> set(real.treatments.values()) <= set(REAL_TREATMENTS)
+    True
     """
     world = _check_world(world)
+    if not isinstance(real_treatments, bool):
+        raise TypeError(f"real_treatments must be a bool, got {real_treatments!r}")
     if supports is None:
         supports = zipf_supports(n_diseases, max_support=max_support, exponent=exponent)
     counts = [positive_int("supports[i]", s) for s in supports]
@@ -417,6 +450,14 @@ def make_corpus(
     words = WordFactory(world=world, seed=seed)
     diseases = tuple(words.disease() for _ in counts)
     treatments = {d: words.treatment() for d in diseases}
+    if real_treatments:  # its own generator: every other word is the invented world's
+        if len(diseases) > len(REAL_TREATMENTS):
+            raise ValueError(
+                f"real_treatments=True needs at most {len(REAL_TREATMENTS)} diseases "
+                f"(n_diseases or len(supports)), got {len(diseases)}"
+            )
+        drugs = np.random.default_rng([seed, world, 1]).permutation(len(REAL_TREATMENTS))
+        treatments = {d: REAL_TREATMENTS[int(i)] for d, i in zip(diseases, drugs, strict=False)}
     symptom_sets: dict[str, tuple[str, ...]] = {}
     seen: set[frozenset[str]] = set()
     for d in diseases:

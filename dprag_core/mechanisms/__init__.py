@@ -1,4 +1,10 @@
-"""dprag_core.mechanisms: pure DP mechanisms over numpy arrays, each with its claim.
+"""dprag_core.mechanisms: the DP noise primitives, pure functions over numpy arrays.
+
+Each one (Laplace and Gumbel noise, the exponential mechanism, LimitedDomain,
+AboveThreshold, the DP threshold, ...) states its claim and answers nothing on
+its own. The answering mechanisms users build with (``DPSparseVote``,
+``DPKSA``, ``MuRAG``, ... and their base ``Mechanism``) compose these
+primitives and live in :mod:`dprag_core.algorithms`.
 
 >>> from dprag_core.mechanisms import exponential_mechanism
 >>> exponential_mechanism([0.0, 50.0], epsilon=1.0, rng=0)

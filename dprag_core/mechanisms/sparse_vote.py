@@ -17,7 +17,7 @@ counts once) and the public prompt's greedy token y_pub:
 exponential selection, which is then pure ε_token-DP), w.r.t. neighbouring
 histograms that differ in **one voter's vote** (one count −1 and another +1:
 L∞ sensitivity 1, two counts change), which is what one added or removed
-privacy unit does to the voters (one substituted voter, DESIGN §1). Steps that
+privacy unit does to the voters (one substituted voter, docs/design.md §1). Steps that
 do not spend cost nothing beyond their SVT run's share; a trailing run without
 a spend fits in an unused slot. The composition over a whole answer (c_max
 spends) is :mod:`dprag_core.accounting.dpvote`'s.

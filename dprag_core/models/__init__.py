@@ -11,6 +11,7 @@
 from dprag_core.models.base import (
     LogprobModel,
     LogprobSession,
+    LookaheadModel,
     LookaheadSession,
     TextModel,
     TokenModel,
@@ -20,6 +21,7 @@ from dprag_core.models.base import (
 __all__ = [
     "LogprobModel",
     "LogprobSession",
+    "LookaheadModel",
     "LookaheadSession",
     "TextModel",
     "TokenModel",

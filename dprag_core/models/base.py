@@ -40,6 +40,7 @@ import numpy.typing as npt
 __all__ = [
     "LogprobModel",
     "LogprobSession",
+    "LookaheadModel",
     "LookaheadSession",
     "StopRule",
     "TextModel",
@@ -73,8 +74,8 @@ class LookaheadSession(TokenSession, Protocol):
     for its next word: several greedy tokens per row, each row its own, after
     which the session must be exactly as before (the chosen word is then appended
     to every row with :meth:`extend`). A model declares that its sessions can look
-    ahead by annotating ``prefill``'s return with its session class
-    (:func:`~dprag_core.models.checks.check_lookahead_model` reads it when a
+    ahead by implementing :class:`LookaheadModel`
+    (:func:`~dprag_core.models.checks.check_lookahead_model` checks it when a
     word-level mechanism is built).
 
     >>> s = model.prefill(["Q: who treats headache?", "Q: and migraine?"])  # doctest: +SKIP
@@ -159,6 +160,36 @@ class LogprobModel(TokenModel, Protocol):
 
     def prefill_logprobs(self, prompts: Sequence[str]) -> LogprobSession:
         """Like :meth:`TokenModel.prefill`, with ``logprobs`` available on the session."""
+        ...
+
+
+@runtime_checkable
+class LookaheadModel(TokenModel, Protocol):
+    """A :class:`TokenModel` whose sessions are :class:`LookaheadSession` s (word-level voting).
+
+    The declaration is :meth:`check_lookahead`: a model that has it says that its
+    ``prefill`` returns sessions that can look ahead, and the method refuses
+    (``ValueError``/``TypeError``, with the fix) a configuration whose sessions could
+    not do it exactly. A subclass of a lookahead model whose sessions cannot look
+    ahead sets ``check_lookahead = None``.
+
+    >>> class Rows:
+    ...     vocab_size, eos_token_ids = 2, frozenset({1})
+    ...     def encode(self, text): return [0]
+    ...     def decode(self, ids): return ""
+    ...     def prefill(self, prompts): ...
+    >>> class Ahead(Rows):
+    ...     def check_lookahead(self): pass
+    >>> isinstance(Rows(), LookaheadModel), isinstance(Ahead(), LookaheadModel)
+    (False, True)
+    """
+
+    def prefill(self, prompts: Sequence[str]) -> LookaheadSession:
+        """Like :meth:`TokenModel.prefill`; the session can look ahead."""
+        ...
+
+    def check_lookahead(self) -> None:
+        """Refuse, before any query, a model whose sessions cannot look ahead exactly."""
         ...
 
 

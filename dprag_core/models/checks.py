@@ -17,9 +17,7 @@ TypeError: model must be a TextModel (with generate(prompts, max_new_tokens=)), 
 
 from __future__ import annotations
 
-import typing
-
-from dprag_core.models.base import LookaheadSession, TextModel, TokenModel
+from dprag_core.models.base import LookaheadModel, TextModel, TokenModel
 
 __all__ = ["check_lookahead_model", "check_text_model", "check_token_model", "framework_of"]
 
@@ -91,33 +89,29 @@ def check_token_model(model: object, *, parameter: str = "model") -> TokenModel:
     )
 
 
-def check_lookahead_model(model: TokenModel, *, parameter: str = "model") -> TokenModel:
+def check_lookahead_model(model: TokenModel, *, parameter: str = "model") -> LookaheadModel:
     """``model`` if its sessions can look ahead (word-level voting); a TypeError otherwise.
 
-    Checked when the mechanism is built, before any query is charged: the return
-    annotation of ``type(model).prefill`` must be a class implementing
-    :class:`~dprag_core.models.base.LookaheadSession` (HFTokenModel,
-    OpenAICompatModel), and the model's own ``check_lookahead()``, when it has one,
-    must pass (HFTokenModel refuses caches it cannot rewind).
+    Checked when the mechanism is built, before any query is charged: the model
+    must implement :class:`~dprag_core.models.base.LookaheadModel` (HFTokenModel,
+    OpenAICompatModel: a ``check_lookahead()`` method, the declaration), and its
+    ``check_lookahead()`` must pass (HFTokenModel refuses caches it cannot rewind).
 
     >>> class NoLookahead:
-    ...     def prefill(self, prompts) -> object: ...
+    ...     vocab_size, eos_token_ids = 2, frozenset({1})
+    ...     def encode(self, text): return [0]
+    ...     def decode(self, ids): return ""
+    ...     def prefill(self, prompts): ...
     >>> check_lookahead_model(NoLookahead())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: model must return LookaheadSession sessions for unit='word' ...
+    TypeError: model must be a LookaheadModel for unit='word' ...
     """
-    try:
-        session = typing.get_type_hints(type(model).prefill).get("return")
-    except (NameError, TypeError, AttributeError):
-        session = None
-    if isinstance(session, type) and issubclass(session, LookaheadSession):
-        check = getattr(model, "check_lookahead", None)
-        if callable(check):  # a backend's own refusals (HFTokenModel: sliding-window caches)
-            check()
+    if isinstance(model, LookaheadModel):
+        model.check_lookahead()  # a backend's own refusals (HFTokenModel: sliding windows)
         return model
     raise TypeError(
-        f"{parameter} must return LookaheadSession sessions for unit='word' (its prefill() "
-        f"annotated with a session class that has lookahead(n, stop=)), got "
-        f"{type(model).__name__}: use unit='token', or HFTokenModel / OpenAICompatModel"
+        f"{parameter} must be a LookaheadModel for unit='word' (sessions with "
+        f"lookahead(n, stop=) and extend(tokens), declared by a check_lookahead() method), "
+        f"got {type(model).__name__}: use unit='token', or HFTokenModel / OpenAICompatModel"
     )

@@ -1,6 +1,6 @@
 """The transformers backend: a KV-cached batched token engine and greedy text generation.
 
-:class:`HFTokenModel` is the hot path of the token-level DP mechanisms (DESIGN §6):
+:class:`HFTokenModel` is the hot path of the token-level DP mechanisms (docs/design.md §6):
 one batched prefill of B prompts (left padding, attention mask, position ids from
 the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
 generated token, appending the *same* token to every row. It never calls
@@ -18,6 +18,32 @@ tokens (the embedding is padded to a multiple of 64). Those rows are not tokens:
 log-probabilities (normalised over the real tokens) and every mechanism's domain
 stop there, so a padded row can never be voted for or emitted.
 
+Engines (``engine=``) come from one table, :data:`ENGINES`: each
+:class:`EngineSpec` names the cache backend of its sessions
+(:mod:`~dprag_core.models.hf_cache`) and what the model needs (static caches,
+CUDA graphs, compiled blocks). Every engine gives the same tokens; they differ
+in speed only.
+
+**Batch invariance.** The voting mechanisms' privacy argument needs each
+row's next token to depend on that row's prompt only ("one unit moves one
+vote"). Rows share one batch, and floating-point results depend on the shapes
+of the kernels that compute them: with the batch padded to its longest row, a
+voter's logits moved (by ~1e-5 on the reader, fp32, CPU) when *another*
+voter's documents changed length, so at a near-tie one voter's vote could
+depend on another's documents. Every session is therefore laid out in a
+*public* shape: B rows (m voters + the public row) left-padded to the model's
+``prompt_width``, a public parameter (:data:`DEFAULT_PROMPT_WIDTH` tokens, or
+half the model's positions if fewer, unless set), whatever the documents.
+With every shape public, each output row is the same deterministic function
+of its own row's inputs (matrix products reduce within a row; attention is
+per row and head; padded positions are masked), so a row's logits are
+bit-identical whatever the other rows hold
+(``tests/models/test_batch_invariance.py`` perturbs them on every engine that
+runs on CPU). A prompt longer than ``prompt_width`` keeps its last
+``prompt_width`` tokens (the question and the answer cue end every prompt): a
+function of the row's own prompt, so the argument holds. Set ``prompt_width``
+to the longest prompt you expect: a session's cost grows with it.
+
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
 
@@ -29,9 +55,8 @@ light.
 
 from __future__ import annotations
 
-import inspect
-import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -40,7 +65,6 @@ import numpy.typing as npt
 try:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
-    from transformers.cache_utils import DynamicLayer
 except ImportError as missing:
     from dprag_core.validation import missing_extra
 
@@ -48,16 +72,20 @@ except ImportError as missing:
 
 from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens
+from dprag_core.models.hf_cache import CacheBackend, DynamicBackend, ModelCall, check_rewindable
 from dprag_core.models.hf_static import (
+    StaticBackend,
+    StaticBatch,
     StaticPool,
-    cache_length,
     check_static_model,
     compile_regions,
 )
 from dprag_core.validation import positive_int
 
 __all__ = [
+    "ENGINES",
     "Engine",
+    "EngineSpec",
     "HFStaticSession",
     "HFTextModel",
     "HFTokenModel",
@@ -66,13 +94,7 @@ __all__ = [
 ]
 
 DType = Literal["float32", "bfloat16"]
-#: ``"eager"``: DynamicCache, HF eager per step (the default; best on CPU).
-#: ``"static"``: pooled static KV caches, eager steps. ``"cuda_graphs"``: static
-#: caches with each decode step replayed as a CUDA graph (GPU only). ``"compiled"``:
-#: ``"cuda_graphs"`` with the model's norm and MLP blocks compiled in place
-#: (:func:`~dprag_core.models.hf_static.compile_regions`; GPU only, the fastest).
 Engine = Literal["eager", "static", "cuda_graphs", "compiled"]
-_ENGINES = ("eager", "static", "cuda_graphs", "compiled")
 _DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -82,40 +104,38 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+DEFAULT_PROMPT_WIDTH = 512
+
+
 def _left_pad(
-    rows: list[list[int]], pad: int, device: torch.device
+    rows: list[list[int]], pad: int, device: torch.device, width: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, W] token ids (left-padded with ``pad``) and the [B, W] mask of real tokens."""
-    width = max(len(r) for r in rows)
+    """[B, width] token ids (left-padded with ``pad``) and the [B, width] mask of real tokens.
+
+    ``width`` is public (the model's ``prompt_width``), never the longest row: a
+    longer row keeps its last ``width`` tokens (module docstring, *batch invariance*).
+    """
     ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
     for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long, device=device)
-        mask[i, width - len(row) :] = 1
+        kept = row[-width:]
+        ids[i, width - len(kept) :] = torch.tensor(kept, dtype=torch.long, device=device)
+        mask[i, width - len(kept) :] = 1
     return ids, mask
 
 
-def check_rewindable(cache: DynamicCache) -> None:
-    """Refuse (ValueError) an eager cache a lookahead cannot cut back: every layer must be
-    full attention (``DynamicLayer``; a sliding window or a recurrent state cannot be
-    rewound by cutting its tensors)."""
-    kinds = {type(layer) for layer in cache.layers}
-    if kinds != {DynamicLayer}:
-        names = sorted(kind.__name__ for kind in kinds)
-        raise ValueError(
-            "unit='word' (lookahead) needs a model whose cache layers are all full attention "
-            f"(transformers DynamicLayer), this one has {names}: use unit='token'"
-        )
-
-
 class HFTokenSession:
-    """The decoding state of one batch of prompts: KV cache, mask, positions, last logits.
+    """The decoding state of one batch of prompts: a cache backend and the last logits.
 
-    Built by :meth:`HFTokenModel.prefill` (engine ``"eager"``: a ``DynamicCache``
-    that grows by one slot per step). The next-token logits stay on the model's
-    device: :meth:`greedy` copies B token ids to the host, ``logprobs`` the [B, V]
+    Built by :meth:`HFTokenModel.prefill` over the engine's cache backend
+    (:mod:`~dprag_core.models.hf_cache`: a ``DynamicCache`` for ``"eager"``, a
+    pooled static batch for the others). The next-token logits stay on the
+    model's device, cut to the real vocabulary here (the one place):
+    :meth:`greedy` copies B token ids to the host, ``logprobs`` the [B, V]
     log-probabilities (each computed once per step, when read); :meth:`step`
-    appends one token to every row.
+    appends one token to every row. On the graph engines the logits are the
+    graph's output buffer: read them (``greedy``, ``logprobs``) before the next
+    step, as every mechanism does (:meth:`lookahead` keeps a copy).
 
     >>> s = model.prefill(["a", "longer prompt"])  # doctest: +SKIP
     >>> s.step(int(s.greedy()[0])); s.logprobs.shape  # doctest: +SKIP
@@ -126,24 +146,16 @@ class HFTokenSession:
         self._owner = owner
         self._device = owner.device
         self._batch_size = len(rows)
-        ids, mask = _left_pad(rows, owner.pad_token_id, self._device)
-        self._logits = self._prefill(ids, mask)
+        ids, mask = _left_pad(rows, owner.pad_token_id, self._device, owner.prompt_width)
+        self._backend: CacheBackend = owner._spec.backend(owner)
+        self._set_logits(self._backend.prefill(ids, mask))
+        self._first: _FirstStep | None = None
+
+    def _set_logits(self, logits: torch.Tensor) -> None:
+        """The new next-token logits, cut to the real tokens (padded logit rows excluded)."""
+        self._logits = logits[:, : self._owner.vocab_size]
         self._greedy: npt.NDArray[np.intp] | None = None
         self._logprobs: npt.NDArray[np.float32] | None = None
-
-    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
-        self._mask = mask
-        self._next_position = positions[:, -1:] + 1
-        self._cache = DynamicCache(config=self._owner.model.config)
-        return self._owner._forward(ids, mask, positions, self._cache)
-
-    def _advance(self, ids: torch.Tensor) -> torch.Tensor:
-        ones = torch.ones((self.batch_size, 1), dtype=self._mask.dtype, device=self._device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        positions = self._next_position
-        self._next_position = positions + 1
-        return self._owner._forward(ids, self._mask, positions, self._cache)
 
     @property
     def batch_size(self) -> int:
@@ -181,163 +193,193 @@ class HFTokenSession:
         """Append the same ``tokens`` to every row: one [B, w] forward (w = len(tokens)).
 
         The logits, greedy tokens and cache are those of w :meth:`step` calls up to
-        float rounding (one w-token forward instead of w one-token ones).
+        float rounding (one w-token forward instead of w one-token ones), on every
+        engine (the static ones write the w slots in one step,
+        :meth:`~dprag_core.models.hf_static.StaticBatch.write`). A one-token word
+        that every row's last :meth:`lookahead` began with is not recomputed: that
+        lookahead's first step fed every row this very token, so its cache slot and
+        logits are kept, bit for bit what the [B, 1] forward would give.
         """
         ids = check_token_ids(tokens, self._owner.vocab_size)
-        if len(ids) == 1:
-            self.step(ids[0])
+        first, self._first = self._first, None
+        if len(ids) == 1 and first is not None and bool((first.tokens == ids[0]).all()):
+            self._backend.restore(first.saved)
+            self._logits, self._greedy, self._logprobs = first.logits, None, None
             return
-        width = len(ids)
         row = torch.tensor(ids, dtype=torch.long, device=self._device)
-        ones = torch.ones((self.batch_size, width), dtype=self._mask.dtype, device=self._device)
-        self._mask = torch.cat([self._mask, ones], dim=1)
-        positions = self._next_position + torch.arange(width, device=self._device)
-        self._next_position = positions[:, -1:] + 1
-        self._logits = self._owner._forward(
-            row.expand(self.batch_size, width), self._mask, positions, self._cache
-        )
-        self._greedy = None
-        self._logprobs = None
+        self.step_rows(row.expand(self.batch_size, len(ids)))
 
     def step_rows(self, ids: torch.Tensor) -> None:
-        """Append one (possibly different) token per row: ``ids`` of shape [B, 1] on the device."""
-        self._logits = self._advance(ids)
-        self._greedy = None
-        self._logprobs = None
+        """Append (possibly different) tokens per row: ``ids`` of shape [B, w] on the device."""
+        self._first = None
+        self._set_logits(self._backend.append(ids))
 
     def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
         """Each row's own greedy continuation of up to ``n`` tokens, [B, j]; state kept.
 
         See :class:`~dprag_core.models.base.LookaheadSession`: j - 1 forwards of
-        [B, 1] (each row fed its own last token), then the cache, mask, positions
-        and logits go back to where they were, so the session is exactly as
-        before: ``greedy()``, ``logprobs`` and every later step equal those of a
-        session that never looked ahead, bit for bit (the eager cache is cut back
-        to its length; the static engines rewind their slot counters, close the
-        lookahead's slots in the mask and restore positions, without copying the
-        cache). One exception: a static batch with fewer than n - 1 free slots
-        grows before the lookahead (decided by n alone, not by where the rows
-        stop), and attention over more (closed) slots rounds differently in the
-        last bits (about 1e-7 in float32) until the other session grows too, as
-        between any two cache lengths. Each row's tokens are those of greedy
-        decoding of that row alone. Its time grows with j, which depends on every
-        row: like the prefill's time (the documents' lengths), timing is outside
-        the threat model (the adversary sees answers, DESIGN §1).
+        [B, 1] (each row fed its own last token), then the backend goes back to
+        where it was (the eager cache is cut back to its length; the static
+        engines rewind their slot counters, close the lookahead's slots in the
+        mask and restore positions, without copying the cache), so the session is
+        exactly as before: ``greedy()``, ``logprobs`` and every later step equal
+        those of a session that never looked ahead, bit for bit. One exception: a
+        static batch with fewer than n - 1 free slots grows before the lookahead
+        (decided by n alone, not by where the rows stop), and attention over more
+        (closed) slots rounds differently in the last bits (about 1e-7 in
+        float32) until the other session grows too, as between any two cache
+        lengths. Each row's tokens are those of greedy decoding of that row alone.
+        Its time grows with j, which depends on every row: like the prefill's time
+        (the documents' lengths), timing is outside the threat model (the
+        adversary sees answers, docs/design.md §1).
 
         >>> s = model.prefill(["Question: who treats headache?\\nAnswer:"])  # doctest: +SKIP
         >>> s.lookahead(3).shape, s.greedy()  # doctest: +SKIP
         ((1, 3), array([64]))
         """
         limit = positive_int("n", n)
-        self._reserve(limit - 1)
-        saved = self._save()
-        greedy, logprobs = self._greedy, self._logprobs
+        backend = self._backend
+        self._logits = backend.reserve(limit - 1, self._logits)
+        saved = backend.save()
+        kept = (backend.persistent(self._logits), self._greedy, self._logprobs)
         columns = [self.greedy()]
+        first = None
         try:
             while len(columns) < limit and not (stop and stop(np.stack(columns, axis=1))):
                 last = torch.as_tensor(columns[-1], dtype=torch.long, device=self._device)
                 self.step_rows(last.view(-1, 1))
+                if first is None:  # every row fed its own first token: kept for extend
+                    after = backend.save()
+                    first = _FirstStep(after, columns[0], backend.persistent(self._logits))
                 columns.append(self.greedy())
         finally:
-            self._restore(saved)
-            self._greedy, self._logprobs = greedy, logprobs
+            backend.restore(saved)
+            self._logits, self._greedy, self._logprobs = kept
+        self._first = first
         return np.stack(columns, axis=1)
 
-    def _reserve(self, steps: int) -> None:
-        """Make room for ``steps`` decode steps before a lookahead (the eager cache needs none)."""
 
-    def _save(self) -> Any:
-        """What :meth:`lookahead` restores: the eager cache grows by concatenation, so the
-        old mask, positions and logits tensors are never written to and are kept as is."""
-        check_rewindable(self._cache)
-        return self._mask, self._next_position, self._logits
+@dataclass(frozen=True)
+class _FirstStep:
+    """A lookahead's first step: the state after it, each row's token, the logits after."""
 
-    def _restore(self, saved: Any) -> None:
-        self._mask, self._next_position, self._logits = saved
-        length = int(self._mask.shape[1])
-        for layer in self._cache.layers:
-            assert isinstance(layer, DynamicLayer)  # checked by _save
-            keys, values = layer.keys, layer.values
-            assert keys is not None and values is not None
-            layer.keys, layer.values = keys[..., :length, :], values[..., :length, :]
+    saved: Any
+    tokens: npt.NDArray[np.intp]
+    logits: torch.Tensor
 
 
 class HFStaticSession(HFTokenSession):
-    """A session on a pooled static cache (engines ``"static"`` and ``"cuda_graphs"``).
+    """A session of the static engines (``"static"``, ``"cuda_graphs"``, ``"compiled"``).
 
-    Same interface and same tokens as :class:`HFTokenSession`; each decode step
-    runs on fixed buffers (see :mod:`dprag_core.models.hf_static`), replayed as a
-    CUDA graph with ``"cuda_graphs"``. The batch goes back to the model's pool
-    when the session is garbage-collected. With ``"cuda_graphs"`` the logits are
-    the graph's output buffer: read them (``greedy``, ``logprobs``) before the
-    next step, as every mechanism does (:meth:`lookahead` keeps a copy).
+    The same session over a :class:`~dprag_core.models.hf_static.StaticBackend`;
+    it adds only read access to the backend's batch (for tests and diagnostics).
     """
 
-    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        pool = self._owner._pool
-        assert pool is not None
-        width = int(ids.shape[1])
-        self._batch = pool.acquire(self.batch_size, cache_length(width))
-        self._release = weakref.finalize(self, pool.release, self._batch)
-        self._free_slots = self._batch.length - width  # counted here: no host sync per step
-        vocab = self._owner.vocab_size
-        return self._batch.prefill(ids, mask)[:, :vocab]
+    _backend: StaticBackend
 
-    def _advance(self, ids: torch.Tensor) -> torch.Tensor:
-        if self._free_slots == 0:
-            self._grow()
-        self._free_slots -= 1
-        return self._batch.decode(ids)[:, : self._owner.vocab_size]
+    @property
+    def _batch(self) -> StaticBatch:
+        """The static batch the session holds now (it changes when the batch grows)."""
+        return self._backend.batch
 
-    def _save(self) -> Any:
-        """What :meth:`lookahead` restores, without copying the cache.
+    @property
+    def _free_slots(self) -> int:
+        """Slots left before the batch must grow (counted on the host)."""
+        return self._backend.free_slots
 
-        The filled count is known on the host (``length - _free_slots``: no
-        sync); the positions are copied ([B, 1]), and the logits too when they
-        are a CUDA graph's output buffer (the lookahead's steps overwrite it).
-        """
-        batch = self._batch
-        with torch.inference_mode():
-            positions = batch.positions.clone()
-            logits = self._logits if batch.graph is None else self._logits.clone()
-        return batch.length - self._free_slots, positions, logits
 
-    def _restore(self, saved: Any) -> None:
-        """Put the saved state back on the current batch (the lookahead may have grown it)."""
-        filled, positions, logits = saved
-        self._batch.rewind(filled, positions)
-        self._free_slots = self._batch.length - filled
-        self._logits = logits
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine of :class:`HFTokenModel`: its cache backend and what it needs.
 
-    def extend(self, tokens: Sequence[int]) -> None:
-        """Append the same ``tokens`` to every row: one decode step each (the step a
-        CUDA graph replays is one token wide)."""
-        for token in check_token_ids(tokens, self._owner.vocab_size):
-            self.step(token)
+    ``static``: pooled static caches (:mod:`~dprag_core.models.hf_static`);
+    ``graphs``: each decode step replayed as a CUDA graph (CUDA only);
+    ``compiled``: the model's norm and MLP blocks compiled in place
+    (:func:`~dprag_core.models.hf_static.compile_regions`).
 
-    def _reserve(self, steps: int) -> None:
-        """Grow before a lookahead that could, so that whether the batch grows depends on
-        the public ``n`` only, never on where the rows' words end (which depends on every
-        row's documents): a grown batch rounds differently in the last bits."""
-        if self._free_slots >= steps:
-            return
-        if self._batch.graph is not None:  # its output buffer goes back to the pool with it
-            with torch.inference_mode():
-                self._logits = self._logits.clone()
-        while self._free_slots < steps:
-            self._grow()
+    >>> ENGINES["static"].static, ENGINES["static"].graphs
+    (True, False)
+    """
 
-    def _grow(self) -> None:
-        pool = self._owner._pool
-        assert pool is not None
-        old = self._batch
-        new = pool.acquire(old.rows, cache_length(old.length))
-        old.copy_into(new)
-        self._release.detach()
-        pool.release(old)
-        self._batch = new
-        self._release = weakref.finalize(self, pool.release, new)
-        self._free_slots += new.length - old.length
+    name: str
+    static: bool
+    graphs: bool
+    compiled: bool
+    session: type[HFTokenSession]
+    backend: Callable[[HFTokenModel], CacheBackend]
+    summary: str
+
+
+def _dynamic(owner: HFTokenModel) -> CacheBackend:
+    return DynamicBackend(owner._call, owner.device)
+
+
+def _static(owner: HFTokenModel) -> CacheBackend:
+    assert owner._pool is not None  # built with the model for every static engine
+    return StaticBackend(owner._pool)
+
+
+#: The engines of :class:`HFTokenModel`, by name (the ``engine=`` argument).
+ENGINES: Mapping[str, EngineSpec] = {
+    spec.name: spec
+    for spec in (
+        EngineSpec(
+            name="eager",
+            static=False,
+            graphs=False,
+            compiled=False,
+            session=HFTokenSession,
+            backend=_dynamic,
+            summary="DynamicCache, HF eager per step (the default; best on CPU)",
+        ),
+        EngineSpec(
+            name="static",
+            static=True,
+            graphs=False,
+            compiled=False,
+            session=HFStaticSession,
+            backend=_static,
+            summary="pooled static KV caches, eager steps",
+        ),
+        EngineSpec(
+            name="cuda_graphs",
+            static=True,
+            graphs=True,
+            compiled=False,
+            session=HFStaticSession,
+            backend=_static,
+            summary="static caches, each decode step replayed as a CUDA graph (GPU only)",
+        ),
+        EngineSpec(
+            name="compiled",
+            static=True,
+            graphs=True,
+            compiled=True,
+            session=HFStaticSession,
+            backend=_static,
+            summary="cuda_graphs with the norm and MLP blocks compiled in place (GPU only)",
+        ),
+    )
+}
+
+
+def _check_prompt_width(width: int | None, config: Any) -> int:
+    """``width`` if it is a positive int that leaves the model room to answer; for None,
+    :data:`DEFAULT_PROMPT_WIDTH` or half the model's positions if that is less (public)."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if width is None:
+        return (
+            DEFAULT_PROMPT_WIDTH
+            if not isinstance(limit, int)
+            else min(DEFAULT_PROMPT_WIDTH, limit // 2)
+        )
+    width = positive_int("prompt_width", width)
+    if isinstance(limit, int) and width >= limit:
+        raise ValueError(
+            f"prompt_width must be in [1, {limit - 1}] (below the model's "
+            f"max_position_embeddings={limit}, leaving room for the answer), got {width}"
+        )
+    return width
 
 
 class HFTokenModel(TokenizerCodec):
@@ -349,7 +391,9 @@ class HFTokenModel(TokenizerCodec):
     used verbatim (with the tokenizer's usual special tokens) otherwise. The
     vocabulary, end ids and padding are resolved once
     (:func:`~dprag_core.models.codec.special_tokens`, shared with the server
-    client); ``eos_token_ids`` replaces the end set.
+    client); ``eos_token_ids`` replaces the end set. ``prompt_width`` is the
+    public width every session's rows are padded to (the module docstring's
+    *batch invariance*; longer prompts keep their last ``prompt_width`` tokens).
 
     >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
@@ -363,6 +407,7 @@ class HFTokenModel(TokenizerCodec):
         *,
         engine: Engine = "eager",
         eos_token_ids: Sequence[int] | None = None,
+        prompt_width: int | None = None,
     ) -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
@@ -378,17 +423,18 @@ class HFTokenModel(TokenizerCodec):
         )
         self._vocab, self._eos = self.special.vocab_size, self.special.eos_token_ids
         self.pad_token_id = self.special.pad_token_id
-        params = inspect.signature(model.forward).parameters
-        self._keep_kwarg = "logits_to_keep" in params
-        if engine not in _ENGINES:
-            raise ValueError(f"engine must be one of {_ENGINES}, got {engine!r}")
+        self.prompt_width = _check_prompt_width(prompt_width, model.config)
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {engine!r}")
+        self._spec = ENGINES[engine]
         self.engine = engine
+        self._call = ModelCall(model)
         self._pool: StaticPool | None = None
-        if engine != "eager":
+        if self._spec.static:
             check_static_model(model, engine)
-            if engine == "compiled":
+            if self._spec.compiled:
                 compile_regions(model)
-            self._pool = StaticPool(model, graphs=engine != "static")
+            self._pool = StaticPool(model, graphs=self._spec.graphs)
 
     @classmethod
     def from_pretrained(
@@ -398,6 +444,7 @@ class HFTokenModel(TokenizerCodec):
         dtype: DType = "float32",
         device: str = "cpu",
         engine: Engine = "eager",
+        prompt_width: int | None = None,
     ) -> HFTokenModel:
         """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
 
@@ -410,7 +457,7 @@ class HFTokenModel(TokenizerCodec):
         model: Any = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=tdtype, attn_implementation="sdpa"
         )
-        return cls(model.to(device), tokenizer, engine=engine)
+        return cls(model.to(device), tokenizer, engine=engine, prompt_width=prompt_width)
 
     def check_lookahead(self) -> None:
         """Refuse, before any query, a model whose sessions cannot look ahead exactly.
@@ -419,7 +466,7 @@ class HFTokenModel(TokenizerCodec):
         static engines accept nothing else, the eager one is checked here
         (sliding-window or recurrent layers would fail at the first word).
         """
-        if self.engine != "eager":
+        if self._spec.static:
             return  # check_static_model refused every other kind when the model was built
         check_rewindable(DynamicCache(config=self.model.config))
 
@@ -441,35 +488,11 @@ class HFTokenModel(TokenizerCodec):
 
     def prefill(self, prompts: Sequence[str]) -> HFTokenSession:
         """Encode B prompts and run one batched, left-padded forward that fills the cache."""
-        rows = self.prompt_rows(prompts)
-        if self._pool is not None:
-            return HFStaticSession(self, rows)
-        return HFTokenSession(self, rows)
+        return self._spec.session(self, self.prompt_rows(prompts))
 
     def prefill_logprobs(self, prompts: Sequence[str]) -> HFTokenSession:
         """:meth:`prefill`; the session's ``logprobs`` are computed when read."""
         return self.prefill(prompts)
-
-    def _forward(
-        self,
-        ids: torch.Tensor,
-        mask: torch.Tensor,
-        positions: torch.Tensor,
-        cache: DynamicCache,
-    ) -> torch.Tensor:
-        """The last position's logits over the real tokens, [B, V], on the model's device."""
-        kwargs: dict[str, Any] = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": positions,
-            "past_key_values": cache,
-            "use_cache": True,
-        }
-        if self._keep_kwarg:
-            kwargs["logits_to_keep"] = 1
-        with torch.inference_mode():
-            logits: torch.Tensor = self.model(**kwargs).logits[:, -1, : self._vocab]
-        return logits
 
 
 class HFTextModel:
@@ -483,8 +506,15 @@ class HFTextModel:
     ['...']
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, engine: Engine = "eager") -> None:
-        self.token_model = HFTokenModel(model, tokenizer, engine=engine)
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        engine: Engine = "eager",
+        prompt_width: int | None = None,
+    ) -> None:
+        self.token_model = HFTokenModel(model, tokenizer, engine=engine, prompt_width=prompt_width)
 
     @classmethod
     def on(cls, token_model: HFTokenModel) -> HFTextModel:
@@ -509,10 +539,13 @@ class HFTextModel:
         dtype: DType = "float32",
         device: str = "cpu",
         engine: Engine = "eager",
+        prompt_width: int | None = None,
     ) -> HFTextModel:
         """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
         return cls.on(
-            HFTokenModel.from_pretrained(name_or_path, dtype=dtype, device=device, engine=engine)
+            HFTokenModel.from_pretrained(
+                name_or_path, dtype=dtype, device=device, engine=engine, prompt_width=prompt_width
+            )
         )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:

@@ -1,12 +1,14 @@
 """Static KV caches for the transformers engine, with CUDA-graph replay of decode steps.
 
-The default engine (:class:`~dprag_core.models.hf.HFTokenSession`) grows a
+The default engine (:class:`~dprag_core.models.hf_cache.DynamicBackend`) grows a
 ``DynamicCache`` by one slot per token and runs each step through HF eager: on a
 GPU most of a step is Python and kernel-launch overhead, not the model. This
 module keeps each batch in a *static* cache of ``L`` slots and runs a decode step
 as one fixed sequence of kernels over fixed buffers, so on CUDA it is captured
 once as a CUDA graph and replayed per token (engine ``"cuda_graphs"``); the same
 code runs eagerly anywhere (engine ``"static"``, the one the CPU tests exercise).
+:class:`StaticBackend` is the cache backend of those engines' sessions
+(:class:`~dprag_core.models.hf_cache.CacheBackend`).
 
 Buffers of one :class:`StaticBatch` (B rows, L slots):
 
@@ -23,7 +25,12 @@ Buffers of one :class:`StaticBatch` (B rows, L slots):
 Attention reads all L slots of the cache, with the unfilled ones masked out, so
 ``L`` is the prompt width plus ``HEADROOM`` rounded up to ``BUCKET`` slots (the
 attention reads at most ``BUCKET`` unused slots) and a batch that fills up moves
-to a larger one (:meth:`StaticBatch.grown`). Batches are pooled by (B, L) and
+to a larger one (:meth:`StaticBatch.copy_into`, by :class:`StaticBackend`).
+
+Several tokens per row (a chosen word of word-level voting) are written in one
+forward (:meth:`StaticBatch.write`): a [B, w] step over the same buffers, run
+eagerly (the captured graph is one token wide), with a [B, 1, w, L] bias that
+opens each new slot to itself and the ones after it. Batches are pooled by (B, L) and
 reused: allocating and capturing is paid once per shape, not per query.
 
 Padding query positions in the prefill attend to themselves only (a fully masked
@@ -37,6 +44,7 @@ even with weight 0).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, cast
 
@@ -44,9 +52,12 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from dprag_core.models.hf_cache import cache_argument
+
 __all__ = [
     "BUCKET",
     "HEADROOM",
+    "StaticBackend",
     "StaticBatch",
     "StaticPool",
     "check_static_model",
@@ -122,6 +133,7 @@ class StaticBatch:
         param = next(model.parameters())
         device = param.device
         self.model, self.rows, self.length = model, rows, length
+        self.cache_kwarg = cache_argument(model)
         heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         head_dim = int(
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -156,9 +168,9 @@ class StaticBatch:
             input_ids=self.ids,
             attention_mask=self.mask,
             position_ids=self.positions,
-            past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_kwarg: self.cache},
         )
         self.positions.add_(1)
         logits: torch.Tensor = out.logits[:, -1]
@@ -200,19 +212,14 @@ class StaticBatch:
                 input_ids=ids,
                 attention_mask=prefill_mask[:, None],
                 position_ids=positions,
-                past_key_values=self.cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self.cache_kwarg: self.cache},
             )
             self.mask[:, 0, 0, :].copy_(torch.where(keep, bias, self.closed))
             self.positions.copy_(positions[:, -1:] + 1)
         logits: torch.Tensor = out.logits[:, -1]
         return logits
-
-    @property
-    def free_slots(self) -> int:
-        """Slots left before the batch must grow (one host sync)."""
-        return self.length - int(self.filled)
 
     def decode(self, ids: torch.Tensor) -> torch.Tensor:
         """Append one token per row (``ids`` [B, 1]); return the next logits.
@@ -227,18 +234,50 @@ class StaticBatch:
         assert self.logits is not None
         return self.logits
 
-    def rewind(self, filled: int, positions: torch.Tensor) -> None:
-        """Go back to ``filled`` slots and the [B, 1] ``positions`` they had (no host sync).
+    def write(self, ids: torch.Tensor) -> torch.Tensor:
+        """Append w tokens per row (``ids`` [B, w]) in one forward; return the last logits.
 
-        Every layer's slot counter is set to ``filled`` and the slots from there on
-        are closed again in the mask, as they were then (a decode step opens only
-        the slot it fills), so keys and values written there since are never
-        attended to, and the next steps overwrite them. In place: the buffers a
-        CUDA graph replays keep their addresses.
+        The w slots after the filled ones are written and opened: query i attends
+        to what the row attended to before and to new slots 0..i (causal). Run
+        eagerly on the batch's buffers, in place (a CUDA graph replays them next).
+        """
+        width = int(ids.shape[1])
+        device = ids.device
+        with torch.inference_mode():
+            start = self.filled.view(1)
+            slots = torch.arange(self.length, device=device)
+            new = slots[None, :] - start  # [1, L]: index of each slot among the new ones
+            causal = (new >= 0) & (new <= torch.arange(width, device=device)[:, None])  # [w, L]
+            bias = self.mask.expand(self.rows, 1, width, self.length)
+            step_mask = bias.masked_fill(causal[None, None], 0.0)
+            positions = self.positions + torch.arange(width, device=device)
+            out = self.model(
+                input_ids=ids,
+                attention_mask=step_mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.cache_kwarg: self.cache},
+            )
+            self.mask.copy_(step_mask[:, :, -1:, :])
+            self.positions.add_(width)
+        logits: torch.Tensor = out.logits[:, -1]
+        return logits
+
+    def rewind(self, filled: int, positions: torch.Tensor, *, start: int) -> None:
+        """Go to ``filled`` slots and the [B, 1] ``positions`` they had (no host sync).
+
+        Every layer's slot counter is set to ``filled``; the slots past the prompt's
+        ``start`` up to it are open (decode and write steps open their slots for
+        every row) and the slots from ``filled`` on are closed, as they were then,
+        so keys and values written there since are never attended to, and the next
+        steps overwrite them. In place: the buffers a CUDA graph replays keep their
+        addresses.
         """
         with torch.inference_mode():
             for layer in self.layers:
                 layer.cumulative_length.fill_(filled)
+            self.mask[..., start:filled].fill_(0.0)
             self.mask[..., filled:].fill_(self.closed)
             self.positions.copy_(positions)
 
@@ -293,3 +332,76 @@ class StaticPool:
                 self._free[oldest].pop(0)
                 if not self._free[oldest]:
                     del self._free[oldest]
+
+
+class StaticBackend:
+    """The cache backend of the static engines: one pooled :class:`StaticBatch` at a time.
+
+    The filled count is kept on the host (no sync per step); a batch that is full
+    moves to a longer one from the pool. The batch goes back to the pool when the
+    backend (its session) is garbage-collected. With a CUDA graph the logits of a
+    one-token step are the graph's output buffer: :meth:`persistent` copies them.
+
+    >>> backend = StaticBackend(StaticPool(model, graphs=False))  # doctest: +SKIP
+    """
+
+    def __init__(self, pool: StaticPool) -> None:
+        self.pool = pool
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Acquire a batch for the prompt width and fill it."""
+        rows, width = int(ids.shape[0]), int(ids.shape[1])
+        self.width = width  # the prompt's slots; every slot from here on is open to every row
+        self.batch = self.pool.acquire(rows, cache_length(width))
+        self._release = weakref.finalize(self, self.pool.release, self.batch)
+        self.free_slots = self.batch.length - width  # counted here: no host sync per step
+        return self.batch.prefill(ids, mask)
+
+    def append(self, ids: torch.Tensor) -> torch.Tensor:
+        """One token per row: the decode step (replayed as a graph); more: one forward."""
+        width = int(ids.shape[1])
+        while self.free_slots < width:
+            self._grow()
+        self.free_slots -= width
+        if width == 1:
+            return self.batch.decode(ids)
+        return self.batch.write(ids)
+
+    def persistent(self, logits: torch.Tensor) -> torch.Tensor:
+        """A copy when ``logits`` may be the graph's output buffer, else ``logits``."""
+        if self.batch.graph is None:
+            return logits
+        with torch.inference_mode():
+            return logits.clone()
+
+    def reserve(self, steps: int, logits: torch.Tensor) -> torch.Tensor:
+        """Grow before a lookahead that could, so that whether the batch grows depends on
+        the public ``n`` only, never on where the rows' words end (which depends on every
+        row's documents): a grown batch rounds differently in the last bits."""
+        if self.free_slots >= steps:
+            return logits
+        logits = self.persistent(logits)  # the output buffer goes back to the pool
+        while self.free_slots < steps:
+            self._grow()
+        return logits
+
+    def save(self) -> Any:
+        """The filled count (known on the host: no sync) and a copy of the positions [B, 1]."""
+        with torch.inference_mode():
+            return self.batch.length - self.free_slots, self.batch.positions.clone()
+
+    def restore(self, saved: Any) -> None:
+        """Put the saved state back on the current batch (no cache copy)."""
+        filled, positions = saved
+        self.batch.rewind(filled, positions, start=self.width)
+        self.free_slots = self.batch.length - filled
+
+    def _grow(self) -> None:
+        old = self.batch
+        new = self.pool.acquire(old.rows, cache_length(old.length))
+        old.copy_into(new)
+        self._release.detach()
+        self.pool.release(old)
+        self.batch = new
+        self._release = weakref.finalize(self, self.pool.release, new)
+        self.free_slots += new.length - old.length

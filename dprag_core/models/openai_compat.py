@@ -340,6 +340,10 @@ class OpenAICompatModel(TokenizerCodec):
         ids = self.continuation(completion, n)
         return (ids + [min(self.eos_token_ids)] * n)[:n]
 
+    def check_lookahead(self) -> None:
+        """Nothing to refuse: a session's buffers hold each row's own continuation
+        (:class:`~dprag_core.models.base.LookaheadModel`: word-level voting is allowed)."""
+
     def prefill(self, prompts: Sequence[str]) -> OpenAICompatSession:
         """Tokenize B prompts locally; the first :meth:`~OpenAICompatSession.greedy` sends them."""
         return OpenAICompatSession(self, self.prompt_rows(prompts))

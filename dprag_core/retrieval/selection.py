@@ -1,6 +1,6 @@
 """The two DP document-selection steps, one function each.
 
-:class:`~dprag_core.algorithms.threshold.DPThreshold`, :class:`~dprag_core.algorithms.murag.MuRAG`,
+:class:`~dprag_core.retrieval.threshold.DPThreshold`, :class:`~dprag_core.algorithms.murag.MuRAG`,
 LangChain's ``DPRetriever`` and LlamaIndex's postprocessors all run these; the
 adapters only translate their framework's documents to and from
 :class:`~dprag_core.retrieval.documents.ScoredDocument`.

@@ -2,7 +2,7 @@
 
 Voting mechanisms (DPVote, DPSparseVote, DP-KSA, ...) are proven for a
 retrieved set in which adding or removing one privacy unit *substitutes* one
-unit (Koga et al.; DESIGN §1). :func:`top_units` returns **the first n distinct
+unit (Koga et al.; docs/design.md §1). :func:`top_units` returns **the first n distinct
 units of the store's ranking**, each by its first (best-ranked) chunk:
 
 * The store ranks chunks by a function of (query, chunk) with its own tie rule,

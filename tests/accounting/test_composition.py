@@ -28,7 +28,7 @@ from dprag_core.budget import Budget
 
 TOTAL = Budget(10.0, 1e-6)
 
-# c_max at total (ε=10, δ=1e-6) for a pure step ε0 (DESIGN §5; 0.5 and 1.0 measured here).
+# c_max at total (ε=10, δ=1e-6) for a pure step ε0 (docs/design.md §5; 0.5 and 1.0 measured here).
 PINNED = {
     0.1: {"sequential": 100, "advanced": 216, "optimal": 346, "rdp": 313,
           "bounded_range_rdp": 1231},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -84,6 +85,18 @@ def test_icl_calibration_is_tight_and_never_over() -> None:
     assert icl_epsilon(p.bound, epsilon_token=p.epsilon_token, **kw) <= total.epsilon
     more = p.epsilon_token * (1 + 4 * TOLERANCE)
     assert icl_epsilon(p.bound, epsilon_token=more, **kw) > total.epsilon
+
+
+@pytest.mark.parametrize("epsilon", [800.0, 1e6, 1e300])
+def test_icl_calibration_of_a_huge_budget_fits_without_overflow(epsilon: float) -> None:
+    """Past float range of exp(ε) the PLD bound certifies nothing; the rest still fits."""
+    total = Budget(epsilon, 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = calibrate_icl(total, max_new_tokens=32, selection_epsilon=0.1 * epsilon)
+        kw = {"selection_epsilon": 0.1 * epsilon, "tokens": 32, "delta": total.delta}
+        assert icl_epsilon(p.bound, epsilon_token=p.epsilon_token, **kw) <= epsilon
+    assert p.epsilon_token >= 0.9 * epsilon / 32 and p.bound != "pld"
 
 
 @pytest.mark.parametrize("epsilon", [0.5, 5.0])

@@ -20,7 +20,7 @@ from mechanism_table import CASES, Case, Models, dprag_cases, mechanism_classes
 from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
-from dprag_core.algorithms import DPThreshold, NonRAG
+from dprag_core.algorithms import NonRAG
 from dprag_core.algorithms.base import DetailKind, Mechanism, MechanismWrapper, PublicModel
 from dprag_core.algorithms.contract import (
     PUBLIC_DETAILS,
@@ -28,12 +28,14 @@ from dprag_core.algorithms.contract import (
     check_mechanism,
     conformance,
 )
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.events import END_FIELDS
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.mechanisms.sparse_vector import AboveThreshold, AboveThresholdBatch
 from dprag_core.mechanisms.sparse_vote import SparseVoteRule
 from dprag_core.pipeline import PrivateRAG
+from dprag_core.retrieval import DPThreshold
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 

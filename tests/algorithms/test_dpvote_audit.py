@@ -1,4 +1,4 @@
-"""Statistical audit of one DPSparseVote spend (SVT run + private selection), DESIGN §9.
+"""Statistical audit of one DPSparseVote spend (SVT run + private selection), docs/design.md §9.
 
 One spend of DPSparseVote is an SVT run with ε_token/2 (the free tokens before it
 and the test that fires) followed by a selection with ε_token/2: claimed

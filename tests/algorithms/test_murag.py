@@ -21,7 +21,8 @@ from dprag_core.accounting.ledger import (
 )
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.murag import MuRAG, MuRAGAda, NaiveMulti
-from dprag_core.budget import Budget, DPAnswer, PrivacyBudgetExhausted
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.events import start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import PrivateRAG, charge_query

@@ -1,4 +1,4 @@
-"""Each mechanism asks the engine only for what it reads (DESIGN §6).
+"""Each mechanism asks the engine only for what it reads (docs/design.md §6).
 
 Voting and greedy baselines read B greedy token ids per step; only DP-ICL (and
 kNN-Prompting keys) read full distributions. A backend that knows nothing but

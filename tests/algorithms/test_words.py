@@ -292,15 +292,24 @@ class _PlainSession:
 
 
 class _NoLookahead(FakeTokenModel):
-    """A TokenModel whose sessions cannot look ahead."""
+    """A TokenModel whose sessions cannot look ahead (it withdraws the declaration)."""
+
+    check_lookahead = None  # type: ignore[assignment]
 
     def prefill(self, prompts: Sequence[str]) -> _PlainSession:  # type: ignore[override]
         return _PlainSession(super().prefill(prompts))
 
 
-class _Unannotated(FakeTokenModel):
-    def prefill(self, prompts):  # type: ignore[no-untyped-def]
-        return super().prefill(prompts)
+class _Undeclared:
+    """Sessions that could look ahead, from a model that does not declare it."""
+
+    def __init__(self) -> None:
+        self._inner = FakeTokenModel([])
+        self.vocab_size, self.eos_token_ids = self._inner.vocab_size, self._inner.eos_token_ids
+        self.encode, self.decode = self._inner.encode, self._inner.decode
+
+    def prefill(self, prompts: Sequence[str]) -> Any:
+        return self._inner.prefill(prompts)
 
 
 def _fake() -> FakeTokenModel:
@@ -344,7 +353,7 @@ BAD: list[tuple[str, Callable[[], object], type[Exception], str]] = [
     ),
     ("no-lookahead-vote", lambda: _word_vote(_NoLookahead([])), TypeError, "model"),
     ("no-lookahead-sparse", lambda: _word_sparse(_NoLookahead([])), TypeError, "model"),
-    ("unannotated-prefill", lambda: _word_vote(_Unannotated([])), TypeError, "model"),
+    ("undeclared-lookahead", lambda: _word_vote(_Undeclared()), TypeError, "model"),
 ]
 
 

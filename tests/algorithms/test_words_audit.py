@@ -1,7 +1,8 @@
-"""Statistical audit of one word decision of DPVote and DPSparseVote (``unit="word"``), DESIGN §9.
+"""Statistical audit of one word decision of DPVote and DPSparseVote (``unit="word"``).
 
-A word decision is (ε_token, δ_token)-DP w.r.t. one substituted voter (its word
-moves from A to B: one count −1, another +1) — the claim in
+The audit method is docs/design.md §9. A word decision is (ε_token, δ_token)-DP
+w.r.t. one substituted voter (its word moves from A to B: one count −1, another
++1) — the claim in
 dprag_core/algorithms/_words.py and dpvote.py. The audit runs the production
 path: :func:`~dprag_core.algorithms._words.word_ballot` numbers the voters'
 words, the mechanism's rule decides — vectorised over trials with the

@@ -50,7 +50,7 @@ class Toy(Mechanism):
         return Budget(0.5, 1e-7)
 
     def answer(self, question: str, docs: Any, *, rng: RngLike = None) -> Any:
-        from dprag_core.budget import DPAnswer
+        from dprag_core.answers import DPAnswer
 
         return DPAnswer("ok", self.query_cost(), self.name)
 

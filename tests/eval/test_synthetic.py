@@ -6,6 +6,7 @@ import pytest
 
 from dprag_core.eval.synthetic import (
     NUM_WORLDS,
+    REAL_TREATMENTS,
     WordFactory,
     make_corpus,
     word_world,
@@ -99,3 +100,26 @@ def test_bad_supports_are_refused() -> None:
         make_corpus(supports=[])
     with pytest.raises(ValueError, match="exponent"):
         make_corpus(exponent=-1.0)
+
+
+def test_real_treatments_change_only_the_treatment_names() -> None:
+    invented = make_corpus(n_diseases=40, max_support=100, seed=0)
+    real = make_corpus(n_diseases=40, max_support=100, seed=0, real_treatments=True)
+    assert set(real.treatments.values()) <= set(REAL_TREATMENTS)
+    assert len(set(real.treatments.values())) == len(real.diseases)  # one drug per disease
+    assert real.diseases == invented.diseases
+    for a, b in zip(invented.records, real.records, strict=True):
+        assert (a.id, a.name, a.phone, a.disease) == (b.id, b.name, b.phone, b.disease)
+        assert b.treatment == real.treatments[b.disease]
+        assert a.text.replace(a.treatment, b.treatment) == b.text
+    asked = {q.subject: q.answer for q in real.questions_of("treatment")}
+    assert asked == dict(real.treatments)
+    other = make_corpus(n_diseases=40, max_support=100, seed=1, real_treatments=True)
+    assert list(other.treatments.values()) != list(real.treatments.values())
+
+
+def test_real_treatments_refuse_more_diseases_than_drug_names() -> None:
+    with pytest.raises(ValueError, match=r"at most \d+ diseases \(n_diseases"):
+        make_corpus(n_diseases=len(REAL_TREATMENTS) + 1, real_treatments=True)
+    with pytest.raises(TypeError, match="real_treatments must be a bool"):
+        make_corpus(real_treatments=1)  # type: ignore[arg-type]

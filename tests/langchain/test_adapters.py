@@ -20,10 +20,9 @@ from langchain_dprag import (
     SQUARED_L2_UNIT,
     LangChainTextModel,
     ScoreFunction,
-    privacy_unit,
-    search_with_scores,
-    to_scored_document,
 )
+from langchain_dprag.units import privacy_unit, to_scored_document
+from langchain_dprag.vectorstores import search_with_scores
 
 
 def test_text_model_chat_and_llm() -> None:

@@ -316,7 +316,7 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
     from langchain_core.vectorstores import InMemoryVectorStore
 
     from dprag_core.algorithms.base import Mechanism
-    from dprag_core.budget import DPAnswer
+    from dprag_core.answers import DPAnswer
 
     class Draw(Mechanism):
         name = "Draw"

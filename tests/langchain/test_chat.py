@@ -14,7 +14,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget, dump
 from toy_mechanisms import ToyMechanism
 
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain

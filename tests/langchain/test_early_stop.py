@@ -25,7 +25,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, budget
 from toy_mechanisms import ToyMechanism
 
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain

@@ -15,7 +15,8 @@ from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.base import PublicModel
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE
 from dprag_core.retrieval.documents import ScoredDocument

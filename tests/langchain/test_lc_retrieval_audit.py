@@ -43,9 +43,9 @@ from retrieval_audit import (
 from dprag_core import pipeline
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms.murag import MuRAG
-from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.audit import audit_epsilon
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.threshold import DPThreshold
 from langchain_dprag import DPRAGChain, DPRetriever, ScoreFunction, vectorstores
 from langchain_dprag.retriever import DPRetriever as _DPRetriever
 

@@ -13,7 +13,8 @@ from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget
 from dprag_core.algorithms.dpvote import DPSparseVote
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.retrieval.documents import ScoredDocument
-from langchain_dprag import DPRAGChain, LangChainTextModel, context_template
+from langchain_dprag import DPRAGChain, LangChainTextModel
+from langchain_dprag.prompts import context_template
 
 
 def test_string_prompt_escapes_braces_and_keeps_fields() -> None:

@@ -213,7 +213,7 @@ def test_a_writer_queue_held_too_long_is_a_bounded_refusal(tmp_path: Path) -> No
 def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path) -> None:
     from dprag_core import PrivateRAG, ScoredDocument
     from dprag_core.algorithms.base import Mechanism
-    from dprag_core.budget import DPAnswer
+    from dprag_core.answers import DPAnswer
     from dprag_core.retrieval.capabilities import HonoursK
 
     class Fixed(Mechanism):

@@ -22,7 +22,8 @@ from toy_mechanisms import LeakyMechanism, ToyMechanism
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
-from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel, PrivateStageError, _quiet
+from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel, _quiet
+from llamaindex_dprag._quiet import PrivateStageError
 
 
 @pytest.fixture

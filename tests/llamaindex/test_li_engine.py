@@ -23,7 +23,8 @@ from dprag_core.algorithms.murag import NaiveMulti
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.scores import ScoreScale
-from llamaindex_dprag import COSINE_RANGE, DPQueryEngine, IndexSource, RetrieverSource
+from llamaindex_dprag import COSINE_RANGE, DPQueryEngine
+from llamaindex_dprag.sources import IndexSource, RetrieverSource
 
 
 class SpySource:

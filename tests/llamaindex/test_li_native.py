@@ -31,7 +31,8 @@ from toy_mechanisms import ToyMechanism
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms import DPKSA, DPSparseVote, NonRAG
 from dprag_core.algorithms.base import PublicModel
-from dprag_core.budget import Budget, DPAnswer
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
 from dprag_core.events import END_FIELDS, START_FIELDS
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE

@@ -10,9 +10,9 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
-from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.threshold import DPThreshold
 from llamaindex_dprag.postprocessors import DPThresholdPostprocessor, PrivacyBudgetPostprocessor
 
 

@@ -24,7 +24,8 @@ from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.budget import Budget
 from dprag_core.errors import PrivateDataError, reveal_private_errors
-from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel, PrivateStageError
+from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel
+from llamaindex_dprag._quiet import PrivateStageError
 
 
 class LoggingLLM(QuestionLLM):

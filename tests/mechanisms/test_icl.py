@@ -23,7 +23,7 @@ CLIP = 0.1
 
 
 def _reference_utility(lp: np.ndarray, pub: np.ndarray, alpha: float, clip: float, theta: float):  # type: ignore[no-untyped-def]
-    """The DESIGN §4 formula written out row by row."""
+    """The docs/design.md §4 formula written out row by row."""
     total = theta * pub
     for row in lp:
         n = (np.exp(alpha * (row - row.max())) - 1.0) / alpha

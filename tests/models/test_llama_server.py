@@ -27,7 +27,7 @@ from private_frames import reachable_text
 
 from dprag_core.algorithms import RAG, DPSparseVote, DPVote, NonRAG, VoteRAG
 from dprag_core.algorithms.base import StreamingMechanism
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.errors import PrivateDataError, guarded
 from dprag_core.eval.synthetic import make_corpus
 from dprag_core.eval.workbench import load_models, reader_path

@@ -237,7 +237,7 @@ def test_the_eager_session_needs_full_attention_layers(
 ) -> None:
     session = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer).prefill(PROMPTS)
     assert isinstance(session, HFTokenSession)
-    session._cache.layers.append(object())  # type: ignore[arg-type]
+    session._backend._cache.layers.append(object())  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="full attention"):
         session.lookahead(2)
 

@@ -21,7 +21,7 @@ from server_doubles import ModelServer, served
 
 from dprag_core.algorithms import VoteRAG
 from dprag_core.algorithms._words import WordSplitter
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.models.codec import end_of_turn, special_tokens, word_starts
 from dprag_core.models.hf import HFTokenModel
 from dprag_core.models.openai_compat import OpenAICompatModel

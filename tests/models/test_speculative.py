@@ -30,7 +30,7 @@ from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.algorithms import DPSparseVote, DPVote, VoteRAG
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.murag import MuRAG
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.retrieval import ScoredDocument
 from dprag_core.stop_reasons import BUDGET, EOS
 

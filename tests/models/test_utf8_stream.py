@@ -28,7 +28,7 @@ from dprag_core.algorithms._decoding import CONTEXT, IncrementalDecoder
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.murag import MuRAG
-from dprag_core.budget import DPAnswer
+from dprag_core.answers import DPAnswer
 from dprag_core.models.codec import REPLACEMENT, TokenizerCodec
 from dprag_core.retrieval import ScoredDocument
 

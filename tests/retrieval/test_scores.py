@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale, as_scale
+from dprag_core.retrieval.threshold import DPThreshold
 from langchain_dprag import ScoreFunction
 from llamaindex_dprag.units import normalise_score, score_scale
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dprag_core.accounting.ledger import InMemoryLedger, charge_active
-from dprag_core.algorithms.threshold import DPThreshold
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.selection import dp_threshold_select, ledger_filter, units_above
+from dprag_core.retrieval.threshold import DPThreshold
 
 
 def _doc(i: str, score: float, unit: str = "") -> ScoredDocument:

@@ -32,8 +32,9 @@ from store_cases import (
     threshold_rows,
 )
 
-from llamaindex_dprag import DPQueryEngine, IndexSource
+from llamaindex_dprag import DPQueryEngine
 from llamaindex_dprag import sources as li_sources
+from llamaindex_dprag.sources import IndexSource
 
 METRICS = {
     "simple": "cosine",

@@ -32,7 +32,8 @@ from store_cases import (
 
 from langchain_dprag import COSINE, DPRAGChain, DPRetriever, ScoreFunction
 from langchain_dprag.vectorstores import COSINE_DISTANCE, open_store
-from llamaindex_dprag import DPQueryEngine, IndexSource, RetrieverSource
+from llamaindex_dprag import DPQueryEngine
+from llamaindex_dprag.sources import IndexSource, RetrieverSource
 
 
 class MyStore(InMemoryVectorStore):

@@ -1,4 +1,4 @@
-"""Per-privacy-unit budget ledgers for multi-query DP (MuRAG, DESIGN §5).
+"""Per-privacy-unit budget ledgers for multi-query DP (MuRAG, docs/design.md §5).
 
 ``charge(query_id, units, cost)`` debits every unit or none (atomically, also
 across processes for the SQLite and PostgreSQL backends); ``remaining``,

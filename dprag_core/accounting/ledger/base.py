@@ -1,4 +1,4 @@
-"""The per-privacy-unit ledger contract shared by every backend (MuRAG, DESIGN §5).
+"""The per-privacy-unit ledger contract shared by every backend (MuRAG, docs/design.md §5).
 
 A ledger holds, for every privacy unit, the epsilon it has left. Unknown units
 start with ``budget_per_unit`` (MuRAG: M·ε_q). :meth:`Ledger.charge` debits one
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
@@ -90,12 +90,9 @@ class AuditEntry:
     """
 
     query_id: str
-    unit: str
+    unit: str = field(repr=False)  # units stay out of reprs
     cost: float
     time: float
-
-    def __repr__(self) -> str:
-        return f"AuditEntry(query_id={self.query_id!r}, cost={self.cost!r}, time={self.time!r})"
 
 
 def check_units(units: Iterable[str]) -> list[str]:

@@ -35,10 +35,15 @@ from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.ledger.base import Ledger
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
-from dprag_core.accounting.stores.amounts import open_options, to_units
+from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable
-from dprag_core.accounting.stores.pgschema import PostgresSchema, PostgresSpec
-from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
+from dprag_core.accounting.stores.pgschema import (
+    PostgresBacked,
+    PostgresSpec,
+    append_only,
+    open_postgres,
+)
+from dprag_core.accounting.stores.postgres import PostgresTimeouts
 
 if TYPE_CHECKING:
     import psycopg
@@ -129,17 +134,14 @@ def ledger_spec() -> PostgresSpec:
         },
         (
             "CREATE INDEX IF NOT EXISTS {audit_query} ON {audit}(query_id)",
-            "CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {audit}"
-            " FOR EACH ROW EXECUTE FUNCTION {fn}()",
-            "CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {audit}"
-            " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            *append_only("audit"),
         ),
         _LEDGER_CHARGE,
         "text, text[], bigint",
     )
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(PostgresBacked, Ledger):
     """Per-unit budgets in PostgreSQL tables, shared by any number of processes.
 
     ``dsn``: a libpq connection string or URI (never echoed in messages).
@@ -175,46 +177,20 @@ class PostgresLedger(Ledger):
         given = None
         if budget_per_unit is not None:
             given = to_units("budget_per_unit", budget_per_unit, positive=True)
-        needs = "budget_per_unit" if given is None else None
-        name, create, _ = open_options(name=name, create=create, needs=needs)
-        self._schema = PostgresSchema(table, ledger_spec())
         self._t = table
-        if grant_to is not None and not create:
-            raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
-        self._store = PostgresStore(dsn, timeouts, label=f"PostgreSQL per-unit ledger {table!r}")
-        self.name = self._schema.open(
-            self._store,
-            create=create,
+        self._schema, self._store, self.name = open_postgres(
+            dsn,
+            ledger_spec(),
+            table=table,
             name=name,
-            settings=[(_SETTINGS, (given,))],
+            create=create,
+            needs="budget_per_unit" if given is None else None,
+            timeouts=timeouts,
             grant_to=grant_to,
+            settings=[(_SETTINGS, (given,))],
         )
         self.label = self._store.label
         self._adopt_budget(given, self._store.run(self._stored_budget), self.label)
-
-    @classmethod
-    def create_schema(
-        cls,
-        dsn: str,
-        *,
-        budget_per_unit: float,
-        table: str = "dprag_ledger",
-        name: str | None = None,
-        grant_to: str | None = None,
-    ) -> None:
-        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
-
-        >>> PostgresLedger.create_schema("postgresql://owner@db/app", budget_per_unit=5.0,
-        ...                              grant_to="dprag_app")  # doctest: +SKIP
-        """
-        cls(
-            dsn,
-            budget_per_unit=budget_per_unit,
-            table=table,
-            name=name,
-            create=True,
-            grant_to=grant_to,
-        ).close()
 
     def _stored_budget(self, conn: psycopg.Connection[Any]) -> int:
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = 'budget'")).fetchone()
@@ -294,14 +270,6 @@ class PostgresLedger(Ledger):
             return self._make_status(row, bins)
 
         return self._store.run(work)
-
-    def drop(self) -> None:
-        """Delete this ledger's tables (tests and teardown only: the budgets are lost)."""
-        self._schema.drop(self._store)
-
-    def close(self) -> None:
-        """Close this thread's connection."""
-        self._store.close()
 
     def __repr__(self) -> str:
         return f"PostgresLedger(table={self._t!r}, budget_per_unit={self.budget_per_unit!r})"

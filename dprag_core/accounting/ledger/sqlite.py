@@ -35,9 +35,9 @@ from pathlib import Path
 
 from dprag_core.accounting.ledger.base import Ledger, same_charge
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
-from dprag_core.accounting.stores.amounts import open_options, to_units
+from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, SQLiteStore
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
 
 __all__ = ["SQLiteLedger"]
 
@@ -96,21 +96,19 @@ class SQLiteLedger(Ledger):
         given = None
         if budget_per_unit is not None:
             given = to_units("budget_per_unit", budget_per_unit, positive=True)
-        needs = "budget_per_unit" if given is None else None
-        name, create, read_only = open_options(
-            name=name, create=create, read_only=read_only, needs=needs
-        )
-        self._store = SQLiteStore(
-            path,
-            busy_timeout=busy_timeout,
-            create=create,
-            read_only=read_only,
-            label=f"per-unit ledger in {str(Path(path).absolute())!r}",
-        )
         spec = SQLiteSpec(
             "ledger", "per-unit ledger", _OBJECTS, _DDL, ((),) * 6 + ((given,),), _MIGRATE
         )
-        self.name = self._store.open(spec, create=create, name=name)
+        self._store, self.name = open_sqlite(
+            path,
+            spec,
+            what="per-unit ledger",
+            name=name,
+            create=create,
+            read_only=read_only,
+            busy_timeout=busy_timeout,
+            needs="budget_per_unit" if given is None else None,
+        )
         self.label = self._store.label
         rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
         if not rows:

@@ -15,6 +15,7 @@ from __future__ import annotations
 __all__ = [
     "LedgerOutcomeUnknown",
     "LedgerUnavailable",
+    "QueryIdReused",
     "incomplete",
     "reused_id",
 ]
@@ -25,11 +26,16 @@ class LedgerUnavailable(RuntimeError):
 
     Raised by corpus budgets and per-unit ledgers alike (the name is kept for
     compatibility). The message names the store and never contains a DSN, a
-    password or an id.
+    password or an id: it is public (``public_message``), so a private section
+    (:func:`dprag_core.errors.guarded`) passes it on as a fresh copy of the same
+    type, and a caller can retry (:class:`LedgerOutcomeUnknown`: with the same
+    query id).
 
     >>> issubclass(LedgerUnavailable, RuntimeError)
     True
     """
+
+    public_message = True
 
 
 class LedgerOutcomeUnknown(LedgerUnavailable):
@@ -58,7 +64,13 @@ def incomplete(label: str, absent: list[str]) -> LedgerUnavailable:
     )
 
 
-def reused_id() -> ValueError:
+class QueryIdReused(ValueError):
+    """A query id that was already charged, refused (public: it never quotes the id)."""
+
+    public_message = True
+
+
+def reused_id() -> QueryIdReused:
     """The refusal of a query id that was already charged (never quoting the id).
 
     A query id buys at most one release: reusing one is accepted only as the
@@ -67,7 +79,7 @@ def reused_id() -> ValueError:
     >>> str(reused_id()).startswith("query_id")
     True
     """
-    return ValueError(
+    return QueryIdReused(
         "query_id was already charged (by another process, an earlier granted charge or "
         "before a restart): a query id buys at most one release; use a fresh id per query "
         "(a retry after LedgerOutcomeUnknown must use the same budget object)"

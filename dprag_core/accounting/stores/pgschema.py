@@ -35,14 +35,28 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dprag_core.accounting.stores.amounts import check_table
+from dprag_core.accounting.stores.amounts import check_table, open_options
 from dprag_core.accounting.stores.errors import LedgerUnavailable, incomplete, reused_id
-from dprag_core.accounting.stores.postgres import INIT_HINT, PostgresStore, psycopg_module
+from dprag_core.accounting.stores.postgres import (
+    INIT_HINT,
+    PostgresStore,
+    PostgresTimeouts,
+    psycopg_module,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["SCHEMA_VERSION", "PostgresSchema", "PostgresSpec", "check_role", "postgres_stores"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "PostgresBacked",
+    "PostgresSchema",
+    "PostgresSpec",
+    "append_only",
+    "check_role",
+    "open_postgres",
+    "postgres_stores",
+]
 
 SCHEMA_VERSION = 3
 """Version 3: identity table, refusal counts, charge functions without caller-chosen budgets."""
@@ -68,6 +82,21 @@ class PostgresSpec:
     charge_sql: str
     charge_args: str
     migrate: tuple[str, ...] = ()
+
+
+def append_only(table: str) -> tuple[str, str]:
+    """The triggers that make the table ``{table}`` append-only (no update, delete, truncate).
+
+    >>> [statement.split(" ON ")[1].split()[0] for statement in append_only("audit")]
+    ['{audit}', '{audit}']
+    """
+    on = "{" + table + "}"
+    return (
+        f"CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {on}"
+        " FOR EACH ROW EXECUTE FUNCTION {fn}()",
+        f"CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {on}"
+        " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+    )
 
 
 def postgres_stores(store: PostgresStore) -> list[tuple[str, str]]:
@@ -401,3 +430,60 @@ class PostgresSchema:
                 conn.execute(self.sql("DROP FUNCTION IF EXISTS {charge}"))
 
         store.run(work)
+
+
+class PostgresBacked:
+    """What a PostgreSQL budget (corpus budget, per-unit ledger) shares: the owner's
+    schema step, ``drop`` and ``close`` over its ``_schema`` and ``_store``."""
+
+    _schema: PostgresSchema
+    _store: PostgresStore
+
+    @classmethod
+    def create_schema(cls, dsn: str, **options: Any) -> None:
+        """Create or migrate the schema (as its owner) and grant ``grant_to`` runtime rights.
+
+        ``options`` are the constructor's; creating needs the budget (``total`` or
+        ``budget_per_unit``).
+
+        >>> from dprag_core.accounting.ledger import PostgresLedger
+        >>> PostgresLedger.create_schema("postgresql://owner@db/app", budget_per_unit=5.0,
+        ...                              grant_to="dprag_app")  # doctest: +SKIP
+        """
+        constructor: Any = cls
+        constructor(dsn, create=True, **options).close()
+
+    def drop(self) -> None:
+        """Delete this store's tables (tests and teardown only: what they held is lost)."""
+        self._schema.drop(self._store)
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        self._store.close()
+
+
+def open_postgres(
+    dsn: str,
+    spec: PostgresSpec,
+    *,
+    table: str,
+    name: object,
+    create: object,
+    needs: str | None,
+    timeouts: PostgresTimeouts | None,
+    grant_to: str | None,
+    settings: list[tuple[str, tuple[Any, ...]]],
+) -> tuple[PostgresSchema, PostgresStore, str]:
+    """A PostgreSQL budget's constructor, once: options checked, the schema opened.
+
+    ``needs``: the parameter creating requires and the caller left out;
+    ``settings``: the rows written when the store is created. Returns the
+    schema, the store and the store's recorded name.
+    """
+    checked, create, _ = open_options(name=name, create=create, needs=needs)
+    if grant_to is not None and not create:
+        raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
+    schema = PostgresSchema(table, spec)
+    store = PostgresStore(dsn, timeouts, label=f"PostgreSQL {spec.kind} {table!r}")
+    found = schema.open(store, create=create, name=checked, settings=settings, grant_to=grant_to)
+    return schema, store, found

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dprag_core.accounting.stores.amounts import open_options
 from dprag_core.accounting.stores.errors import (
     LedgerOutcomeUnknown,
     LedgerUnavailable,
@@ -77,7 +78,7 @@ try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
 except ImportError:  # pragma: no cover - depends on the platform
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CATALOG", "CHECKPOINT_EVERY", "FILE_MODE", "SQLiteSpec", "SQLiteStore"]
+__all__ = ["CATALOG", "CHECKPOINT_EVERY", "FILE_MODE", "SQLiteSpec", "SQLiteStore", "open_sqlite"]
 
 FILE_MODE = 0o600
 """Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
@@ -573,3 +574,33 @@ class SQLiteStore:
         if conn is not None and local.pid == os.getpid():
             conn.close()
         local.conn = None
+
+
+def open_sqlite(
+    path: str | os.PathLike[str],
+    spec: SQLiteSpec,
+    *,
+    what: str,
+    name: object,
+    create: object,
+    read_only: object,
+    busy_timeout: float,
+    needs: str | None,
+) -> tuple[SQLiteStore, str]:
+    """A budget's constructor, once: options checked, the file opened, ``spec`` opened.
+
+    ``what`` names the store in messages (the label adds the file's path);
+    ``needs``: the parameter creating requires and the caller left out. Returns
+    the store and the store's recorded name.
+    """
+    checked, create, read_only = open_options(
+        name=name, create=create, read_only=read_only, needs=needs
+    )
+    store = SQLiteStore(
+        path,
+        busy_timeout=busy_timeout,
+        create=create,
+        read_only=read_only,
+        label=f"{what} in {str(Path(path).absolute())!r}",
+    )
+    return store, store.open(spec, create=create, name=checked)

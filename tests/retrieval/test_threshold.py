@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dprag_core import Budget
-from dprag_core.algorithms.threshold import DPThreshold, group_by_unit
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.threshold import DPThreshold
+from dprag_core.retrieval.units import group_by_unit
 
 
 def _doc(i: int, score: float, unit: str = "") -> ScoredDocument:

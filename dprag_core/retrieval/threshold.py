@@ -1,5 +1,6 @@
 """DPThreshold: DP document selection by a DP similarity threshold (Grislain 2024).
 
+A selector, not an answering mechanism: it picks documents and never answers.
 A standalone component (adapters expose it as a retriever and a node
 postprocessor; :class:`dprag_core.algorithms.icl.DPICL` uses it first): the
 validated parameters of the core step
@@ -41,7 +42,6 @@ from dprag_core.mechanisms.threshold import Utility
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import dp_threshold_select
-from dprag_core.retrieval.units import group_by_unit
 from dprag_core.validation import (
     finite,
     nonnegative_finite,
@@ -50,7 +50,7 @@ from dprag_core.validation import (
     strict_init,
 )
 
-__all__ = ["DPThreshold", "group_by_unit"]
+__all__ = ["DPThreshold"]
 
 
 class DPThreshold:

@@ -1,0 +1,186 @@
+"""How the transformers engine calls a model, and its eager cache backend.
+
+**The cache argument.** transformers renamed the forward argument that carries
+the KV cache: ``past_key_values=`` (every release up to the floor dprag
+declares, 5.17) became ``cache=`` (5.2x), and the old name warns
+(``FutureWarning``) that it goes away in 5.40. :func:`cache_argument` reads
+which one a model's ``forward`` takes, once per model, so that every call dprag
+makes (:class:`ModelCall` here, the static batches of
+:mod:`~dprag_core.models.hf_static`) uses the name the installed transformers
+expects and the user's console stays free of the warning.
+
+**Cache backends.** A session of :class:`~dprag_core.models.hf.HFTokenModel`
+is one object over a small backend that owns the cache (:class:`CacheBackend`):
+:class:`DynamicBackend` here (engine ``"eager"``: a ``DynamicCache`` grown by
+concatenation) and :class:`~dprag_core.models.hf_static.StaticBackend` (engines
+``"static"``, ``"cuda_graphs"``, ``"compiled"``: pooled static caches). A
+backend returns the model's raw last-position logits (every logit row); the
+session cuts them to the real vocabulary, in one place.
+
+>>> from transformers import LlamaConfig, LlamaForCausalLM
+>>> tiny = LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=8,
+...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
+>>> cache_argument(LlamaForCausalLM(tiny)) in {"cache", "past_key_values"}
+True
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+__all__ = [
+    "CacheBackend",
+    "DynamicBackend",
+    "ModelCall",
+    "cache_argument",
+    "check_rewindable",
+]
+
+
+def cache_argument(model: Any) -> str:
+    """The name of the KV-cache argument of ``model.forward``: ``"cache"`` or ``"past_key_values"``.
+
+    Read from the signature (transformers' deprecation decorator keeps the new
+    function's signature): ``"cache"`` when ``forward`` takes it, the old name
+    otherwise (transformers < 5.2x, and models with their own ``forward``).
+    """
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class ModelCall:
+    """One cached forward of a model, its argument names read once (:func:`cache_argument`,
+    ``logits_to_keep`` when the model takes it).
+
+    >>> ModelCall(model)(ids, mask, positions, DynamicCache(config=model.config))  # doctest: +SKIP
+    tensor([[...]])
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        params = inspect.signature(model.forward).parameters
+        self._keep = "logits_to_keep" in params
+        self._cache = cache_argument(model)
+
+    def __call__(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """The last position's logits, [B, logit rows], on the model's device."""
+        kwargs: dict[str, Any] = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "use_cache": True,
+            self._cache: cache,
+        }
+        if self._keep:
+            kwargs["logits_to_keep"] = 1
+        with torch.inference_mode():
+            logits: torch.Tensor = self.model(**kwargs).logits[:, -1]
+        return logits
+
+
+def check_rewindable(cache: DynamicCache) -> None:
+    """Refuse (ValueError) an eager cache a lookahead cannot cut back: every layer must be
+    full attention (``DynamicLayer``; a sliding window or a recurrent state cannot be
+    rewound by cutting its tensors)."""
+    kinds = {type(layer) for layer in cache.layers}
+    if kinds != {DynamicLayer}:
+        names = sorted(kind.__name__ for kind in kinds)
+        raise ValueError(
+            "unit='word' (lookahead) needs a model whose cache layers are all full attention "
+            f"(transformers DynamicLayer), this one has {names}: use unit='token'"
+        )
+
+
+class CacheBackend(Protocol):
+    """The cache of one session's B rows; every method returns raw last-position logits.
+
+    ``append`` writes w tokens per row in one forward; ``save``/``restore``
+    bracket a lookahead (the state it restores is exactly the saved one);
+    ``reserve`` makes room for that many decode steps first, and ``persistent``
+    returns logits that stay valid across later steps (a CUDA graph's output
+    buffer is overwritten by the next replay).
+    """
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Fill the cache with the [B, W] left-padded ``ids`` (``mask``: real tokens)."""
+        ...
+
+    def append(self, ids: torch.Tensor) -> torch.Tensor:
+        """Append [B, w] tokens (w >= 1) in one forward."""
+        ...
+
+    def reserve(self, steps: int, logits: torch.Tensor) -> torch.Tensor:
+        """Make room for ``steps`` decode steps; ``logits`` (kept valid) back."""
+        ...
+
+    def persistent(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` as a tensor no later step overwrites."""
+        ...
+
+    def save(self) -> Any:
+        """The state :meth:`restore` goes back to."""
+        ...
+
+    def restore(self, saved: Any) -> None:
+        """Go back to a state :meth:`save` returned, earlier in the lookahead under way or
+        just before it (the slots written since are dropped)."""
+        ...
+
+
+class DynamicBackend:
+    """Engine ``"eager"``: a ``DynamicCache`` grown by concatenation, HF eager forwards.
+
+    >>> backend = DynamicBackend(ModelCall(model), device)  # doctest: +SKIP
+    """
+
+    def __init__(self, call: ModelCall, device: torch.device) -> None:
+        self._call, self._device = call, device
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Fill a new cache; positions come from the cumulative mask (left padding)."""
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        self._mask = mask
+        self._next_position = positions[:, -1:] + 1
+        self._cache = DynamicCache(config=self._call.model.config)
+        return self._call(ids, mask, positions, self._cache)
+
+    def append(self, ids: torch.Tensor) -> torch.Tensor:
+        """One [B, w] forward at the next w positions of every row."""
+        rows, width = int(ids.shape[0]), int(ids.shape[1])
+        ones = torch.ones((rows, width), dtype=self._mask.dtype, device=self._device)
+        self._mask = torch.cat([self._mask, ones], dim=1)
+        positions = self._next_position + torch.arange(width, device=self._device)
+        self._next_position = positions[:, -1:] + 1
+        return self._call(ids, self._mask, positions, self._cache)
+
+    def reserve(self, steps: int, logits: torch.Tensor) -> torch.Tensor:
+        """Nothing to reserve: the cache grows by concatenation."""
+        return logits
+
+    def persistent(self, logits: torch.Tensor) -> torch.Tensor:
+        """Eager logits are fresh tensors: kept as they are."""
+        return logits
+
+    def save(self) -> Any:
+        """The mask, positions and every layer's key and value tensors: references only,
+        as each step concatenates new tensors and never writes to the old ones."""
+        check_rewindable(self._cache)
+        layers = [(layer.keys, layer.values) for layer in self._layers()]
+        return self._mask, self._next_position, layers
+
+    def restore(self, saved: Any) -> None:
+        """Put the saved tensors back (no copy)."""
+        self._mask, self._next_position, layers = saved
+        for layer, (keys, values) in zip(self._layers(), layers, strict=True):
+            layer.keys, layer.values = keys, values
+
+    def _layers(self) -> list[DynamicLayer]:
+        """The cache's layers, all full attention (``check_rewindable``)."""
+        return [layer for layer in self._cache.layers if isinstance(layer, DynamicLayer)]
