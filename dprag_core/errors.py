@@ -15,8 +15,10 @@ frame, outside the ``except`` block: it has no ``__cause__``, no
 (where the private data lived) is reachable from it. A
 :class:`PrivacyBudgetExhausted` (its message holds budgets only) is re-raised
 the same way, as a fresh copy, and so is any exception whose class declares
-``public_message = True`` (the budget stores' errors, which name the store and
-never an id: a caller must see ``LedgerOutcomeUnknown`` as itself to retry).
+``public_message = True`` and is defined in ``dprag_core`` (the budget stores'
+errors, which name the store and never an id: a caller must see
+``LedgerOutcomeUnknown`` as itself to retry; another library's class setting the
+same attribute is withheld).
 Entry points put the guard above every frame that holds documents or prompts,
 so the frames above it hold only the question.
 
@@ -99,10 +101,24 @@ def reveal_private_errors() -> Iterator[None]:
         _REVEAL.reset(token)
 
 
+def _public(kind: type[Exception]) -> bool:
+    """Whether ``kind`` is one of dprag's own errors declared public (``public_message``).
+
+    Only classes defined in ``dprag_core`` count: a class of another library
+    (a store client, a model SDK) or of the user's own code that happens to set
+    the same attribute is withheld like any other.
+
+    >>> _public(KeyError), _public(PrivacyBudgetExhausted)  # the latter: copied on its own rule
+    (False, False)
+    """
+    own = kind.__module__ == "dprag_core" or kind.__module__.startswith("dprag_core.")
+    return own and getattr(kind, "public_message", False) is True
+
+
 def _replacement(exc: Exception, stage: str, where: str) -> Exception:
     if isinstance(exc, PrivacyBudgetExhausted):
         return PrivacyBudgetExhausted(*exc.args)
-    if getattr(type(exc), "public_message", False) is True:
+    if _public(type(exc)):
         try:
             return type(exc)(*exc.args)
         except Exception:  # a signature that cannot be copied: withheld like any other

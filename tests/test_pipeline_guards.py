@@ -9,7 +9,7 @@ exception (message and frames) through unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from private_frames import reachable_text
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import InMemoryCorpusAccountant, PrivateRAG
+from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.algorithms.base import PublicModel
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.answers import DPAnswer
@@ -161,3 +162,34 @@ def test_a_mechanism_asking_for_nothing_is_refused_when_built() -> None:
     with pytest.raises(ValueError, match="neither a candidate count nor a min_score"):
         PrivateRAG(Nothing(), retriever, accountant=accountant)
     assert accountant.spent_epsilon == 0
+
+
+class _ForeignPublic(RuntimeError):
+    """Another library's error that happens to declare the attribute dprag's store errors use."""
+
+    public_message = True
+
+
+class _Raising(ToyMechanism):
+    """Raises ``error(docs)``: an error built from the documents it was given."""
+
+    def __init__(self, error: Callable[[Sequence[ScoredDocument]], Exception]) -> None:
+        super().__init__()
+        self.error = error
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        raise self.error(docs)
+
+
+def test_only_dprags_own_public_errors_pass_a_private_section() -> None:
+    """A store error (dprag's, public) leaves as itself; a foreign class claiming it is withheld."""
+    own = _Raising(lambda docs: LedgerUnavailable("the per-unit ledger is unavailable (test)"))
+    with pytest.raises(LedgerUnavailable, match="unavailable \\(test\\)") as info:
+        PrivateRAG(own, retriever, accountant=acc()).answer("Who?")
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    foreign = _Raising(lambda docs: _ForeignPublic(f"store error on {docs[0].text}"))
+    with pytest.raises(PrivateDataError, match="_ForeignPublic") as withheld:
+        PrivateRAG(foreign, retriever, accountant=acc()).answer("Who?")
+    assert SECRET not in reachable_text(withheld.value)
