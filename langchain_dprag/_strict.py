@@ -57,8 +57,9 @@ def plain_error(owner: str, invalid: ValidationError) -> Exception:
 
     An exception dprag's own validators raised (pydantic wraps it) is returned
     as it was; pydantic's own checks become ``"<owner>: <field> must be ...,
-    got <type>"`` (a value only for a choice among literals: constructor
-    arguments, never documents).
+    got <type>"`` (a value only for a wrong choice among literals, and only a
+    short string or a number: never an object that could hold documents); a
+    missing field is a ``TypeError`` naming it.
     """
     errors = invalid.errors()
     first = errors[0]
@@ -66,13 +67,29 @@ def plain_error(owner: str, invalid: ValidationError) -> Exception:
     if isinstance(original, Exception):
         return original
     field = str(first["loc"][0]) if first["loc"] else "input"
+    kind = str(first["type"])
+    if kind == "missing":
+        return TypeError(f"{owner} needs {field}=..., a required keyword argument")
     same = [e for e in errors if e["loc"][:1] == first["loc"][:1]]  # a union's branches
     wanted = " or ".join(dict.fromkeys(_wanted(str(e["msg"])) for e in same))
-    kind = str(first["type"])
     value = first.get("input")
-    shown = repr(value) if kind in ("literal_error", "enum") else type(value).__name__
+    shown = _shown(value) if kind in ("literal_error", "enum") else type(value).__name__
     error = TypeError if all(str(e["type"]).endswith(_TYPE_ERRORS) for e in same) else ValueError
     return error(f"{owner}: {field} must be {wanted}, got {shown}")
+
+
+def _shown(value: object) -> str:
+    """A wrong choice as it is shown: a short string or a number as itself, else its type only.
+
+    Anything else (an object passed by mistake, a long text) may hold documents,
+    so only its type is named.
+
+    >>> _shown("txt"), _shown(3), _shown("x" * 100), _shown(["a record"])
+    ("'txt'", '3', 'str', 'list')
+    """
+    if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= 32):
+        return repr(value)
+    return type(value).__name__
 
 
 def _wanted(message: str) -> str:

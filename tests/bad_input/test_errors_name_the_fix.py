@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from langchain_core.documents import Document as LCDocument
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import InMemoryVectorStore
 from llama_index.core import Document, VectorStoreIndex
@@ -64,6 +65,23 @@ def test_a_chain_option_out_of_its_range_names_the_values(
     )
     assert message == "DPRAGChain: input_key must be a valid string, got int"
     assert acc.spent_epsilon == 0.0
+
+
+def test_a_wrong_choice_is_shown_only_when_it_is_a_short_word(
+    store: InMemoryVectorStore, acc: InMemoryCorpusAccountant
+) -> None:
+    """A document (or a long text) passed by mistake is named by its type, never quoted."""
+    secret = "qx81canary-lorenzo's record"
+    for wrong, shown in ((LCDocument(page_content=secret), "Document"), (secret * 3, "str")):
+        message = refused(
+            lambda wrong=wrong: DPRAGChain(  # type: ignore[misc]
+                mechanism=ToyMechanism(k=2), vectorstore=store, accountant=acc, output=wrong
+            ),
+            ValueError,
+        )
+        assert message == f"DPRAGChain: output must be 'object', 'text' or 'dict', got {shown}"
+    message = refused(lambda: DPRAGChain(vectorstore=store, accountant=acc), TypeError)  # type: ignore[call-arg]
+    assert message == "DPRAGChain needs mechanism=..., a required keyword argument"
 
 
 @pytest.mark.parametrize("kind", ["chain", "retriever"])
