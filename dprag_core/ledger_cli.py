@@ -71,7 +71,7 @@ Store = DurableCorpusAccountant | Ledger
 
 
 _positive = argument_number("a finite number > 0", lambda v: v > 0)
-_delta = argument_number("in [0, 1)", lambda v: 0 <= v < 1)
+_delta = argument_number("a number in [0, 1)", lambda v: 0 <= v < 1)
 
 
 def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:

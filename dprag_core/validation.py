@@ -120,10 +120,17 @@ def argument_number(meaning: str, accept: Callable[[float], bool]) -> Callable[[
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: must be a share in (0, 1], got 2
+    >>> share("half")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be a share in (0, 1], got half
     """
 
     def parse(text: str) -> float:
-        value = float(text)
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan  # not a number: refused below, naming the range
         if not math.isfinite(value) or not accept(value):
             raise argparse.ArgumentTypeError(f"must be {meaning}, got {text}")
         return value
