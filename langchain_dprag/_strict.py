@@ -60,6 +60,15 @@ def plain_error(owner: str, invalid: ValidationError) -> Exception:
     got <type>"`` (a value only for a wrong choice among literals, and only a
     short string or a number: never an object that could hold documents); a
     missing field is a ``TypeError`` naming it.
+
+    >>> from pydantic import BaseModel, ValidationError
+    >>> class Size(BaseModel):
+    ...     width: int
+    >>> try:
+    ...     Size(width="a record's text")
+    ... except ValidationError as invalid:
+    ...     print(plain_error("Size", invalid))
+    Size: width must be a valid integer, got str
     """
     errors = invalid.errors()
     first = errors[0]
@@ -103,7 +112,16 @@ def _wanted(message: str) -> str:
 
 def accountant_or_none(value: Any) -> Any:
     """A field validator (``mode="before"``): None or a ``CorpusAccountant``, else the
-    ``TypeError`` that says how to make one (a bare ``Budget`` included)."""
+    ``TypeError`` that says how to make one (a bare ``Budget`` included).
+
+    >>> from dprag_core import Budget
+    >>> accountant_or_none(None) is None
+    True
+    >>> accountant_or_none(Budget(1.0))
+    Traceback (most recent call last):
+    ...
+    TypeError: accountant must be a CorpusAccountant, got Budget...
+    """
     return None if value is None else check_accountant(value)
 
 

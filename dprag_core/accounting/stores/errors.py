@@ -65,7 +65,13 @@ def incomplete(label: str, absent: list[str]) -> LedgerUnavailable:
 
 
 class QueryIdReused(ValueError):
-    """A query id that was already charged, refused (public: it never quotes the id)."""
+    """A query id that was already charged, refused (public: it never quotes the id).
+
+    A ``ValueError``: the caller's input, not the store, is at fault.
+
+    >>> issubclass(QueryIdReused, ValueError), QueryIdReused.public_message
+    (True, True)
+    """
 
     public_message = True
 

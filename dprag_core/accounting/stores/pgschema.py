@@ -434,7 +434,13 @@ class PostgresSchema:
 
 class PostgresBacked:
     """What a PostgreSQL budget (corpus budget, per-unit ledger) shares: the owner's
-    schema step, ``drop`` and ``close`` over its ``_schema`` and ``_store``."""
+    schema step, ``drop`` and ``close`` over its ``_schema`` and ``_store``.
+
+    >>> from dprag_core.accounting import PostgresCorpusAccountant
+    >>> from dprag_core.accounting.ledger import PostgresLedger
+    >>> [issubclass(c, PostgresBacked) for c in (PostgresLedger, PostgresCorpusAccountant)]
+    [True, True]
+    """
 
     _schema: PostgresSchema
     _store: PostgresStore
@@ -479,6 +485,9 @@ def open_postgres(
     ``needs``: the parameter creating requires and the caller left out;
     ``settings``: the rows written when the store is created. Returns the
     schema, the store and the store's recorded name.
+
+    >>> from dprag_core.accounting.ledger import PostgresLedger  # its constructor calls it
+    >>> PostgresLedger("postgresql://app@db/app")  # doctest: +SKIP
     """
     checked, create, _ = open_options(name=name, create=create, needs=needs)
     if grant_to is not None and not create:

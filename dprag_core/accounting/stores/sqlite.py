@@ -592,6 +592,14 @@ def open_sqlite(
     ``what`` names the store in messages (the label adds the file's path);
     ``needs``: the parameter creating requires and the caller left out. Returns
     the store and the store's recorded name.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "b.db")
+    >>> spec = SQLiteSpec("t", "test", ("t",), ("CREATE TABLE IF NOT EXISTS t (x INTEGER)",))
+    >>> store, name = open_sqlite(path, spec, what="test store", name=None, create=True,
+    ...                           read_only=False, busy_timeout=5.0, needs=None)
+    >>> name, store.label.startswith("test store in ")
+    ('t', True)
     """
     checked, create, read_only = open_options(
         name=name, create=create, read_only=read_only, needs=needs
