@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dprag_core.accounting.status import HISTOGRAM_BINS, BudgetStatus, LedgerStatus
+from dprag_core.validation import missing_extra
 
 __all__ = ["export_rows", "plot_spend", "status_json", "status_lines", "utc", "write_private"]
 
@@ -144,7 +145,7 @@ def plot_spend(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("--plot needs matplotlib: pip install 'dprag[eval]'") from exc
+        raise missing_extra("--plot", exc, extra="eval") from exc
     times = [datetime.fromtimestamp(t, tz=timezone.utc) for t, _, _ in events[:1]]
     times += [datetime.fromtimestamp(t, tz=timezone.utc) for t, _, _ in events]
     total, spent = 0.0, [0.0] * len(events[:1])

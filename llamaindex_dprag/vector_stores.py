@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dprag_core.validation import positive_int
+from dprag_core.validation import missing_extra, positive_int
 
 __all__ = ["COSINE_RANGE", "cosine_faiss_store"]
 
@@ -39,10 +39,7 @@ def cosine_faiss_store(*, dim: int) -> Any:
     try:
         import faiss
         from llama_index.vector_stores.faiss import FaissVectorStore
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "cosine_faiss_store needs faiss-cpu and llama-index-vector-stores-faiss: "
-            "pip install 'dprag[llamaindex,faiss]'"
-        ) from exc
+    except ImportError as exc:
+        raise missing_extra("cosine_faiss_store", exc, extra="llamaindex,faiss") from exc
     index = faiss.IndexPreTransform(faiss.NormalizationTransform(dim, 2.0), faiss.IndexFlatIP(dim))
     return FaissVectorStore(faiss_index=index)

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale
-from dprag_core.validation import positive_int
+from dprag_core.validation import missing_extra, positive_int
 
 __all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
 
@@ -39,8 +39,8 @@ SCORE_BOUNDS = COSINE_SCALE.bounds
 def _faiss() -> Any:
     try:
         import faiss
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("FaissCorpus needs faiss: pip install 'dprag[faiss]'") from exc
+    except ImportError as exc:
+        raise missing_extra("FaissCorpus", exc, extra="faiss") from exc
     return faiss
 
 

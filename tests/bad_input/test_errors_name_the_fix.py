@@ -146,6 +146,9 @@ def test_a_query_that_is_not_text_is_refused_before_anything_is_charged(
         ("dprag_core.models.endpoint", "httpx", None, "server"),
         ("langchain_dprag.vectorstores", "faiss", "faiss_inner_product", "langchain-faiss,faiss"),
         ("dprag_core.eval.embeddings", "sentence_transformers", "MiniLMEmbedder", "demo"),
+        ("dprag_core.retrieval.faiss_corpus", "faiss", "FaissCorpus", "faiss"),
+        ("llamaindex_dprag.vector_stores", "faiss", "cosine_faiss_store", "llamaindex,faiss"),
+        ("dprag_core.accounting.stores.postgres", "psycopg", "psycopg_module", "postgres"),
     ],
 )
 def test_a_missing_extra_names_the_pip_install(
@@ -165,6 +168,8 @@ def test_a_missing_extra_names_the_pip_install(
         def run() -> object:
             if call == "faiss_inner_product":
                 return function([], DeterministicFakeEmbedding(size=4))
+            if call in ("FaissCorpus", "cosine_faiss_store"):
+                return function(dim=4)
             return function()
 
     message = refused(run, ModuleNotFoundError)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dprag_core.accounting.stores.errors import LedgerOutcomeUnknown, LedgerUnavailable
-from dprag_core.validation import positive_finite, strict_init
+from dprag_core.validation import missing_extra, positive_finite, strict_init
 
 if TYPE_CHECKING:
     import psycopg
@@ -55,10 +55,8 @@ def psycopg_module() -> Any:
     """psycopg 3, imported lazily (an ImportError says how to install it)."""
     try:
         import psycopg
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the PostgreSQL backends need psycopg 3: pip install 'dprag[postgres]'"
-        ) from exc
+    except ImportError as exc:
+        raise missing_extra("PostgreSQL support", exc, extra="postgres") from exc
     return psycopg
 
 
