@@ -2,7 +2,8 @@
 
 Docstrings, tests and docs cite ``docs/design.md §N``; the notes live in the
 repository (it must stand alone), and a citation of a section that is missing
-or renumbered fails here, as does a citation of a guide outside the repository.
+or renumbered fails here, as does a citation of a guide outside the repository
+(in the packages, tests, docs, benchmarks, examples, scripts and the README).
 """
 
 from __future__ import annotations
@@ -19,15 +20,30 @@ def sections() -> set[int]:
     return {int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)}
 
 
+FOLDERS = (
+    "dprag_core",
+    "langchain_dprag",
+    "llamaindex_dprag",
+    "tests",
+    "docs",
+    "benchmarks",
+    "examples",
+    "scripts",
+)
+
+
+def files() -> list[Path]:
+    """Every Python and Markdown file of the packages, tests, docs, tools, and the README."""
+    found = [p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*"))]
+    return [p for p in [*found, ROOT / "README.md"] if p.suffix in (".py", ".md")]
+
+
 def citations() -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
-    folders = ("dprag_core", "langchain_dprag", "llamaindex_dprag", "tests", "docs")
-    for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in (".py", ".md"):
-                cited = {int(n) for n in CITATION.findall(path.read_text(encoding="utf-8"))}
-                if cited:
-                    found[str(path.relative_to(ROOT))] = cited
+    for path in files():
+        cited = {int(n) for n in CITATION.findall(path.read_text(encoding="utf-8"))}
+        if cited:
+            found[str(path.relative_to(ROOT))] = cited
     return found
 
 
@@ -46,12 +62,9 @@ OUTSIDE = re.compile(r"DESIGN(\.md)? §|shared/DESIGN|shared/papers")
 
 
 def test_nothing_cites_a_guide_outside_the_repository() -> None:
-    folders = ("dprag_core", "langchain_dprag", "llamaindex_dprag", "tests", "docs")
     citing = {
         str(path.relative_to(ROOT))
-        for folder in folders
-        for path in sorted((ROOT / folder).rglob("*"))
-        if path.suffix in (".py", ".md") and path != Path(__file__).resolve()
-        if OUTSIDE.search(path.read_text(encoding="utf-8"))
+        for path in files()
+        if path != Path(__file__).resolve() and OUTSIDE.search(path.read_text(encoding="utf-8"))
     }
     assert not citing, f"cite docs/design.md instead: {sorted(citing)}"
