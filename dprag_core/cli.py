@@ -24,7 +24,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.ledger_cli import add_ledger_command
-from dprag_core.validation import argument_number, missing_extra
+from dprag_core.validation import argument_int, argument_number, missing_extra
 
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
@@ -249,13 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return result
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
-    return value
-
-
+_positive_int = argument_int(1)
 _positive_float = argument_number("a finite number > 0", lambda v: v > 0)
 _share = argument_number("a share in (0, 1]", lambda v: 0 < v <= 1)
 _cosine = argument_number("a cosine score in [-1, 1]", lambda v: -1 <= v <= 1)

@@ -61,7 +61,7 @@ from dprag_core.ledger_report import (
     utc,
     write_private,
 )
-from dprag_core.validation import argument_number
+from dprag_core.validation import argument_int, argument_number
 
 __all__ = ["add_ledger_command", "ledger_init"]
 
@@ -72,6 +72,7 @@ Store = DurableCorpusAccountant | Ledger
 
 _positive = argument_number("a finite number > 0", lambda v: v > 0)
 _delta = argument_number("a number in [0, 1)", lambda v: 0 <= v < 1)
+_count = argument_int(0)
 
 
 def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:
@@ -301,7 +302,7 @@ def add_ledger_command(
             view.add_argument("--json", action="store_true", help="JSON instead of text")
             view.add_argument("--plot", default=None, metavar="FILE.png", help="spend over time")
         elif action == "history":
-            view.add_argument("--last", type=int, default=20, help="rows to show (0: all)")
+            view.add_argument("--last", type=_count, default=20, help="rows to show (0: all)")
         else:
             view.add_argument("--format", choices=("csv", "json"), default="csv")
             view.add_argument("--output", default=None, help="file to write (0600)")

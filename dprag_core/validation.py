@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 __all__ = [
     "StrictKeywords",
+    "argument_int",
     "argument_number",
     "check_keywords",
     "finite",
@@ -133,6 +134,30 @@ def argument_number(meaning: str, accept: Callable[[float], bool]) -> Callable[[
             value = math.nan  # not a number: refused below, naming the range
         if not math.isfinite(value) or not accept(value):
             raise argparse.ArgumentTypeError(f"must be {meaning}, got {text}")
+        return value
+
+    return parse
+
+
+def argument_int(minimum: int) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number ``>= minimum``, else an error naming the range.
+
+    >>> count = argument_int(0)
+    >>> count("20")
+    20
+    >>> count("-5")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be an integer >= 0, got -5
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1  # not a whole number: refused below, naming the range
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text}")
         return value
 
     return parse

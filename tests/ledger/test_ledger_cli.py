@@ -197,21 +197,31 @@ def test_init_checks_the_role_before_creating_anything(table: str) -> None:
         assert conn.execute("SELECT to_regclass(%s)", (f"{table}_meta",)).fetchone() == (None,)
 
 
+INIT = ["init", "--corpus-epsilon", "2", "--corpus-delta", "0"]
+
+
 @pytest.mark.parametrize(
-    ("option", "text", "said"),
+    ("command", "option", "text", "said"),
     [
-        ("--corpus-epsilon", "abc", "must be a finite number > 0, got abc"),
-        ("--corpus-epsilon", "inf", "must be a finite number > 0, got inf"),
-        ("--corpus-delta", "1", "must be a number in [0, 1), got 1"),
+        (INIT, "--corpus-epsilon", "abc", "must be a finite number > 0, got abc"),
+        (INIT, "--corpus-epsilon", "inf", "must be a finite number > 0, got inf"),
+        (INIT, "--corpus-delta", "1", "must be a number in [0, 1), got 1"),
+        (["history"], "--last", "-5", "must be an integer >= 0, got -5"),
+        (["history"], "--last", "ten", "must be an integer >= 0, got ten"),
     ],
 )
 def test_a_bad_number_is_refused_naming_the_range(
-    option: str, text: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    command: list[str],
+    option: str,
+    text: str,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Not a number, or out of range: argparse's usage error names the range; nothing created."""
-    argv = ["ledger", "init", "--sqlite", str(tmp_path / "b.db"), "--corpus-epsilon", "2"]
+    path = str(tmp_path / "b.db")
     with pytest.raises(SystemExit) as info:
-        main([*argv, "--corpus-delta", "0", option, text])
+        main(["ledger", command[0], "--sqlite", path, *command[1:], option, text])
     assert info.value.code == 2
     assert f"argument {option}: {said}" in capsys.readouterr().err
     assert not (tmp_path / "b.db").exists()
