@@ -136,7 +136,7 @@ def test_chroma_without_embeddings_is_refused() -> None:
 
 def test_declarations_are_strict() -> None:
     store = lc_store("inmemory", random_rows())
-    with pytest.raises(ValueError, match="exact_search"):
+    with pytest.raises(TypeError, match="exact_search must be a valid boolean"):
         _chain(store, exact_search="yes")
     with pytest.raises(ValueError, match="for a retriever, pass retriever_honours_k"):
         DPRAGChain(
