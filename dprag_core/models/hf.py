@@ -104,7 +104,7 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-DEFAULT_PROMPT_WIDTH = 512
+DEFAULT_PROMPT_WIDTH = 256
 
 
 def _left_pad(
