@@ -438,7 +438,7 @@ def make_corpus(
     """
     world = _check_world(world)
     if not isinstance(real_treatments, bool):
-        raise TypeError(f"real_treatments must be a bool, got {real_treatments!r}")
+        raise TypeError(f"real_treatments must be a bool, got {type(real_treatments).__name__}")
     if supports is None:
         supports = zipf_supports(n_diseases, max_support=max_support, exponent=exponent)
     counts = [positive_int("supports[i]", s) for s in supports]
