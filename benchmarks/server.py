@@ -20,12 +20,18 @@ generous enough that every step releases a token) run on
   (:class:`HFTokenModel`, this process) and ``server/in-proc``; both sides'
   answers are compared and a mismatch is printed.
 
-Medians of ``--repeats`` interleaved runs. ``--lookahead`` sets the client's
+Medians of ``--repeats`` interleaved runs; before each timed run every query's rows
+are put in the server's cache (a one-token request, the same number in flight), so
+every run starts from the same cache state and the ratios compare decoding, not
+which run found its prefixes cached. ``--lookahead`` sets the client's
 speculative lookahead depth (tokens per refill request; 1 = one request per
 released token, the step-by-step protocol); several values are measured side by
 side. With ``--serve`` (default) each model is served here by the cached
 ``llama-server`` on loopback (the reader as GGUF f32; SmolLM2's GGUF as it is):
-one slot per row in flight, per-slot KV cache, ``--threads`` threads.
+one slot per row in flight, per-slot KV cache, ``--threads`` threads, and
+``--server-flags`` (default ``--no-cache-idle-slots``: llama.cpp's default copies
+every idle slot into its RAM prompt cache at each new task, about 2 ms per row per
+request; ``--server-flags`` with no value measures llama.cpp's defaults).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/server.py            # both models
     .venv/bin/python benchmarks/server.py --base-url http://host:8000/v1 --model NAME \\
@@ -128,6 +134,12 @@ def floor_rows(model: OpenAICompatModel, work: list[Query], m: int) -> list[list
     return [model.prompt_rows(mech.prompts(q, [[d] for d in docs[:m]])) for q, docs in work]
 
 
+def warm(endpoint: Any, rows: list[list[list[int]]], level: int) -> None:
+    """Put every query's rows in the server's cache, ``level`` queries at a time: each timed
+    run (DP at every depth, the greedy floor) starts from the same cache state."""
+    timed(lambda batch: endpoint.complete(batch, max_tokens=1), rows, level)
+
+
 def served_model(url: str, args: argparse.Namespace, tokenizer: str, depth: int) -> Any:
     """The OpenAICompatModel under test with a counting transport (and ``depth`` if known)."""
     extra: dict[str, Any] = {}
@@ -160,6 +172,7 @@ def measure(url: str, name: str, tokenizer: str, local: TokenModel | None, args:
             lengths: list[int] = []
             reference: list[str] | None = None
             for depth, model in models.items():
+                warm(endpoint, rows, level)
                 counters[depth].take()
                 seconds, done = timed(lambda q, md=model: answer(md, q, args.m, args.tokens),
                                       work, level)  # fmt: skip
@@ -170,6 +183,7 @@ def measure(url: str, name: str, tokenizer: str, local: TokenModel | None, args:
                 if reference is not None and texts != reference:
                     print(f"  MISMATCH: lookahead {depth} answers differ from the first depth's")
                 reference, lengths = reference or texts, [n for _, n in done]
+            warm(endpoint, rows, level)
             seconds, _ = timed(lambda job: endpoint.complete(job[0], max_tokens=max(1, job[1])),
                                list(zip(rows, lengths, strict=True)), level)  # fmt: skip
             rates.setdefault("greedy", []).append(sum(lengths) / seconds)
@@ -195,7 +209,7 @@ def measure(url: str, name: str, tokenizer: str, local: TokenModel | None, args:
 
 
 @contextmanager
-def serve_model(name: str, slots: int, threads: int) -> Iterator[tuple[str, str]]:
+def serve_model(name: str, slots: int, threads: int, flags: list[str]) -> Iterator[tuple[str, str]]:
     """(URL, tokenizer folder) of ``name`` served by the cached llama-server on loopback."""
     from llama_server import convert_reader, find_binary, serve
 
@@ -213,7 +227,9 @@ def serve_model(name: str, slots: int, threads: int) -> Iterator[tuple[str, str]
             from dprag_core.eval.smollm2 import gguf_path, model_dir
 
             gguf, tokenizer, ctx = gguf_path(), model_dir(), 768
-        with serve(binary, gguf, Path(tmp), slots=slots, ctx_per_slot=ctx, threads=threads) as url:
+        with serve(
+            binary, gguf, Path(tmp), slots=slots, ctx_per_slot=ctx, threads=threads, flags=flags
+        ) as url:
             yield url, str(tokenizer)
 
 
@@ -236,18 +252,27 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lookahead", type=int, nargs="+", default=[1], help="depths to compare")
     ap.add_argument("--threads", type=int, default=1, help="torch's, and the server's")
+    ap.add_argument("--server-flags", nargs="*", default=None,
+                    help="llama-server's extra flags (default: tests/llama_server.SERVE_FLAGS; "
+                         "none given: llama.cpp's defaults)")  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     print(f"{args.queries} DPVote queries, m={args.m}, <= {args.tokens} tokens each; "
           f"median of {args.repeats}; {load}")  # fmt: skip
+    from llama_server import SERVE_FLAGS
+
+    flags = list(SERVE_FLAGS if args.server_flags is None else args.server_flags)
+    if not args.base_url:
+        print(f"llama-server flags: {' '.join(flags) or '(llama.cpp defaults)'}")
     for name in ["custom"] if args.base_url else args.models:
         in_process = name in args.in_process or (args.base_url and args.in_process)
         if args.base_url:
             local = HFTokenModel.from_pretrained(args.hf_model, device=args.device)
             measure(args.base_url, name, args.hf_model, local if in_process else None, args)
             continue
-        with serve_model(name, args.concurrency * (args.m + 1), args.threads) as (url, tok):
+        slots = args.concurrency * (args.m + 1)
+        with serve_model(name, slots, args.threads, flags) as (url, tok):
             local = HFTokenModel.from_pretrained(tok, device=args.device) if in_process else None
             measure(url, name, tok, local, args)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,6 +56,12 @@ def convert_reader(binary: Path, model_dir: Path, out_dir: Path) -> Path:
     return out
 
 
+SERVE_FLAGS = ("--no-cache-idle-slots",)
+"""What DP voting wants beyond the slots: don't copy every idle slot into the RAM prompt
+cache at each new task (llama.cpp's default; about 2 ms per row per request, measured in
+docs/servers.md)."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,19 +77,21 @@ def serve(
     slots: int = 16,
     ctx_per_slot: int = 1024,
     threads: int = 1,
+    flags: Sequence[str] = SERVE_FLAGS,
 ) -> Iterator[str]:
     """Run llama-server on 127.0.0.1; yield its ``/v1`` URL.
 
     ``slots`` parallel sequences, each with its own ``ctx_per_slot`` KV cells
     (``-no-kvu``: a unified cache makes every row attend over all slots' cells);
     ``threads`` CPU threads (1 on a shared machine: ggml's threads spin-wait on
-    each other, and a preempted one stalls every step).
+    each other, and a preempted one stalls every step); ``flags``: more
+    arguments (:data:`SERVE_FLAGS`, docs/servers.md).
     """
     port = _free_port()
     command = [
         str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "-np", str(slots), "-no-kvu", "-c", str(slots * ctx_per_slot), "-t", str(threads),
-        "--no-webui",
+        "--no-webui", *flags,
     ]  # fmt: skip
     with open(log_dir / "llama-server.log", "w") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -197,7 +197,11 @@ class OpenAICompatModel(TokenizerCodec):
     the in-process engine's rule; :meth:`from_pretrained` reads them beside the
     tokenizer); ``eos_token_ids`` replaces the set. ``lookahead_tokens``: how many
     tokens a refill request asks for per row (speculative voting, module
-    docstring; 1 = one request per released token). ``check_tokenizer`` compares
+    docstring). The default 1 sends every row at every released token: the
+    server's own pace when voters disagree (instruct models, many voters; more
+    would make the server compute tokens that are thrown away and wait for them),
+    and requests that depend on the answer's length only; raise it where voters
+    agree for runs of tokens (docs/servers.md measures both). ``check_tokenizer`` compares
     the server's tokenization of :data:`TOKENIZER_PROBE` with the local one:
     ``ValueError`` if they differ (a different model is being served),
     :class:`EndpointError` if the server cannot say (no tokenizer endpoint, an
@@ -218,7 +222,7 @@ class OpenAICompatModel(TokenizerCodec):
         eos_token_ids: Sequence[int] | None = None,
         configs: Sequence[Any] = (),
         check_tokenizer: bool = True,
-        lookahead_tokens: int = 8,
+        lookahead_tokens: int = 1,
     ) -> None:
         if not isinstance(endpoint, CompletionsEndpoint):
             raise TypeError(
@@ -247,7 +251,7 @@ class OpenAICompatModel(TokenizerCodec):
         model: str,
         server: Server = "llama.cpp",
         check_tokenizer: bool = True,
-        lookahead_tokens: int = 8,
+        lookahead_tokens: int = 1,
         eos_token_ids: Sequence[int] | None = None,
         **endpoint_options: Any,
     ) -> OpenAICompatModel:

