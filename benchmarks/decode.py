@@ -357,7 +357,8 @@ def run(args: argparse.Namespace, preset: str, m: int, tok: Any) -> None:
     warm: dict[str, float] = {}
     for i, phase in enumerate(phases):
         for e in phase:
-            engines[e] = TimedPrefill(HFTokenModel(model, wide, engine=e), sync)
+            engine_model = HFTokenModel(model, wide, engine=e, prompt_width=args.prompt_width)
+            engines[e] = TimedPrefill(engine_model, sync)
             texts[e] = HFTextModel.on(engines[e].inner)
             mechs[e] = mechanisms(engines[e], m, n, args.unit)
         once(phase, comparators=i == 0)  # warm-up: allocator, kernels, capture, compilation
@@ -437,6 +438,9 @@ def main() -> None:
     parser.add_argument("--m", type=int, nargs="+", default=[40])
     parser.add_argument("--doc-chars", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--prompt-width", type=int, default=None, help="the engines' public prompt width"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--engine",
