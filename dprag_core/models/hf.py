@@ -1,8 +1,8 @@
 """The transformers backend: a KV-cached batched token engine and greedy text generation.
 
 :class:`HFTokenModel` is the hot path of the token-level DP mechanisms (docs/design.md §6):
-one batched prefill of B prompts (left padding, attention mask, position ids from
-the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
+one prefill of B prompts into a left-padded cache (attention mask, position ids
+from the cumulative mask, a persistent ``DynamicCache``), then one ``[B, 1]`` forward per
 generated token, appending the *same* token to every row. It never calls
 ``generate()`` and applies no logits processor or sampling warper.
 
@@ -42,7 +42,11 @@ bit-identical whatever the other rows hold
 runs on CPU). A prompt longer than ``prompt_width`` keeps its last
 ``prompt_width`` tokens (the question and the answer cue end every prompt): a
 function of the row's own prompt, so the argument holds. Set ``prompt_width``
-to the longest prompt you expect: a session's cost grows with it.
+to the longest prompt you expect: a session's cost grows with it (each decode
+step attends over ``prompt_width`` slots per row; the static engines' prefill
+computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
+each row alone, its own tokens only, and lays the rows out in the public shape:
+:func:`~dprag_core.models.hf_cache.prefill_rows`).
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
@@ -487,7 +491,7 @@ class HFTokenModel(TokenizerCodec):
         return self._eos
 
     def prefill(self, prompts: Sequence[str]) -> HFTokenSession:
-        """Encode B prompts and run one batched, left-padded forward that fills the cache."""
+        """Encode B prompts and fill the session's left-padded cache (the engine's backend)."""
         return self._spec.session(self, self.prompt_rows(prompts))
 
     def prefill_logprobs(self, prompts: Sequence[str]) -> HFTokenSession:

@@ -73,3 +73,14 @@ def test_attacks_quick(tmp_path: Path) -> None:
         assert row in table
     assert (tmp_path / "attacks.png").stat().st_size > 0
     assert (tmp_path / "config.json").is_file()
+
+
+def test_prefill_benchmark_compares_both_prefills() -> None:
+    """benchmarks/prefill.py: both prefills timed side by side, every greedy token compared."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "--m", "3", "--tokens", "2",
+         "--timed", "1", "--repeats", "1", "--threads", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "per-row / padded" in done.stdout and "greedy tokens differing: 0 of" in done.stdout
