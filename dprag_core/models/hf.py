@@ -334,7 +334,7 @@ ENGINES: Mapping[str, EngineSpec] = {
             compiled=False,
             session=HFTokenSession,
             backend=_dynamic,
-            summary="DynamicCache, HF eager per step (the default; best on CPU)",
+            summary="DynamicCache, HF eager per step (the default)",
         ),
         EngineSpec(
             name="static",
