@@ -9,6 +9,13 @@ range [-1, 1] (:data:`~dprag_core.retrieval.scores.COSINE_SCALE`, the
 MuRAG needs to charge every relevant unit, not only a top-k.
 ``faiss`` is imported lazily (``pip install 'dprag[faiss]'``).
 
+With ``partition=`` (a :class:`~dprag_core.retrieval.cells.PublicPartition`)
+the index is an ``IndexIVFFlat`` whose lists are the partition's public cells:
+each document goes to its vector's cell, and a query scores exactly the
+documents of the cells it probes (:mod:`~dprag_core.retrieval.cell_search`),
+so one added document is inserted into that ranking and nothing else moves
+(docs/design.md §11).
+
 >>> import numpy as np
 >>> corpus = FaissCorpus(dim=2)
 >>> corpus.add(["a", "b"], ["first", "second"], np.array([[1.0, 0.0], [0.6, 0.8]]))
@@ -26,8 +33,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dprag_core.retrieval import cell_search
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale
+from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import missing_extra, positive_int
 
 __all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
@@ -61,14 +71,25 @@ class FaissCorpus:
 
     >>> FaissCorpus(dim=4)
     FaissCorpus(dim=4, documents=0)
+    >>> FaissCorpus(dim=4, partition=PublicPartition.random(dim=4, cells=8, probes=2))
+    FaissCorpus(dim=4, documents=0, partition=PublicPartition(dim=4, cells=8, probes=2, provenance='random'))
     """
 
     scale: ScoreScale = COSINE_SCALE
     """The public score scale: cosine similarity on [-1, 1]."""
 
-    def __init__(self, *, dim: int) -> None:
+    def __init__(self, *, dim: int, partition: PublicPartition | None = None) -> None:
         self.dim = positive_int("dim", dim)
-        self._index = _faiss().IndexFlatIP(self.dim)
+        if partition is not None and not isinstance(partition, PublicPartition):
+            raise TypeError(f"partition must be a PublicPartition, got {type(partition).__name__}")
+        if partition is not None and partition.dim != self.dim:
+            raise ValueError(f"partition has dimension {partition.dim}, the corpus {self.dim}")
+        self.partition = partition
+        faiss = _faiss()
+        if partition is None:
+            self._index = faiss.IndexFlatIP(self.dim)
+        else:
+            self._index = cell_search.faiss_partitioned_index(partition)
         self._ids: list[str] = []
         self._texts: list[str] = []
         self._units: list[str] = []
@@ -105,7 +126,11 @@ class FaissCorpus:
             raise ValueError("units must be non-empty strings")
         if any(not isinstance(t, str) for t in texts):
             raise TypeError("texts must be strings")
-        self._index.add(vectors)
+        if self.partition is None:
+            self._index.add(vectors)
+        else:
+            self.partition.refuse_training(vectors)
+            cell_search.faiss_add(self._index, vectors, self.partition)
         self._ids.extend(ids)
         self._texts.extend(texts)
         self._units.extend(unit_list)
@@ -129,12 +154,26 @@ class FaissCorpus:
             raise ValueError("query_embedding must be one vector")
         if not self._ids:
             return []
+        if self.partition is not None:
+            return self._cell_search(q, k)
         scores, rows = self._index.search(q, min(k, len(self._ids)))
         # one fixed rank order, whatever k: score, then insertion order among ties
         hits = sorted(
             ((float(s), int(r)) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0),
             key=lambda sr: (-sr[0], sr[1]),
         )
+        return [self._doc(r, s) for s, r in hits]
+
+    def _cell_search(self, q: npt.NDArray[np.float32], k: int) -> list[ScoredDocument]:
+        """The first k of the probed cells' exact ranking (ties by insertion order)."""
+        assert self.partition is not None
+        cells = self.partition.probe(q)
+
+        def first(n: int) -> list[tuple[float, int]]:
+            scores, rows = cell_search.faiss_search(self._index, q, cells, min(n, len(self._ids)))
+            return sorted(zip(scores.tolist(), rows.tolist(), strict=True), key=lambda h: -h[0])
+
+        hits = tie_complete(first, k, score=lambda h: h[0], ident=lambda h: f"{h[1]:020d}")
         return [self._doc(r, s) for s, r in hits]
 
     def range_search(self, query_embedding: npt.ArrayLike, tau: float) -> list[ScoredDocument]:
@@ -149,7 +188,10 @@ class FaissCorpus:
             raise ValueError("query_embedding must be one vector")
         if not self._ids:
             return []
-        _, scores, rows = self._index.range_search(q, float(tau))
+        if self.partition is None:
+            _, scores, rows = self._index.range_search(q, float(tau))
+        else:  # every document above tau in the probed cells
+            scores, rows = cell_search.faiss_range(self._index, q, self.partition.probe(q), tau)
         hits = sorted(
             ((float(s), int(r)) for s, r in zip(scores, rows, strict=True) if s > tau),
             key=lambda sr: (-sr[0], sr[1]),
@@ -161,7 +203,8 @@ class FaissCorpus:
         return FaissRetriever(self, embed)
 
     def __repr__(self) -> str:
-        return f"FaissCorpus(dim={self.dim}, documents={len(self)})"
+        cells = "" if self.partition is None else f", partition={self.partition!r}"
+        return f"FaissCorpus(dim={self.dim}, documents={len(self)}{cells})"
 
 
 class FaissRetriever:

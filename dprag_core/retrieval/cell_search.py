@@ -1,0 +1,215 @@
+"""Exact search restricted to a public partition's probed cells, in each store's own terms.
+
+The partition (:class:`~dprag_core.retrieval.cells.PublicPartition`) gives every
+stored vector its cell at insert time and every query its probed cells; this
+module expresses "the exact top k among the documents of these cells" with the
+store clients both adapters wrap, so the store ranks and dprag reads only the
+probed cells:
+
+- FAISS: an ``IndexIVFFlat`` whose quantiser holds the partition's centroids
+  (:func:`faiss_partitioned_index`; nothing is trained), vectors added to the
+  lists dprag assigns (:func:`faiss_add`, never FAISS's own assignment), and a
+  search of exactly the probed lists (:func:`faiss_search`: ``search_preassigned``,
+  every vector of those lists scored, so the ranking inside them is exact).
+- Chroma: ``get(where={cell key: {"$in": cells}})`` reads the vectors of the
+  probed cells only (:func:`chroma_where`), ranked by
+  :mod:`~dprag_core.retrieval.exact`.
+- Qdrant: a ``MatchAny`` payload condition on the cell (:func:`qdrant_filter`)
+  with ``exact=True``; on a server, a payload index on the key (created by the
+  adapters' write helpers) lets it read only those points.
+- pgvector: ``cell IN (...)`` in the exact (index-scans-off) transaction: a
+  B-tree on the cell (:func:`pg_cell_index`) serves it as a bitmap scan, which
+  no vector index can (HNSW and IVFFlat have no bitmap scans).
+- LanceDB: ``cell IN (...)`` as a prefilter of the flat scan (:func:`lance_where`).
+
+>>> chroma_where("dprag_cell", (3, 7))
+{'dprag_cell': {'$in': [3, 7]}}
+>>> lance_where("metadata.dprag_cell", (3, 7), "x > 1")
+'(x > 1) AND (metadata.dprag_cell IN (3, 7))'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dprag_core.retrieval.cells import PublicPartition
+
+__all__ = [
+    "CELLS_EXACT",
+    "FAISS_METRICS",
+    "chroma_where",
+    "faiss_add",
+    "faiss_partition_problem",
+    "faiss_partitioned_index",
+    "faiss_range",
+    "faiss_search",
+    "lance_where",
+    "partitioned_exact",
+    "pg_cell_index",
+    "qdrant_filter",
+]
+
+CELLS_EXACT = (
+    "exact search of the {probes} cells a question probes, of a public partition of {cells} "
+    "cells (every document of those cells scored; cells and probes fixed before any data)"
+)
+
+FAISS_METRICS = {"inner_product": 0, "squared_l2": 1}
+"""The FAISS metric types of a partitioned index (``faiss.METRIC_INNER_PRODUCT``, ``METRIC_L2``)."""
+
+
+def partitioned_exact(partition: PublicPartition) -> str:
+    """How a partitioned search is exact, for a store's facts.
+
+    >>> from dprag_core.retrieval.cells import PublicPartition
+    >>> partitioned_exact(PublicPartition.random(dim=2, cells=4, probes=2))[:29]
+    'exact search of the 2 cells a'
+    """
+    return CELLS_EXACT.format(probes=partition.probes, cells=partition.cells)
+
+
+# -- FAISS -----------------------------------------------------------------------------
+
+
+def faiss_partitioned_index(partition: PublicPartition, *, metric: str = "inner_product") -> Any:
+    """An empty ``IndexIVFFlat`` whose lists are the partition's cells (nothing trained).
+
+    ``metric``: ``"inner_product"`` (cosine on unit vectors) or ``"squared_l2"``.
+
+    >>> from dprag_core.retrieval.cells import PublicPartition
+    >>> index = faiss_partitioned_index(PublicPartition.random(dim=4, cells=3, probes=1))
+    >>> index.nlist, index.nprobe, index.is_trained
+    (3, 1, True)
+    """
+    import faiss
+
+    if metric not in FAISS_METRICS:
+        raise ValueError(f"metric must be one of {sorted(FAISS_METRICS)}, got {metric!r}")
+    quantiser = faiss.IndexFlatIP(partition.dim)
+    quantiser.add(partition.centroids)
+    index = faiss.IndexIVFFlat(quantiser, partition.dim, partition.cells, FAISS_METRICS[metric])
+    index.is_trained = True
+    index.nprobe = partition.probes
+    return index
+
+
+def faiss_partition_problem(index: Any, partition: PublicPartition) -> str | None:
+    """Why ``index`` is not ``partition``'s ``IndexIVFFlat`` (None when it is).
+
+    Its quantiser must hold exactly the partition's centroids, in order: then
+    its lists are the partition's cells.
+    """
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or type(faiss.downcast_index(ivf)).__name__ != "IndexIVFFlat":
+        return f"its index is a {type(index).__name__}, not the partition's IndexIVFFlat"
+    if ivf is not faiss.downcast_index(index):
+        return "its IndexIVFFlat is wrapped (an ID map or a transform): dprag adds to it directly"
+    quantiser = faiss.downcast_index(ivf.quantizer)
+    if ivf.nlist != partition.cells or ivf.d != partition.dim or quantiser.ntotal != ivf.nlist:
+        return f"its {ivf.nlist} lists of dimension {ivf.d} are not the partition's cells"
+    centroids = quantiser.reconstruct_n(0, quantiser.ntotal)
+    if not np.array_equal(centroids, partition.centroids):
+        return "its quantiser's centroids are not the partition's (trained on other data?)"
+    return None
+
+
+def faiss_add(index: Any, vectors: npt.ArrayLike, partition: PublicPartition) -> None:
+    """Add ``vectors`` (ids continue the index's count) to the lists the partition assigns."""
+    import faiss
+
+    x = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32).reshape(-1, index.d))
+    ids = np.arange(index.ntotal, index.ntotal + len(x), dtype=np.int64)
+    cells = np.ascontiguousarray(partition.assign(x))
+    index.add_core(len(x), faiss.swig_ptr(x), faiss.swig_ptr(ids), faiss.swig_ptr(cells))
+
+
+def _query_and_cells(
+    index: Any, query: npt.ArrayLike, cells: Sequence[int]
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.float32], Any]:
+    import faiss
+
+    q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, index.d))
+    keys = np.ascontiguousarray(np.asarray(cells, dtype=np.int64).reshape(1, -1))
+    coarse = np.zeros(keys.shape, dtype=np.float32)
+    return q, keys, coarse, faiss.SearchParametersIVF(nprobe=keys.shape[1])
+
+
+def faiss_search(
+    index: Any, query: npt.ArrayLike, cells: Sequence[int], k: int
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """The exact top ``k`` of the vectors in lists ``cells``: (raw scores, ids), best first."""
+    import faiss
+
+    q, keys, coarse, params = _query_and_cells(index, query, cells)
+    scores = np.empty((1, k), dtype=np.float32)
+    ids = np.empty((1, k), dtype=np.int64)
+    index.search_preassigned_c(
+        1, faiss.swig_ptr(q), k, faiss.swig_ptr(keys), faiss.swig_ptr(coarse),
+        faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params,
+    )  # fmt: skip
+    found = ids[0] >= 0
+    return scores[0][found], ids[0][found]
+
+
+def faiss_range(
+    index: Any, query: npt.ArrayLike, cells: Sequence[int], radius: float
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """Every vector of lists ``cells`` beyond ``radius`` (above it for inner product)."""
+    import faiss
+
+    q, keys, coarse, params = _query_and_cells(index, query, cells)
+    result = faiss.RangeSearchResult(1)
+    index.range_search_preassigned_c(
+        1, faiss.swig_ptr(q), float(radius), faiss.swig_ptr(keys), faiss.swig_ptr(coarse),
+        result, False, params,
+    )  # fmt: skip
+    n = int(faiss.rev_swig_ptr(result.lims, 2)[1])
+    scores = faiss.rev_swig_ptr(result.distances, n).copy() if n else np.zeros(0, np.float32)
+    ids = faiss.rev_swig_ptr(result.labels, n).copy() if n else np.zeros(0, np.int64)
+    return scores, ids
+
+
+# -- stores with a cell in each document's metadata -----------------------------------
+
+
+def chroma_where(
+    key: str, cells: Sequence[int], where: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A Chroma ``where`` keeping the documents of ``cells`` (and ``where``, if given)."""
+    cell = {key: {"$in": [int(c) for c in cells]}}
+    return {"$and": [dict(where), cell]} if where else cell
+
+
+def qdrant_filter(key: str, cells: Sequence[int], base: Any = None) -> Any:
+    """A Qdrant ``Filter`` keeping the points of ``cells`` (and ``base``, if given)."""
+    from qdrant_client import models
+
+    condition: list[Any] = [
+        models.FieldCondition(key=key, match=models.MatchAny(any=[int(c) for c in cells]))
+    ]
+    if base is not None:
+        condition.append(base)
+    return models.Filter(must=condition)
+
+
+def lance_where(column: str, cells: Sequence[int], where: str | None = None) -> str:
+    """A LanceDB SQL predicate keeping the rows of ``cells`` (and ``where``, if given)."""
+    cell = f"{column} IN ({', '.join(str(int(c)) for c in cells)})"
+    return f"({where}) AND ({cell})" if where else cell
+
+
+def pg_cell_index(connection: Any, *, table: str, expression: str, name: str) -> None:
+    """``CREATE INDEX IF NOT EXISTS name ON table (expression)``: a B-tree on the cell.
+
+    ``table``, ``expression`` and ``name`` are SQL written by the adapters (never
+    user or document text).
+    """
+    from sqlalchemy import text
+
+    connection.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({expression})"))
