@@ -137,7 +137,9 @@ def _query_and_cells(
     q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, index.d))
     keys = np.ascontiguousarray(np.asarray(cells, dtype=np.int64).reshape(1, -1))
     coarse = np.zeros(keys.shape, dtype=np.float32)
-    return q, keys, coarse, faiss.SearchParametersIVF(nprobe=keys.shape[1])
+    params = faiss.SearchParametersIVF()
+    params.nprobe = keys.shape[1]
+    return q, keys, coarse, params
 
 
 def faiss_search(

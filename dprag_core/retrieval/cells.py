@@ -46,8 +46,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from fractions import Fraction
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +152,7 @@ def _exact_ranking(row: npt.NDArray[np.float32], centroids: npt.NDArray[np.float
 
     def key(j: int) -> tuple[float, Fraction, int]:
         tied = groups[rounded[j]] > 1
-        return (-rounded[j], -sum(map(Fraction, products[j])) if tied else Fraction(0), j)
+        return (-rounded[j], -Fraction(sum(map(Fraction, products[j]))) if tied else Fraction(0), j)
 
     return sorted(range(len(rounded)), key=key)
 
@@ -266,6 +266,7 @@ class PublicPartition:
             max_points_per_centroid=1_000_000, verbose=False,
         )  # fmt: skip
         kmeans.train(unit)
+        assert kmeans.centroids is not None
         provenance = PartitionProvenance(
             "public",
             source,
@@ -428,4 +429,3 @@ class PublicPartition:
             if partition.fingerprint != str(data["fingerprint"]):
                 raise ValueError(f"{path}: the partition's fingerprint does not match its content")
         return partition
-

@@ -71,8 +71,8 @@ class FaissCorpus:
 
     >>> FaissCorpus(dim=4)
     FaissCorpus(dim=4, documents=0)
-    >>> FaissCorpus(dim=4, partition=PublicPartition.random(dim=4, cells=8, probes=2))
-    FaissCorpus(dim=4, documents=0, partition=PublicPartition(dim=4, cells=8, probes=2, provenance='random'))
+    >>> FaissCorpus(dim=4, partition=PublicPartition.random(dim=4, cells=8, probes=2)).partition
+    PublicPartition(dim=4, cells=8, probes=2, provenance='random')
     """
 
     scale: ScoreScale = COSINE_SCALE
