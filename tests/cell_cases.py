@@ -145,7 +145,7 @@ def capacity_rows(*, with_new_unit: bool) -> list[Row]:
 def capacity_assign(
     partition: PublicPartition, capacity: int = SLOTS
 ) -> Callable[..., npt.NDArray[np.int64]]:
-    """The mutation: each cell keeps the ``capacity`` rows nearest its centroid, the rest move on."""
+    """The mutation: a cell keeps the ``capacity`` rows nearest its centroid, the rest move on."""
 
     def assign(vectors: npt.ArrayLike) -> npt.NDArray[np.int64]:
         x = np.asarray(vectors, dtype=np.float64).reshape(-1, partition.dim)
