@@ -6,11 +6,12 @@ module expresses "the exact top k among the documents of these cells" with the
 store clients both adapters wrap, so the store ranks and dprag reads only the
 probed cells:
 
-- FAISS: an ``IndexIVFFlat`` whose quantiser holds the partition's centroids
-  (:func:`faiss_partitioned_index`; nothing is trained), vectors added to the
-  lists dprag assigns (:func:`faiss_add`, never FAISS's own assignment), and a
-  search of exactly the probed lists (:func:`faiss_search`: ``search_preassigned``,
-  every vector of those lists scored, so the ranking inside them is exact).
+- FAISS: an ``IndexIVFFlat`` (inner product on unit vectors: cosine) whose
+  quantiser holds the partition's centroids (:func:`faiss_partitioned_index`;
+  nothing is trained), vectors added to the lists dprag assigns
+  (:func:`faiss_add`, never FAISS's own assignment), and a search of exactly
+  the probed lists (:func:`faiss_search`: ``search_preassigned``, every vector
+  of those lists scored, so the ranking inside them is exact).
 - Chroma: ``get(where={cell key: {"$in": cells}})`` reads the vectors of the
   probed cells only (:func:`chroma_where`), ranked by
   :mod:`~dprag_core.retrieval.exact`.
@@ -31,6 +32,7 @@ probed cells:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -40,9 +42,9 @@ from dprag_core.retrieval.cells import PublicPartition
 
 __all__ = [
     "CELLS_EXACT",
-    "FAISS_METRICS",
     "chroma_where",
     "faiss_add",
+    "faiss_bind",
     "faiss_partition_problem",
     "faiss_partitioned_index",
     "faiss_range",
@@ -58,10 +60,6 @@ CELLS_EXACT = (
     "cells (every document of those cells scored; cells and probes fixed before any data)"
 )
 
-FAISS_METRICS = {"inner_product": 0, "squared_l2": 1}
-"""The FAISS metric types of a partitioned index (``faiss.METRIC_INNER_PRODUCT``, ``METRIC_L2``)."""
-
-
 def partitioned_exact(partition: PublicPartition) -> str:
     """How a partitioned search is exact, for a store's facts.
 
@@ -75,10 +73,12 @@ def partitioned_exact(partition: PublicPartition) -> str:
 # -- FAISS -----------------------------------------------------------------------------
 
 
-def faiss_partitioned_index(partition: PublicPartition, *, metric: str = "inner_product") -> Any:
+def faiss_partitioned_index(partition: PublicPartition) -> Any:
     """An empty ``IndexIVFFlat`` whose lists are the partition's cells (nothing trained).
 
-    ``metric``: ``"inner_product"`` (cosine on unit vectors) or ``"squared_l2"``.
+    Inner product on unit vectors (cosine): its ``add`` is dprag's
+    (:func:`faiss_bind`), so whoever adds to it (FaissCorpus, LangChain's
+    ``FAISS``, LlamaIndex's ``FaissVectorStore``) gets the partition's cells.
 
     >>> from dprag_core.retrieval.cells import PublicPartition
     >>> index = faiss_partitioned_index(PublicPartition.random(dim=4, cells=3, probes=1))
@@ -87,43 +87,68 @@ def faiss_partitioned_index(partition: PublicPartition, *, metric: str = "inner_
     """
     import faiss
 
-    if metric not in FAISS_METRICS:
-        raise ValueError(f"metric must be one of {sorted(FAISS_METRICS)}, got {metric!r}")
     quantiser = faiss.IndexFlatIP(partition.dim)
     quantiser.add(partition.centroids)
-    index = faiss.IndexIVFFlat(quantiser, partition.dim, partition.cells, FAISS_METRICS[metric])
+    index = faiss.IndexIVFFlat(
+        quantiser, partition.dim, partition.cells, faiss.METRIC_INNER_PRODUCT
+    )
     index.is_trained = True
     index.nprobe = partition.probes
+    faiss_bind(index, partition)
     return index
+
+
+def faiss_bind(index: Any, partition: PublicPartition) -> None:
+    """Make ``index.add(x)`` add through the partition (:func:`faiss_add`).
+
+    FAISS's own ``add`` would assign cells with its float32 quantiser, whose
+    products near a boundary may round differently in a batch of 20 or more
+    (BLAS) than alone: a cell would depend on what was added with the vector.
+    An index read back from a file is bound again when a store is opened.
+    """
+    index.add = partial(faiss_add, index, partition=partition)
 
 
 def faiss_partition_problem(index: Any, partition: PublicPartition) -> str | None:
     """Why ``index`` is not ``partition``'s ``IndexIVFFlat`` (None when it is).
 
-    Its quantiser must hold exactly the partition's centroids, in order: then
-    its lists are the partition's cells.
+    Its quantiser must hold exactly the partition's centroids, in order (then
+    its lists are the partition's cells), and its metric must be the inner product.
     """
     import faiss
 
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is None or type(faiss.downcast_index(ivf)).__name__ != "IndexIVFFlat":
-        return f"its index is a {type(index).__name__}, not the partition's IndexIVFFlat"
-    if ivf is not faiss.downcast_index(index):
-        return "its IndexIVFFlat is wrapped (an ID map or a transform): dprag adds to it directly"
+    ivf: Any = faiss.downcast_index(index)
+    if type(ivf).__name__ != "IndexIVFFlat":
+        return f"its index is a {type(ivf).__name__}, not the partition's IndexIVFFlat"
     quantiser = faiss.downcast_index(ivf.quantizer)
     if ivf.nlist != partition.cells or ivf.d != partition.dim or quantiser.ntotal != ivf.nlist:
         return f"its {ivf.nlist} lists of dimension {ivf.d} are not the partition's cells"
+    if ivf.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return "its metric is not the inner product (build it with faiss_partitioned_index)"
     centroids = quantiser.reconstruct_n(0, quantiser.ntotal)
     if not np.array_equal(centroids, partition.centroids):
         return "its quantiser's centroids are not the partition's (trained on other data?)"
     return None
 
 
-def faiss_add(index: Any, vectors: npt.ArrayLike, partition: PublicPartition) -> None:
-    """Add ``vectors`` (ids continue the index's count) to the lists the partition assigns."""
+def _unit_rows(vectors: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
+    x = np.array(vectors, dtype=np.float32, ndmin=2).reshape(-1, dim)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if not np.all(np.isfinite(x)) or np.any(norms == 0):
+        raise ValueError("vectors must be finite and non-zero")
+    return np.ascontiguousarray(x / norms)
+
+
+def faiss_add(index: Any, vectors: npt.ArrayLike, *, partition: PublicPartition) -> None:
+    """Add unit-normalised ``vectors`` (ids continue the count) to the cells the partition assigns.
+
+    Refused (ValueError, nothing added) when a vector is among the partition's
+    training vectors (:meth:`~dprag_core.retrieval.cells.PublicPartition.refuse_training`).
+    """
     import faiss
 
-    x = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32).reshape(-1, index.d))
+    x = _unit_rows(vectors, index.d)
+    partition.refuse_training(x)
     ids = np.arange(index.ntotal, index.ntotal + len(x), dtype=np.int64)
     cells = np.ascontiguousarray(partition.assign(x))
     index.add_core(len(x), faiss.swig_ptr(x), faiss.swig_ptr(ids), faiss.swig_ptr(cells))
@@ -134,7 +159,7 @@ def _query_and_cells(
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.float32], Any]:
     import faiss
 
-    q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, index.d))
+    q = _unit_rows(query, index.d)[:1]
     keys = np.ascontiguousarray(np.asarray(cells, dtype=np.int64).reshape(1, -1))
     coarse = np.zeros(keys.shape, dtype=np.float32)
     params = faiss.SearchParametersIVF()
@@ -145,7 +170,7 @@ def _query_and_cells(
 def faiss_search(
     index: Any, query: npt.ArrayLike, cells: Sequence[int], k: int
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-    """The exact top ``k`` of the vectors in lists ``cells``: (raw scores, ids), best first."""
+    """The exact top ``k`` of lists ``cells`` for the unit ``query``: (cosines, ids), best first."""
     import faiss
 
     q, keys, coarse, params = _query_and_cells(index, query, cells)
@@ -162,7 +187,7 @@ def faiss_search(
 def faiss_range(
     index: Any, query: npt.ArrayLike, cells: Sequence[int], radius: float
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-    """Every vector of lists ``cells`` beyond ``radius`` (above it for inner product)."""
+    """Every vector of lists ``cells`` whose cosine with ``query`` is above ``radius``."""
     import faiss
 
     q, keys, coarse, params = _query_and_cells(index, query, cells)

@@ -126,11 +126,7 @@ class FaissCorpus:
             raise ValueError("units must be non-empty strings")
         if any(not isinstance(t, str) for t in texts):
             raise TypeError("texts must be strings")
-        if self.partition is None:
-            self._index.add(vectors)
-        else:
-            self.partition.refuse_training(vectors)
-            cell_search.faiss_add(self._index, vectors, self.partition)
+        self._index.add(vectors)  # a partitioned index adds through the partition
         self._ids.extend(ids)
         self._texts.extend(texts)
         self._units.extend(unit_list)
