@@ -59,8 +59,10 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
+from langchain_dprag.cells import partitioned_reading
 from langchain_dprag.errors import PrivateDataError, guarded
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import COSINE, OpenedStore, ScoreFunction, open_store
@@ -184,6 +186,7 @@ class DocumentSource:
     unit_key: str | None
     retriever_honours_k: bool = False
     exact_search: bool = False
+    partition: PublicPartition | None = None
 
     @cached_property
     def resolved(self) -> Resolved:
@@ -198,7 +201,13 @@ class DocumentSource:
         store = self.resolved.vectorstore
         if store is None:
             return None
-        return open_store(store, score_function=self.score_function, exact_search=self.exact_search)
+        reading = None if self.partition is None else partitioned_reading(store, self.partition)
+        return open_store(
+            store,
+            score_function=self.score_function,
+            exact_search=self.exact_search,
+            reading=reading,
+        )
 
     def check(self) -> None:
         """Refuse now, when the app is built, what could only fail later (module docstring)."""
@@ -206,6 +215,11 @@ class DocumentSource:
             raise ValueError(
                 "exact_search=True declares a vector store's search exact; for a retriever, "
                 "pass retriever_honours_k=True"
+            )
+        if self.opened is None and self.partition is not None:
+            raise ValueError(
+                "partition= searches a vector store's cells: pass vectorstore= (or "
+                "retriever=store.as_retriever()), not another retriever"
             )
 
     @property

@@ -79,6 +79,7 @@ from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
+from dprag_core.retrieval.cells import PublicPartition
 from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
@@ -367,6 +368,9 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """The metadata key naming the privacy unit (default: one document = one unit)."""
     retriever_honours_k: StrictBool = False
     """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
+    partition: PublicPartition | None = None
+    """A public partition: search only the cells the question probes, exactly
+    (documents added with ``langchain_dprag.cells.add_documents``; docs/design.md §11)."""
     accountant: CorpusAccountant | None = None
     """E.g. ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5), create=True)``."""
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
@@ -505,6 +509,7 @@ _SOURCE_FIELDS = (
     "unit_key",
     "retriever_honours_k",
     "exact_search",
+    "partition",
 )
 """The chain's fields that configure its :class:`~langchain_dprag._retrieval.DocumentSource`."""
 

@@ -61,6 +61,7 @@ from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
 from dprag_core.query_ids import query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import positive_finite, positive_int
 from langchain_dprag._retrieval import DocumentSource
@@ -97,7 +98,10 @@ class DPRetriever(KnownFields, BaseRetriever):
     docstring). Scores come from ``score_function`` (default: the one for the
     store's metric), whose public range is the threshold's range;
     ``exact_search=True`` is your promise that a store dprag does not know
-    searches exactly; ``unit_key`` names the metadata key of the privacy unit.
+    searches exactly; ``partition`` (a public
+    :class:`~dprag_core.retrieval.cells.PublicPartition`) searches only the
+    cells the question probes (:mod:`langchain_dprag.cells`); ``unit_key``
+    names the metadata key of the privacy unit.
     ``rng`` is for tests only (default: OS entropy).
 
     >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
@@ -111,6 +115,7 @@ class DPRetriever(KnownFields, BaseRetriever):
     k: int = 4
     score_function: ScoreFunction | None = None
     exact_search: StrictBool = False
+    partition: PublicPartition | None = None
     unit_key: str | None = None
     epsilon: float | None = None
     accountant: CorpusAccountant | None = None
@@ -168,6 +173,7 @@ class DPRetriever(KnownFields, BaseRetriever):
             score_key="score",
             unit_key=self.unit_key,
             exact_search=self.exact_search,
+            partition=self.partition,
         )
 
     def _searcher(self, found: dict[str, Document]) -> Retriever:

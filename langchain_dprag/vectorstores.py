@@ -278,7 +278,11 @@ class OpenedStore:
 
 
 def open_store(
-    store: VectorStore, *, score_function: ScoreFunction | None = None, exact_search: bool = False
+    store: VectorStore,
+    *,
+    score_function: ScoreFunction | None = None,
+    exact_search: bool = False,
+    reading: StoreReading | None = None,
 ) -> OpenedStore:
     """Read ``store`` through the table and settle its score function and exactness.
 
@@ -296,7 +300,7 @@ def open_store(
     """
     if not isinstance(exact_search, bool):
         raise TypeError(f"exact_search must be True or False, got {type(exact_search).__name__}")
-    reading = read_store(store)
+    reading = read_store(store) if reading is None else reading  # given: a partitioned search
     facts = reading.facts
     require_declarations(
         facts,

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from dprag_core.retrieval.cells import PartitionProvenance, PublicPartition
 
-DIM = 4
+DIM = 8
 QUESTION = "Q"
 SLOTS = 4
 

@@ -60,6 +60,7 @@ CELLS_EXACT = (
     "cells (every document of those cells scored; cells and probes fixed before any data)"
 )
 
+
 def partitioned_exact(partition: PublicPartition) -> str:
     """How a partitioned search is exact, for a store's facts.
 

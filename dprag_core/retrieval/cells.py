@@ -99,6 +99,8 @@ class PartitionProvenance:
 
 def _float32_rows(vectors: npt.ArrayLike, dim: int, name: str) -> npt.NDArray[np.float32]:
     x = np.asarray(vectors, dtype=np.float32)
+    if x.size == 0:
+        return np.zeros((0, dim), dtype=np.float32)
     if x.ndim == 1:
         x = x[None, :]
     if x.ndim != 2 or x.shape[1] != dim:

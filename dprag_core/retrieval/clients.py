@@ -50,6 +50,7 @@ __all__ = [
     "lance_exact",
     "qdrant_distance",
     "qdrant_exact_params",
+    "qdrant_local",
 ]
 
 FLAT_EXACT = "flat index (every stored vector scored)"
@@ -213,6 +214,11 @@ def qdrant_distance(client: Any, collection: str, vector_name: str) -> str | Non
     params = vectors.get(vector_name) if isinstance(vectors, dict) else vectors
     distance = getattr(params, "distance", None)
     return None if distance is None else str(getattr(distance, "value", distance))
+
+
+def qdrant_local(client: Any) -> bool:
+    """Whether a ``QdrantClient`` runs in local mode (in process: no indexes, every point scanned)."""
+    return type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
 
 
 def qdrant_exact_params() -> Any:

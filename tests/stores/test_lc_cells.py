@@ -1,0 +1,185 @@
+"""LangChain's partitioned search on the real stores: exact in the probed cells, audited.
+
+For every store the partition reaches (InMemory, FAISS as the partition's
+IndexIVFFlat, Chroma, PGVector, Qdrant local, LanceDB), documents added with
+``langchain_dprag.cells.add_documents`` carry their cell; ``DPRAGChain`` and
+``DPRetriever`` with ``partition=`` retrieve the exact top k of the probed cells
+(brute force over those cells agrees), the adversarial x of tests/cell_cases.py
+change at most one slot and their audits stay within the claim, and a probe
+count chosen from the data (the mutation) fails the audit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from cell_cases import (
+    CASES,
+    QUESTION,
+    Row,
+    adaptive_probe,
+    adaptive_rows,
+    at,
+    axes,
+    case_rows,
+    quiet_faiss,
+)
+from cell_stores import LC_CELL_KINDS, brute_force_in_cells, lc_cell_store
+from langchain_core.documents import Document
+from retrieval_audit import (
+    EPSILON,
+    SELECTION_EPSILON,
+    TRIALS,
+    UNITS,
+    Recorder,
+    accountant,
+    audit_pair,
+    histograms,
+    threshold_votes,
+)
+
+from dprag_core.audit import audit_epsilon
+from dprag_core.retrieval.cells import CELL_KEY, PartitionProvenance, PublicPartition
+from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.threshold import DPThreshold
+from langchain_dprag import DPRAGChain, DPRetriever
+from langchain_dprag.cells import add_documents, partitioned_reading
+from langchain_dprag.vectorstores import open_store
+
+
+def _pg(request: pytest.FixtureRequest, kind: str) -> str | None:
+    return request.getfixturevalue("pg_url") if kind.startswith("pgvector") else None
+
+
+def _random_rows(n: int = 60, seed: int = 7) -> list[Row]:
+    x = np.random.default_rng(seed).normal(size=(n, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)  # unit: every metric ranks as the cosine
+    return [Row(f"r{i:02d}", f"r{i:02d}", f"Q:0 r{i:02d}", tuple(v)) for i, v in enumerate(x)]
+
+
+@pytest.mark.parametrize("kind", LC_CELL_KINDS)
+def test_partitioned_search_is_the_exact_ranking_of_the_probed_cells(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    rows = _random_rows()
+    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
+    store = lc_cell_store(kind, rows, partition, _pg(request, kind))
+    opened = open_store(store, reading=partitioned_reading(store, partition))
+    assert "2 cells a question probes" in opened.exact and "partitioned" in opened.name
+    found = opened.searcher()(QUESTION, 10)
+    by_text = {r.text: r.id for r in rows}
+    assert [by_text[d.page_content] for d, _ in found] == brute_force_in_cells(rows, partition, 10)
+    cells = set(partition.probe(np.asarray(at(30.0))))
+    if kind != "faiss":  # FAISS keeps the cell as the list, not in metadata
+        assert all(d.metadata[CELL_KEY] in cells for d, _ in found)
+
+
+def _chain_units(request: pytest.FixtureRequest, kind: str, rows: Sequence[Row],
+                 partition: PublicPartition) -> tuple[list[str], list[tuple[int, int]]]:  # fmt: skip
+    store = lc_cell_store(kind, rows, partition, _pg(request, kind))
+    recorder = Recorder(UNITS)
+    chain = DPRAGChain(vectorstore=store, partition=partition, mechanism=recorder,
+                       unit_key="ref", accountant=accountant())  # fmt: skip
+    chain.invoke(QUESTION)
+    units = [d.unit for d in recorder.seen[-1][1] if not d.is_padding]
+    return units, histograms(recorder.seen, UNITS)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("kind", LC_CELL_KINDS)
+def test_chain_adversarial_x_within_claim(
+    request: pytest.FixtureRequest, kind: str, case: str
+) -> None:
+    runs = []
+    for new in (False, True):
+        rows, probes = case_rows(case, with_new_unit=new)
+        runs.append(_chain_units(request, kind, rows, axes(probes)))
+    assert len(set(runs[0][0]) - set(runs[1][0])) <= 1
+    assert audit_pair(runs[0][1], runs[1][1], seed=51).epsilon_lower_bound <= EPSILON
+
+
+@pytest.mark.parametrize("kind", LC_CELL_KINDS)
+def test_chain_mutation_probe_count_from_the_data_fails(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    runs = []
+    for new in (False, True):
+        rows = adaptive_rows(with_new_unit=new)
+        partition = axes(1)
+        partition.probe = adaptive_probe(partition, rows)  # type: ignore[method-assign]
+        runs.append(_chain_units(request, kind, rows, partition))
+    assert not set(runs[0][0]) & set(runs[1][0])  # every slot changed
+    assert audit_pair(runs[0][1], runs[1][1], seed=52).epsilon_lower_bound > EPSILON
+
+
+# -- DPRetriever: the DP threshold over every unit of the probed cells -------------------
+
+
+def _selection(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str,
+               rows: Sequence[Row], partition: PublicPartition) -> list[ScoredDocument]:  # fmt: skip
+    store = lc_cell_store(kind, rows, partition, _pg(request, kind))
+    seen: list[list[ScoredDocument]] = []
+    select = DPThreshold.select
+
+    def recording(self: DPThreshold, docs: Any, *, rng: Any = None) -> Any:
+        seen.append(list(docs))
+        return select(self, docs, rng=rng)
+
+    monkeypatch.setattr(DPThreshold, "select", recording)
+    DPRetriever(vectorstore=store, partition=partition, epsilon=SELECTION_EPSILON,
+                accountant=accountant(), k=4, unit_key="ref", rng=0).invoke(QUESTION)  # fmt: skip
+    return seen[0]
+
+
+def _audit_selection(selections: Sequence[list[ScoredDocument]], seed: int) -> float:
+    gen = np.random.default_rng(seed)
+    outputs = [threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
+               for s in selections]  # fmt: skip
+    return audit_epsilon(*outputs).epsilon_lower_bound
+
+
+@pytest.mark.parametrize("kind", ["faiss", "pgvector_cosine", "qdrant_cosine"])
+def test_dp_retriever_in_the_probed_cells_within_claim_and_the_mutation_fails(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    fair = []
+    for new in (False, True):
+        rows, probes = case_rows("fills", with_new_unit=new)
+        fair.append(_selection(request, monkeypatch, kind, rows, axes(probes)))
+    assert _audit_selection(fair, seed=53) <= SELECTION_EPSILON + EPSILON
+    mutated = []
+    for new in (False, True):
+        rows = adaptive_rows(with_new_unit=new)
+        partition = axes(1)
+        partition.probe = adaptive_probe(partition, rows)  # type: ignore[method-assign]
+        mutated.append(_selection(request, monkeypatch, kind, rows, partition))
+    assert _audit_selection(mutated, seed=54) > SELECTION_EPSILON + EPSILON
+
+
+# -- refusals --------------------------------------------------------------------------
+
+
+def test_partition_refusals_name_the_fix() -> None:
+    rows, _ = case_rows("boundary", with_new_unit=False)
+    store = lc_cell_store("faiss", rows, axes(1))
+    flipped = PublicPartition(-axes(1).centroids, probes=1,
+                              provenance=PartitionProvenance("random", "flipped axes", 0))  # fmt: skip
+    with pytest.raises(ValueError, match="centroids are not the partition's"):
+        DPRAGChain(vectorstore=store, partition=flipped, mechanism=Recorder(UNITS),
+                   accountant=accountant())  # fmt: skip
+    with pytest.raises(ValueError, match="partition= searches a vector store"):
+        DPRAGChain(retriever=store.as_retriever(search_type="mmr"), partition=axes(1),
+                   retriever_honours_k=True, mechanism=Recorder(UNITS),
+                   accountant=accountant())  # fmt: skip
+    with pytest.raises(TypeError, match="partition must be a PublicPartition"):
+        add_documents(store, [], "cells")  # type: ignore[arg-type]
+    # a partition fitted on the corpus is refused when the corpus is added
+    with quiet_faiss():
+        fitted = PublicPartition.fit(np.array([r.vector for r in rows] * 2), cells=2, probes=1,
+                                     source="the corpus itself")  # fmt: skip
+    empty = lc_cell_store("chroma_cosine", [], axes(1))
+    with pytest.raises(ValueError, match="among the vectors this partition was fitted on"):
+        add_documents(empty, [Document(page_content=r.text) for r in rows], fitted)
