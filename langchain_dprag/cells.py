@@ -138,8 +138,11 @@ def add_documents(
         _bind_faiss(store, partition)
         return store.add_documents(docs, ids=id_list)
     if not kind:
-        raise refusal(type(store).__name__, "it is not a store dprag partitions",
-                      f"use one of {PARTITIONED_STORES}")  # fmt: skip
+        raise refusal(
+            type(store).__name__,
+            "it is not a store dprag partitions",
+            f"use one of {PARTITIONED_STORES}",
+        )
     embeddings = store.embeddings
     if embeddings is None:
         raise refusal(type(store).__name__, "it has no embeddings", "give the store its embeddings")
@@ -177,9 +180,11 @@ def _index_cells(store: Any, kind: str) -> None:
         table = store.EmbeddingStore.__tablename__
         with store._make_sync_session() as session:
             cell_search.pg_cell_index(
-                session, table=table, name=f"{table}_{CELL_KEY}",
+                session,
+                table=table,
+                name=f"{table}_{CELL_KEY}",
                 expression=f"collection_id, (cmetadata ->> '{CELL_KEY}')",
-            )  # fmt: skip
+            )
             session.commit()
 
 
@@ -294,9 +299,13 @@ def _lancedb_searcher(store: Any, partition: PublicPartition, metric: str) -> Se
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         query = _embed(store, question)
         found = clients.lance_exact(
-            store.get_table(), query, column=store._vector_key, distance=distance, k=k,
+            store.get_table(),
+            query,
+            column=store._vector_key,
+            distance=distance,
+            k=k,
             where=cell_search.lance_where(f"metadata.{CELL_KEY}", partition.probe(query)),
-        )  # fmt: skip
+        )
         pairs: list[tuple[Document, float]] = store.results_to_docs(found, score=True)
         return pairs
 

@@ -153,8 +153,11 @@ def capacity_assign(
         out = np.full(len(x), -1, dtype=np.int64)
         for rank in range(partition.cells):  # each row's rank-th choice, nearest rows first
             for cell in range(partition.cells):
-                want = [i for i in range(len(x)) if out[i] < 0
-                        and np.argsort(-scores[i], kind="stable")[rank] == cell]  # fmt: skip
+                want = [
+                    i
+                    for i in range(len(x))
+                    if out[i] < 0 and np.argsort(-scores[i], kind="stable")[rank] == cell
+                ]
                 room = capacity - int(np.sum(out == cell))
                 for i in sorted(want, key=lambda i: -scores[i, cell])[: max(room, 0)]:
                     out[i] = cell

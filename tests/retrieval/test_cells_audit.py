@@ -45,13 +45,22 @@ Hists = list[tuple[int, int]]
 
 def corpus(rows: Sequence[Row], partition: PublicPartition) -> FaissCorpus:
     store = FaissCorpus(dim=DIM, partition=partition)
-    store.add([r.id for r in rows], [r.text for r in rows],
-              np.array([r.vector for r in rows]), [r.unit for r in rows])  # fmt: skip
+    store.add(
+        [r.id for r in rows],
+        [r.text for r in rows],
+        np.array([r.vector for r in rows]),
+        [r.unit for r in rows],
+    )
     return store
 
 
-def run(rows: Sequence[Row], partition: PublicPartition, *, query: tuple[float, ...] = QUERY,
-        tau: float | None = None) -> tuple[list[str], Hists]:  # fmt: skip
+def run(
+    rows: Sequence[Row],
+    partition: PublicPartition,
+    *,
+    query: tuple[float, ...] = QUERY,
+    tau: float | None = None,
+) -> tuple[list[str], Hists]:
     recorder = Recorder(None if tau is not None else UNITS, tau=tau)
     retriever = corpus(rows, partition).as_retriever(lambda q: np.array(query))
     PrivateRAG(recorder, retriever, accountant=accountant()).answer(QUESTION)

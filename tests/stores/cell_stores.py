@@ -1,4 +1,4 @@
-"""The real stores of both frameworks, filled through dprag's partition helpers (tests/cell_cases.py).
+"""Real stores of both frameworks, filled through dprag's partition helpers (tests/cell_cases.py).
 
 Rows carry their own vectors (an embeddings table keyed by text; the question
 ``"Q"`` embeds as the case's query vector), documents their unit in metadata
@@ -19,8 +19,14 @@ from store_cases import QDRANT_DISTANCES, li_vector_store
 
 from dprag_core.retrieval.cells import PublicPartition
 
-LC_CELL_KINDS = ("inmemory", "faiss", "chroma_cosine", "pgvector_cosine", "qdrant_cosine",
-                 "lancedb_l2")  # fmt: skip
+LC_CELL_KINDS = (
+    "inmemory",
+    "faiss",
+    "chroma_cosine",
+    "pgvector_cosine",
+    "qdrant_cosine",
+    "lancedb_l2",
+)
 LI_CELL_KINDS = ("simple", "faiss", "chroma_cosine", "pgvector", "qdrant_cosine", "lancedb_l2")
 
 
@@ -38,14 +44,20 @@ class RowEmbeddings(Embeddings):
         return self.table.get(text, [1.0] + [0.0] * (DIM - 1))
 
 
-def lc_cell_store(kind: str, rows: Sequence[Row], partition: PublicPartition,
-                  pg_url: str | None = None, query: Sequence[float] = QUERY) -> Any:  # fmt: skip
+def lc_cell_store(
+    kind: str,
+    rows: Sequence[Row],
+    partition: PublicPartition,
+    pg_url: str | None = None,
+    query: Sequence[float] = QUERY,
+) -> Any:
     """A LangChain store of ``kind`` holding ``rows``, added with their cells."""
     from langchain_dprag.cells import add_documents, partitioned_faiss
 
     emb = RowEmbeddings(rows, query)
-    docs = [Document(page_content=r.text, metadata={"ref": r.unit}, id=str(uuid.uuid4()))
-            for r in rows]  # fmt: skip
+    docs = [
+        Document(page_content=r.text, metadata={"ref": r.unit}, id=str(uuid.uuid4())) for r in rows
+    ]
     if kind == "faiss":
         return partitioned_faiss(docs, emb, partition)
     store = lc_empty(kind, emb, pg_url)
@@ -65,14 +77,23 @@ def lc_empty(kind: str, emb: Embeddings, pg_url: str | None = None) -> Any:
         import chromadb
         from langchain_chroma import Chroma
 
-        return Chroma(collection_name=name, embedding_function=emb,
-                      client=chromadb.EphemeralClient(),
-                      collection_configuration={"hnsw": {"space": metric}})  # fmt: skip
+        return Chroma(
+            collection_name=name,
+            embedding_function=emb,
+            client=chromadb.EphemeralClient(),
+            collection_configuration={"hnsw": {"space": metric}},
+        )
     if store == "pgvector":
         from langchain_postgres import PGVector
 
-        return PGVector(emb, connection=pg_url, collection_name=name, distance_strategy=metric,
-                        embedding_length=DIM, use_jsonb=True)  # fmt: skip
+        return PGVector(
+            emb,
+            connection=pg_url,
+            collection_name=name,
+            distance_strategy=metric,
+            embedding_length=DIM,
+            use_jsonb=True,
+        )
     if store == "qdrant":
         from langchain_qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
@@ -93,8 +114,12 @@ def lc_empty(kind: str, emb: Embeddings, pg_url: str | None = None) -> Any:
             warnings.simplefilter("ignore", DeprecationWarning)
             from langchain_community.vectorstores import LanceDB
 
-        return LanceDB(connection=lancedb.connect(tempfile.mkdtemp(prefix="dprag-lance-")),
-                       embedding=emb, table_name=name, distance=metric)  # fmt: skip
+        return LanceDB(
+            connection=lancedb.connect(tempfile.mkdtemp(prefix="dprag-lance-")),
+            embedding=emb,
+            table_name=name,
+            distance=metric,
+        )
     raise ValueError(kind)
 
 
@@ -115,31 +140,47 @@ def li_query_embedding(query: Sequence[float]) -> Any:
     return Fixed(model_name="fixed")
 
 
-def li_cell_index(kind: str, rows: Sequence[Row], partition: PublicPartition,
-                  pg_url: str | None = None, query: Sequence[float] = QUERY) -> Any:  # fmt: skip
-    """A LlamaIndex ``VectorStoreIndex`` of ``kind`` over ``rows``, nodes tagged with their cells."""
+def li_cell_index(
+    kind: str,
+    rows: Sequence[Row],
+    partition: PublicPartition,
+    pg_url: str | None = None,
+    query: Sequence[float] = QUERY,
+) -> Any:
+    """A LlamaIndex ``VectorStoreIndex`` of ``kind`` over ``rows``, nodes tagged with cells."""
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.schema import TextNode
     from llamaindex_dprag.cells import partitioned_faiss_store, tag_nodes
 
-    nodes = [TextNode(id_=str(uuid.uuid5(uuid.NAMESPACE_URL, r.id)), text=r.text,
-                      metadata={"ref": r.unit}, embedding=list(r.vector)) for r in rows]  # fmt: skip
+    nodes = [
+        TextNode(
+            id_=str(uuid.uuid5(uuid.NAMESPACE_URL, r.id)),
+            text=r.text,
+            metadata={"ref": r.unit},
+            embedding=list(r.vector),
+        )
+        for r in rows
+    ]
     if kind == "faiss":
         vector_store = partitioned_faiss_store(partition)
     else:
         vector_store = li_vector_store(kind, pg_url)
     storage = StorageContext.from_defaults(vector_store=vector_store)
-    index = VectorStoreIndex(tag_nodes(nodes, partition), storage_context=storage,
-                             embed_model=li_query_embedding(query))  # fmt: skip
+    index = VectorStoreIndex(
+        tag_nodes(nodes, partition), storage_context=storage, embed_model=li_query_embedding(query)
+    )
     return index
 
 
-def brute_force_in_cells(rows: Sequence[Row], partition: PublicPartition, k: int,
-                         query: Sequence[float] = QUERY) -> list[str]:  # fmt: skip
+def brute_force_in_cells(
+    rows: Sequence[Row], partition: PublicPartition, k: int, query: Sequence[float] = QUERY
+) -> list[str]:
     """The ids of the exact top k by cosine among the rows of the query's probed cells."""
     cells = set(partition.probe(np.asarray(query)))
     vectors = np.array([r.vector for r in rows])
     inside = [r for r, c in zip(rows, partition.assign(vectors), strict=True) if c in cells]
-    cos = {r.id: float(np.asarray(r.vector) @ np.asarray(query)) / float(np.linalg.norm(r.vector))
-           for r in inside}  # fmt: skip
+    cos = {
+        r.id: float(np.asarray(r.vector) @ np.asarray(query)) / float(np.linalg.norm(r.vector))
+        for r in inside
+    }
     return sorted(cos, key=lambda i: (-cos[i], i))[:k]

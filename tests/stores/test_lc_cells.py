@@ -27,7 +27,13 @@ from cell_cases import (
     case_rows,
     quiet_faiss,
 )
-from cell_stores import LC_CELL_KINDS, brute_force_in_cells, lc_cell_store
+from cell_stores import (
+    LC_CELL_KINDS,
+    RowEmbeddings,
+    brute_force_in_cells,
+    lc_cell_store,
+    lc_empty,
+)
 from langchain_core.documents import Document
 from retrieval_audit import (
     EPSILON,
@@ -77,12 +83,18 @@ def test_partitioned_search_is_the_exact_ranking_of_the_probed_cells(
         assert all(d.metadata[CELL_KEY] in cells for d, _ in found)
 
 
-def _chain_units(request: pytest.FixtureRequest, kind: str, rows: Sequence[Row],
-                 partition: PublicPartition) -> tuple[list[str], list[tuple[int, int]]]:  # fmt: skip
+def _chain_units(
+    request: pytest.FixtureRequest, kind: str, rows: Sequence[Row], partition: PublicPartition
+) -> tuple[list[str], list[tuple[int, int]]]:
     store = lc_cell_store(kind, rows, partition, _pg(request, kind))
     recorder = Recorder(UNITS)
-    chain = DPRAGChain(vectorstore=store, partition=partition, mechanism=recorder,
-                       unit_key="ref", accountant=accountant())  # fmt: skip
+    chain = DPRAGChain(
+        vectorstore=store,
+        partition=partition,
+        mechanism=recorder,
+        unit_key="ref",
+        accountant=accountant(),
+    )
     chain.invoke(QUESTION)
     units = [d.unit for d in recorder.seen[-1][1] if not d.is_padding]
     return units, histograms(recorder.seen, UNITS)
@@ -118,8 +130,13 @@ def test_chain_mutation_probe_count_from_the_data_fails(
 # -- DPRetriever: the DP threshold over every unit of the probed cells -------------------
 
 
-def _selection(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str,
-               rows: Sequence[Row], partition: PublicPartition) -> list[ScoredDocument]:  # fmt: skip
+def _selection(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    rows: Sequence[Row],
+    partition: PublicPartition,
+) -> list[ScoredDocument]:
     store = lc_cell_store(kind, rows, partition, _pg(request, kind))
     seen: list[list[ScoredDocument]] = []
     select = DPThreshold.select
@@ -129,15 +146,24 @@ def _selection(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, 
         return select(self, docs, rng=rng)
 
     monkeypatch.setattr(DPThreshold, "select", recording)
-    DPRetriever(vectorstore=store, partition=partition, epsilon=SELECTION_EPSILON,
-                accountant=accountant(), k=4, unit_key="ref", rng=0).invoke(QUESTION)  # fmt: skip
+    DPRetriever(
+        vectorstore=store,
+        partition=partition,
+        epsilon=SELECTION_EPSILON,
+        accountant=accountant(),
+        k=4,
+        unit_key="ref",
+        rng=0,
+    ).invoke(QUESTION)
     return seen[0]
 
 
 def _audit_selection(selections: Sequence[list[ScoredDocument]], seed: int) -> float:
     gen = np.random.default_rng(seed)
-    outputs = [threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
-               for s in selections]  # fmt: skip
+    outputs = [
+        threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
+        for s in selections
+    ]
     return audit_epsilon(*outputs).epsilon_lower_bound
 
 
@@ -165,21 +191,28 @@ def test_dp_retriever_in_the_probed_cells_within_claim_and_the_mutation_fails(
 def test_partition_refusals_name_the_fix() -> None:
     rows, _ = case_rows("boundary", with_new_unit=False)
     store = lc_cell_store("faiss", rows, axes(1))
-    flipped = PublicPartition(-axes(1).centroids, probes=1,
-                              provenance=PartitionProvenance("random", "flipped axes", 0))  # fmt: skip
+    flipped = PublicPartition(
+        -axes(1).centroids, probes=1, provenance=PartitionProvenance("random", "flipped axes", 0)
+    )
     with pytest.raises(ValueError, match="centroids are not the partition's"):
-        DPRAGChain(vectorstore=store, partition=flipped, mechanism=Recorder(UNITS),
-                   accountant=accountant())  # fmt: skip
+        DPRAGChain(
+            vectorstore=store, partition=flipped, mechanism=Recorder(UNITS), accountant=accountant()
+        )
     with pytest.raises(ValueError, match="partition= searches a vector store"):
-        DPRAGChain(retriever=store.as_retriever(search_type="mmr"), partition=axes(1),
-                   retriever_honours_k=True, mechanism=Recorder(UNITS),
-                   accountant=accountant())  # fmt: skip
+        DPRAGChain(
+            retriever=store.as_retriever(search_type="mmr"),
+            partition=axes(1),
+            retriever_honours_k=True,
+            mechanism=Recorder(UNITS),
+            accountant=accountant(),
+        )
     with pytest.raises(TypeError, match="partition must be a PublicPartition"):
         add_documents(store, [], "cells")  # type: ignore[arg-type]
     # a partition fitted on the corpus is refused when the corpus is added
     with quiet_faiss():
-        fitted = PublicPartition.fit(np.array([r.vector for r in rows] * 2), cells=2, probes=1,
-                                     source="the corpus itself")  # fmt: skip
-    empty = lc_cell_store("chroma_cosine", [], axes(1))
+        fitted = PublicPartition.fit(
+            np.array([r.vector for r in rows] * 2), cells=2, probes=1, source="the corpus itself"
+        )
+    empty = lc_empty("chroma_cosine", RowEmbeddings(rows))
     with pytest.raises(ValueError, match="among the vectors this partition was fitted on"):
         add_documents(empty, [Document(page_content=r.text) for r in rows], fitted)
