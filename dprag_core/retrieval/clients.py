@@ -217,7 +217,7 @@ def qdrant_distance(client: Any, collection: str, vector_name: str) -> str | Non
 
 
 def qdrant_local(client: Any) -> bool:
-    """Whether a ``QdrantClient`` runs in local mode (in process, no indexes, every point scanned)."""
+    """Whether a ``QdrantClient`` runs in local mode (in process: it scans every point)."""
     return type(getattr(client, "_client", None)).__name__ == "QdrantLocal"
 
 
