@@ -83,6 +83,7 @@ from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import (
     check_keywords,
@@ -107,7 +108,14 @@ __all__ = ["PRIVATE_CHAT_MODES", "DPQueryEngine", "EngineOptions", "answer_metad
 
 _T = TypeVar("_T")
 dispatcher = get_dispatcher(__name__)
-_CONVERSION = ("unit_key", "score_direction", "score_range", "metadata_mode", "exact_search")
+_CONVERSION = (
+    "unit_key",
+    "score_direction",
+    "score_range",
+    "metadata_mode",
+    "exact_search",
+    "partition",
+)
 
 PRIVATE_CHAT_MODES = {
     ChatMode.CONDENSE_QUESTION: "each turn is one DP query: your public LLM condenses the "
@@ -165,7 +173,10 @@ class EngineOptions(TypedDict, total=False):
     the store's scores, e.g. ``(-1, 1)`` for
     :func:`~llamaindex_dprag.vector_stores.cosine_faiss_store`; scores are
     clipped into it), ``unit_key`` (the metadata key naming the privacy unit;
-    default: the node's source document), ``metadata_mode``.
+    default: the node's source document), ``metadata_mode``, ``partition`` (a
+    public :class:`~dprag_core.retrieval.cells.PublicPartition`: only the cells
+    the question probes are queried, exactly; nodes tagged with
+    :func:`~llamaindex_dprag.cells.tag_nodes`; docs/design.md §11).
 
     >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
     >>> "text_qa_template" in EngineOptions.__annotations__
@@ -178,6 +189,7 @@ class EngineOptions(TypedDict, total=False):
     score_direction: str | None
     score_range: tuple[float, float] | None
     exact_search: bool
+    partition: PublicPartition | None
     unit_key: str | None
     metadata_mode: MetadataMode
     streaming: bool

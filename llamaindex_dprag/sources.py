@@ -58,6 +58,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import METRICS, ScoreScale
 from dprag_core.retrieval.stores import (
@@ -68,6 +69,7 @@ from dprag_core.retrieval.stores import (
 )
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import strict_bool
+from llamaindex_dprag.cells import partitioned_reading
 from llamaindex_dprag.stores import SUPPORTED_STORES, Query, StoreReading, read_vector_store
 from llamaindex_dprag.units import (
     ScoreDirection,
@@ -223,6 +225,7 @@ class IndexSource(_Conversion):
         alpha: float | None = None,
         vector_store_kwargs: Mapping[str, Any] | None = None,
         exact_search: bool = False,
+        partition: PublicPartition | None = None,
     ) -> None:
         for attr in ("vector_store", "docstore", "index_struct"):
             if not hasattr(index, attr):
@@ -230,7 +233,10 @@ class IndexSource(_Conversion):
         exact_search = strict_bool("exact_search", exact_search)
         if score_direction is not None:
             check_direction(score_direction)
-        self.reading = read_vector_store(index.vector_store)
+        if partition is None:
+            self.reading = read_vector_store(index.vector_store)
+        else:  # the exact query of the probed cells (llamaindex_dprag.cells)
+            self.reading = partitioned_reading(index.vector_store, partition)
         facts = self.reading.facts
         require_declarations(
             facts,
@@ -319,14 +325,19 @@ class IndexSource(_Conversion):
         self, question: str, embedding: list[float] | None, k: int, *, query: Query | None = None
     ) -> list[ScoredDocument]:
         """The first ``k`` of the store's exact ranking for ``question`` (already embedded)."""
+        return self.convert(self.nodes(question, embedding, k, query=query))
+
+    def nodes(
+        self, question: str, embedding: list[float] | None, k: int, *, query: Query | None = None
+    ) -> list[NodeWithScore]:
+        """:meth:`search`'s nodes, with the store's raw scores (tie groups completed)."""
         run = self.reading.querier() if query is None else query
-        pairs = tie_complete(
+        return tie_complete(
             lambda n: self._query(run, question, embedding, n),
             k,
             score=lambda pair: pair.score if pair.score is not None else math.nan,
             ident=lambda pair: pair.node.node_id,
         )
-        return self.convert(pairs)
 
     def _query(
         self, run: Query, question: str, embedding: list[float] | None, k: int
@@ -387,11 +398,17 @@ class RetrieverSource(_Conversion):
         metadata_mode: MetadataMode = MetadataMode.LLM,
         returns_everything: bool = False,
         exact_search: bool = False,
+        partition: PublicPartition | None = None,
     ) -> None:
         if strict_bool("exact_search", exact_search):
             raise ValueError(
                 "exact_search=True declares a vector store's query exact; for a retriever, "
                 "pass returns_everything=True"
+            )
+        if partition is not None:
+            raise ValueError(
+                "partition= queries the cells of an index's vector store: use "
+                "DPQueryEngine.from_index(index, partition=...), not a retriever"
             )
         super().__init__(
             unit_key=unit_key,
