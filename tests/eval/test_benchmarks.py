@@ -7,6 +7,7 @@ exactly as a user runs them: real reader, MiniLM, FAISS, every mechanism.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +85,22 @@ def test_prefill_benchmark_compares_both_prefills() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "per-row / padded" in done.stdout and "greedy tokens differing: 0 of" in done.stdout
+
+
+def test_stores_benchmark_prints_one_line_per_store_and_size(tmp_path: Path) -> None:
+    """benchmarks/stores.py --quick: the exact, partitioned and own searches, side by side."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "stores.py"), "--quick",
+         "--stores", "faiss", "chroma", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    pattern = (
+        r"^(faiss|chroma) N=2000 exact_p50_ms=[\d.]+ partitioned_p50_ms=[\d.]+ "
+        r"own_approx_p50_ms=[\d.]+ recall@10=(0|1)\.\d{3}$"
+    )
+    lines = [line for line in done.stdout.splitlines() if re.match(pattern, line)]
+    assert [line.split()[0] for line in lines] == ["faiss", "chroma"]
+    assert "| chroma | 2000 |" in (tmp_path / "table.md").read_text()
