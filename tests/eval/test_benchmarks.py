@@ -79,10 +79,26 @@ def test_attacks_quick(tmp_path: Path) -> None:
 def test_prefill_benchmark_compares_both_prefills() -> None:
     """benchmarks/prefill.py: both prefills timed side by side, every greedy token compared."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "prefill.py"), "--m", "3", "--tokens", "2",
-         "--timed", "1", "--repeats", "1", "--threads", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "prefill.py"),
+            "--m",
+            "3",
+            "--tokens",
+            "2",
+            "--timed",
+            "1",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "per-row / padded" in done.stdout and "greedy tokens differing: 0 of" in done.stdout
 
@@ -91,11 +107,23 @@ def test_stores_benchmark_prints_one_line_per_store_and_size(tmp_path: Path) -> 
     """benchmarks/stores.py --quick: the exact, partitioned and own searches, side by side."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "stores.py"), "--quick",
-         "--stores", "faiss", "chroma", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "stores.py"),
+            "--quick",
+            "--stores",
+            "faiss",
+            "chroma",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     pattern = (
         r"^(faiss|chroma) N=2000 exact_p50_ms=[\d.]+ partitioned_p50_ms=[\d.]+ "
