@@ -205,6 +205,9 @@ def partitioned_reading(store: VectorStore, partition: PublicPartition) -> Store
     if kind == "faiss":
         _bind_faiss(store, partition)
         facts = StoreFacts("FAISS (partitioned IndexIVFFlat)", metric="cosine")
+    elif kind == "chroma":  # no size limit: only the probed cells are read
+        space = clients.chroma_space(store._collection)  # type: ignore[attr-defined]
+        facts = StoreFacts(f"Chroma (space {space!r})", metric=clients.CHROMA_METRICS.get(space))
     else:
         facts = read_store(store).facts
     if facts.refused is not None or facts.metric is None:  # open_store says why

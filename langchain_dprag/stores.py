@@ -138,6 +138,9 @@ def _chroma(store: Any) -> StoreReading:
         return _fixed(StoreFacts(name, refused=refused), store.similarity_search_with_score)
     if metric is None:
         return _fixed(StoreFacts(name), store.similarity_search_with_score)
+    too_large = clients.chroma_too_large(store._collection)
+    if too_large is not None:
+        return _fixed(StoreFacts(name, refused=too_large), store.similarity_search_with_score)
     facts = StoreFacts(name, metric=metric, exact=clients.CHROMA_EXACT)
     return StoreReading(facts, partial(_chroma_searcher, store, metric))
 

@@ -151,6 +151,12 @@ def partitioned_reading(vector_store: Any, partition: PublicPartition) -> StoreR
         cell_search.faiss_bind(index, partition)
         facts = StoreFacts("FaissVectorStore (partitioned IndexIVFFlat)", metric="cosine")
         filters = False
+    elif kind == "chroma":  # no size limit: only the probed cells are read
+        space = clients.chroma_space(vector_store._collection)
+        facts = StoreFacts(
+            f"ChromaVectorStore (space {space!r})", metric=clients.CHROMA_METRICS.get(space)
+        )
+        filters = True
     else:
         reading = read_vector_store(vector_store)
         facts, filters = reading.facts, reading.filters

@@ -118,6 +118,9 @@ def _chroma(store: Any) -> StoreReading:
     name = f"ChromaVectorStore (space {space!r})"
     if metric is None:
         return _fixed(StoreFacts(name), store.query)
+    too_large = clients.chroma_too_large(store._collection)
+    if too_large is not None:
+        return _fixed(StoreFacts(name, refused=too_large), store.query)
     facts = StoreFacts(name, metric=metric, exact=clients.CHROMA_EXACT)
     return StoreReading(facts, partial(_chroma_querier, store, metric))
 

@@ -34,6 +34,7 @@ from dprag_core.retrieval.exact import exact_ranking
 
 __all__ = [
     "CHROMA_EXACT",
+    "CHROMA_EXACT_LIMIT",
     "CHROMA_METRICS",
     "FLAT_EXACT",
     "LANCE_EXACT",
@@ -44,6 +45,7 @@ __all__ = [
     "ChromaScan",
     "FaissIndex",
     "chroma_space",
+    "chroma_too_large",
     "exact_session_maker",
     "faiss_index",
     "lance_distance",
@@ -130,6 +132,34 @@ def faiss_index(index: Any, *, normalised: bool = False) -> FaissIndex:
     elif index.metric_type == faiss.METRIC_INNER_PRODUCT:
         metric = "cosine" if normalised else "inner_product"
     return FaissIndex(kind, flat=kind in _FLAT, metric=metric)
+
+
+CHROMA_EXACT_LIMIT = 100_000
+"""The most vectors dprag ranks by reading them all out of Chroma on every question.
+
+Chroma has no exact mode, and its public API has no change counter that a local
+mirror of its vectors could follow (``log_position`` and ``version`` stay 0 on a
+local client; ``get_indexing_status`` is not implemented locally), so an
+``update`` through another handle or process would go unseen: no mirror is
+kept, and each question reads every vector. Measured (docs/evaluation.md,
+"Partitioned search"): 0.5 s per question at 10 000 vectors on a quiet 2-core
+machine, growing linearly (about 150 MB read per question at 100 000, 384-d).
+Above the limit the plain exact search is refused when the app is built; the
+partitioned search (``partition=``) reads only the probed cells.
+"""
+
+
+def chroma_too_large(collection: Any) -> str | None:
+    """Why a Chroma collection is too large to rank by reading it all (None when it is not)."""
+    n = int(collection.count())
+    if n <= CHROMA_EXACT_LIMIT:
+        return None
+    return (
+        f"it holds {n} vectors (more than {CHROMA_EXACT_LIMIT}) and has no exact mode: dprag "
+        "would read every stored vector out of Chroma on every question (no mirror can "
+        "follow Chroma's changes). Fix: partition=PublicPartition(...) (only the probed "
+        "cells are read), or a store with an exact mode (pgvector, Qdrant, FAISS)"
+    )
 
 
 def chroma_space(collection: Any) -> str:

@@ -216,3 +216,20 @@ def test_partition_refusals_name_the_fix() -> None:
     empty = lc_empty("chroma_cosine", RowEmbeddings(rows))
     with pytest.raises(ValueError, match="among the vectors this partition was fitted on"):
         add_documents(empty, [Document(page_content=r.text) for r in rows], fitted)
+
+
+def test_chroma_beyond_the_exact_limit_is_refused_unless_partitioned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dprag_core.retrieval import clients
+
+    rows, probes = case_rows("fills", with_new_unit=False)
+    store = lc_cell_store("chroma_cosine", rows, axes(probes))
+    monkeypatch.setattr(clients, "CHROMA_EXACT_LIMIT", len(rows) - 1)
+    with pytest.raises(ValueError, match=r"holds 8 vectors .*no mirror can follow"):
+        DPRAGChain(vectorstore=store, mechanism=Recorder(UNITS), accountant=accountant())
+    recorder = Recorder(UNITS)
+    DPRAGChain(
+        vectorstore=store, partition=axes(probes), mechanism=recorder, accountant=accountant()
+    ).invoke(QUESTION)
+    assert len([d for d in recorder.seen[-1][1] if not d.is_padding]) == UNITS

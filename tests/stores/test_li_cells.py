@@ -253,3 +253,24 @@ def test_partition_refusals_name_the_fix(request: pytest.FixtureRequest) -> None
             partition=axes(1),
             returns_everything=True,
         )
+
+
+def test_chroma_beyond_the_exact_limit_is_refused_unless_partitioned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dprag_core.retrieval import clients
+
+    rows, probes = case_rows("fills", with_new_unit=False)
+    index = li_cell_index("chroma_cosine", rows, axes(probes))
+    monkeypatch.setattr(clients, "CHROMA_EXACT_LIMIT", len(rows) - 1)
+    with pytest.raises(ValueError, match=r"holds 8 vectors .*no mirror can follow"):
+        DPQueryEngine.from_index(
+            index, mechanism=Recorder(UNITS), budget=accountant(), score_direction="distance"
+        )
+    DPQueryEngine.from_index(
+        index,
+        mechanism=Recorder(UNITS),
+        budget=accountant(),
+        score_direction="distance",
+        partition=axes(probes),
+    )
