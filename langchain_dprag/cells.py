@@ -17,7 +17,8 @@ PGVector               ``cmetadata->>'dprag_cell' IN (...)`` in the exact transa
                        served by a B-tree on it (created by :func:`add_documents`)
 QdrantVectorStore      ``metadata.dprag_cell`` with ``MatchAny`` and ``exact=True``; a
                        payload index on it (created by :func:`add_documents`)
-LanceDB (community)    ``metadata.dprag_cell IN (...)`` prefilter of the flat scan
+LanceDB (community)    ``metadata.dprag_cell IN (...)`` prefilter of the flat scan, a
+                       bitmap index on it (created by :func:`add_documents`)
 InMemoryVectorStore    a filter on ``metadata["dprag_cell"]``
 =====================  ===============================================================
 
@@ -126,7 +127,8 @@ def add_documents(
     (:meth:`~dprag_core.retrieval.cells.PublicPartition.assign`) written to
     ``metadata["dprag_cell"]`` (FAISS: the list it goes to), after refusing
     vectors the partition was fitted on. The store's index on the cell is
-    created if missing (Qdrant: a payload index; PGVector: a B-tree).
+    created if missing (Qdrant server: a payload index; PGVector: a B-tree;
+    LanceDB: a bitmap index).
     """
     partition = _check(partition)
     kind = _kind(store)
@@ -176,6 +178,8 @@ def _index_cells(store: Any, kind: str) -> None:
             f"{store.metadata_payload_key}.{CELL_KEY}",
             field_schema=models.PayloadSchemaType.INTEGER,
         )
+    elif kind == "lancedb":
+        cell_search.lance_cell_index(store.get_table(), f"metadata.{CELL_KEY}")
     elif kind == "pgvector":
         table = store.EmbeddingStore.__tablename__
         with store._make_sync_session() as session:

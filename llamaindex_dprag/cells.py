@@ -17,7 +17,8 @@ PGVectorStore          ``metadata_->>'dprag_cell' IN (...)`` in the exact transa
                        B-tree on it (created when the engine is built)
 QdrantVectorStore      ``MatchAny`` on ``dprag_cell`` with ``exact=True`` (a payload index
                        on a server, created when the engine is built)
-LanceDBVectorStore     ``metadata.dprag_cell IN (...)`` prefilter of the flat scan
+LanceDBVectorStore     ``metadata.dprag_cell IN (...)`` prefilter of the flat scan (a
+                       bitmap index on it, created when the engine is built)
 SimpleVectorStore      an ``IN`` metadata filter
 =====================  ===============================================================
 
@@ -178,6 +179,8 @@ def _index_cells(store: Any, kind: str) -> None:
                 expression=f"(metadata_ ->> '{CELL_KEY}')",
             )  # fmt: skip
             session.commit()
+    elif kind == "lancedb":
+        cell_search.lance_cell_index(store.table, f"metadata.{CELL_KEY}")
     elif kind == "qdrant" and not clients.qdrant_local(store.client):
         from qdrant_client import models
 

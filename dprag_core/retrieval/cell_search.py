@@ -21,7 +21,8 @@ probed cells:
 - pgvector: ``cell IN (...)`` in the exact (index-scans-off) transaction: a
   B-tree on the cell (:func:`pg_cell_index`) serves it as a bitmap scan, which
   no vector index can (HNSW and IVFFlat have no bitmap scans).
-- LanceDB: ``cell IN (...)`` as a prefilter of the flat scan (:func:`lance_where`).
+- LanceDB: ``cell IN (...)`` as a prefilter of the flat scan (:func:`lance_where`),
+  served by a bitmap index on the cell (:func:`lance_cell_index`).
 
 >>> chroma_where("dprag_cell", (3, 7))
 {'dprag_cell': {'$in': [3, 7]}}
@@ -31,6 +32,7 @@ probed cells:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -49,6 +51,7 @@ __all__ = [
     "faiss_partitioned_index",
     "faiss_range",
     "faiss_search",
+    "lance_cell_index",
     "lance_where",
     "partitioned_exact",
     "pg_cell_index",
@@ -230,6 +233,16 @@ def lance_where(column: str, cells: Sequence[int], where: str | None = None) -> 
     """A LanceDB SQL predicate keeping the rows of ``cells`` (and ``where``, if given)."""
     cell = f"{column} IN ({', '.join(str(int(c)) for c in cells)})"
     return f"({where}) AND ({cell})" if where else cell
+
+
+def lance_cell_index(table: Any, column: str) -> None:
+    """A LanceDB bitmap index on the cell ``column``: the prefilter reads only those rows.
+
+    Rows added later are scanned unindexed until the index is made again.
+    """
+    with warnings.catch_warnings():  # create_scalar_index: deprecated for create_index
+        warnings.simplefilter("ignore")
+        table.create_scalar_index(column, index_type="BITMAP", replace=True)
 
 
 def pg_cell_index(connection: Any, *, table: str, expression: str, name: str) -> None:
