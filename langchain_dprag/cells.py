@@ -286,13 +286,22 @@ def _pgvector_searcher(store: Any, partition: PublicPartition, metric: str) -> S
 
 def _qdrant_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
     key = f"{store.metadata_payload_key}.{CELL_KEY}"
+    local = clients.qdrant_local(store.client)
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         query = _embed(store, question)
+        cells = partition.probe(query)
+        if local:  # no payload index: walk the exact ranking (cell_search.first_in_cells)
+            return cell_search.first_in_cells(
+                lambda n: store.similarity_search_with_score_by_vector(query, k=n),
+                k, cells, lambda pair: pair[0].metadata.get(CELL_KEY),
+                score=lambda pair: pair[1], ident=lambda pair: str(pair[0].id),
+                partition=partition,
+            )  # fmt: skip
         pairs: list[tuple[Document, float]] = store.similarity_search_with_score_by_vector(
             query,
             k=k,
-            filter=cell_search.qdrant_filter(key, partition.probe(query)),
+            filter=cell_search.qdrant_filter(key, cells),
             search_params=clients.qdrant_exact_params(),
         )
         return pairs

@@ -226,7 +226,29 @@ def _qdrant_querier(store: Any, partition: PublicPartition) -> Query:
         )
         return result
 
-    return _filtered(run, partition)
+    if not clients.qdrant_local(store.client):
+        return _filtered(run, partition)
+
+    def walk(q: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Local mode, no payload index: walk the exact ranking (cell_search.first_in_cells)."""
+
+        def first(n: int) -> list[tuple[Any, float]]:
+            wider = copy.copy(q)
+            wider.similarity_top_k = n
+            found = run(wider, **kwargs)
+            return list(zip(found.nodes or [], found.similarities or [], strict=False))
+
+        pairs = cell_search.first_in_cells(
+            first, q.similarity_top_k, _cells(partition, q),
+            lambda pair: pair[0].metadata.get(CELL_KEY), score=lambda pair: pair[1],
+            ident=lambda pair: pair[0].node_id, partition=partition,
+        )  # fmt: skip
+        return VectorStoreQueryResult(
+            nodes=[n for n, _ in pairs], similarities=[s for _, s in pairs],
+            ids=[n.node_id for n, _ in pairs],
+        )  # fmt: skip
+
+    return walk
 
 
 def _faiss_querier(store: Any, partition: PublicPartition) -> Query:

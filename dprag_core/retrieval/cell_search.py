@@ -17,7 +17,9 @@ probed cells:
   :mod:`~dprag_core.retrieval.exact`.
 - Qdrant: a ``MatchAny`` payload condition on the cell (:func:`qdrant_filter`)
   with ``exact=True``; on a server, a payload index on the key (created by the
-  adapters' write helpers) lets it read only those points.
+  adapters' write helpers) lets it read only those points. In local mode, which
+  scans every point anyway and filters in Python, the exact ranking is walked
+  and the probed cells' points kept (:func:`first_in_cells`).
 - pgvector: ``cell IN (...)`` in the exact (index-scans-off) transaction: a
   B-tree on the cell (:func:`pg_cell_index`) serves it as a bitmap scan, which
   no vector index can (HNSW and IVFFlat have no bitmap scans).
@@ -33,14 +35,15 @@ probed cells:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.retrieval.ties import tie_complete
 
 __all__ = [
     "CELLS_EXACT",
@@ -51,12 +54,15 @@ __all__ = [
     "faiss_partitioned_index",
     "faiss_range",
     "faiss_search",
+    "first_in_cells",
     "lance_cell_index",
     "lance_where",
     "partitioned_exact",
     "pg_cell_index",
     "qdrant_filter",
 ]
+
+T = TypeVar("T")
 
 CELLS_EXACT = (
     "exact search of the {probes} cells a question probes, of a public partition of {cells} "
@@ -207,6 +213,41 @@ def faiss_range(
 
 
 # -- stores with a cell in each document's metadata -----------------------------------
+
+
+def first_in_cells(
+    search: Callable[[int], Sequence[T]],
+    k: int,
+    cells: Collection[int],
+    cell_of: Callable[[T], object],
+    *,
+    score: Callable[[T], float],
+    ident: Callable[[T], str],
+    partition: PublicPartition,
+) -> list[T]:
+    """The first ``k`` items of ``search``'s exact ranking whose cell is one of ``cells``.
+
+    For a store that scans every point whatever the filter (Qdrant's local
+    mode evaluates a payload filter in Python, point by point): walking its
+    exact ranking (tie groups completed, ties by id) and keeping the probed
+    cells' items gives exactly the probed cells' top k, for the cost of the
+    scan. The walk starts at ``2 k cells / probes`` items and doubles.
+
+    >>> from dprag_core.retrieval.cells import PublicPartition
+    >>> p = PublicPartition.random(dim=2, cells=2, probes=1)
+    >>> rows = [("a", 0.9, 1), ("b", 0.8, 0), ("c", 0.7, 0), ("d", 0.6, 1)]
+    >>> first_in_cells(lambda n: rows[:n], 2, {1}, lambda r: r[2], score=lambda r: r[1],
+    ...                ident=lambda r: r[0], partition=p)
+    [('a', 0.9, 1), ('d', 0.6, 1)]
+    """
+    wanted = {int(c) for c in cells}
+    n = max(k, 2 * k * partition.cells // max(len(wanted), 1))
+    while True:
+        ranked = tie_complete(search, n, score=score, ident=ident)
+        inside = [item for item in ranked if cell_of(item) in wanted]
+        if len(inside) >= k or len(ranked) < n:
+            return inside[:k]
+        n *= 2
 
 
 def chroma_where(
