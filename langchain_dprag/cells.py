@@ -187,7 +187,7 @@ def _index_cells(store: Any, kind: str) -> None:
                 session,
                 table=table,
                 name=f"{table}_{CELL_KEY}",
-                expression=f"collection_id, (cmetadata ->> '{CELL_KEY}')",
+                expression=f"(cmetadata ->> '{CELL_KEY}')",
             )
             session.commit()
 

@@ -37,7 +37,7 @@ def test_assignment_is_the_same_whatever_the_batch() -> None:
 def test_assignment_is_the_exact_argmax_with_ties_to_the_lower_cell() -> None:
     partition = axes(1)
     assert partition.assign(np.array([BOUNDARY])).tolist() == [0]  # on the C0/C1 boundary
-    swapped = np.array([BOUNDARY[1], BOUNDARY[0], 0.0, 0.0])
+    swapped = np.array([BOUNDARY[1], BOUNDARY[0]] + [0.0] * (DIM - 2))
     assert partition.assign(swapped).tolist() == [0]
     # one float32 ulp off the boundary decides it
     above = np.array(BOUNDARY, dtype=np.float32)
@@ -46,7 +46,7 @@ def test_assignment_is_the_exact_argmax_with_ties_to_the_lower_cell() -> None:
     zero = np.zeros(DIM)
     assert partition.assign(zero).tolist() == [0]  # every score ties
     assert partition.probe(zero) == (0,)
-    assert partition.assign(np.array([np.nan, 1.0, 0.0, 0.0])).tolist() == [1]
+    assert partition.assign(np.array([np.nan, 1.0] + [0.0] * (DIM - 2))).tolist() == [1]
 
 
 def test_probes_are_a_fixed_number_of_cells_from_the_query_alone() -> None:
@@ -130,4 +130,4 @@ def test_bad_arguments_name_the_parameter() -> None:
     with pytest.raises(ValueError, match="n >= cells"):
         PublicPartition.fit(np.eye(3), cells=4, probes=1, source="s")
     with pytest.raises(ValueError, match="query must have shape"):
-        axes(1).probe(np.ones(3))
+        axes(1).probe(np.ones(DIM + 1))
