@@ -52,7 +52,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval import cell_search, clients
-from dprag_core.retrieval.cells import CELL_KEY, PublicPartition
+from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
 from dprag_core.retrieval.stores import StoreFacts, refusal
 from dprag_core.validation import missing_extra
 from langchain_dprag.embeddings import NormalizedEmbeddings
@@ -63,12 +63,6 @@ __all__ = ["PARTITIONED_STORES", "add_documents", "partitioned_faiss", "partitio
 PARTITIONED_STORES = (
     "FAISS (partitioned_faiss), Chroma, PGVector, QdrantVectorStore, LanceDB, InMemoryVectorStore"
 )
-
-
-def _check(partition: object) -> PublicPartition:
-    if not isinstance(partition, PublicPartition):
-        raise TypeError(f"partition must be a PublicPartition, got {type(partition).__name__}")
-    return partition
 
 
 def _kind(store: VectorStore) -> str:
@@ -91,7 +85,7 @@ def partitioned_faiss(
     Its embeddings are normalised (:class:`~langchain_dprag.embeddings.NormalizedEmbeddings`)
     and every later ``add_documents`` goes through the partition too.
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     with warnings.catch_warnings():  # langchain-community's sunset notice
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
@@ -130,7 +124,7 @@ def add_documents(
     created if missing (Qdrant server: a payload index; PGVector: a B-tree;
     LanceDB: a bitmap index).
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     kind = _kind(store)
     docs = list(documents)
     id_list = None if ids is None else list(ids)
@@ -201,7 +195,7 @@ def partitioned_reading(store: VectorStore, partition: PublicPartition) -> Store
     Refused (ValueError naming the store and the fix) for a store dprag does
     not partition, and for a FAISS store whose index is not the partition's.
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     kind = _kind(store)
     name = type(store).__name__
     if not kind:

@@ -10,7 +10,7 @@ from typing import Any
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.validation import positive_int
 from llamaindex_dprag.sources import IndexSource
 
@@ -38,9 +38,7 @@ class PartitionedRetriever(BaseRetriever):
         score_direction: str | None = None,
         score_range: tuple[float, float] | None = None,
     ) -> None:
-        if not isinstance(partition, PublicPartition):
-            raise TypeError(f"partition must be a PublicPartition, got {type(partition).__name__}")
-        self.partition = partition
+        self.partition = check_partition(partition)
         self.similarity_top_k = positive_int("similarity_top_k", similarity_top_k)
         self.index = index
         self.source = IndexSource(

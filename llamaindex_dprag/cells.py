@@ -51,7 +51,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from dprag_core.retrieval import cell_search, clients
-from dprag_core.retrieval.cells import CELL_KEY, PublicPartition
+from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
 from dprag_core.retrieval.stores import StoreFacts, refusal
 from dprag_core.validation import missing_extra
 from llamaindex_dprag.stores import Query, StoreReading, read_vector_store
@@ -68,12 +68,6 @@ PARTITIONED_STORES = (
     "FaissVectorStore (partitioned_faiss_store), ChromaVectorStore, PGVectorStore, "
     "QdrantVectorStore, LanceDBVectorStore, SimpleVectorStore"
 )
-
-
-def _check(partition: object) -> PublicPartition:
-    if not isinstance(partition, PublicPartition):
-        raise TypeError(f"partition must be a PublicPartition, got {type(partition).__name__}")
-    return partition
 
 
 def _kind(store: Any) -> str:
@@ -94,7 +88,7 @@ def tag_nodes(
     vector is among the partition's training vectors. The cell is kept out of
     the text that is embedded and of the text the model reads.
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     nodes = list(nodes)
     missing = [n for n in nodes if n.embedding is None]
     if missing:
@@ -119,7 +113,7 @@ def partitioned_faiss_store(partition: PublicPartition) -> Any:
     Use it with ``score_range=COSINE_RANGE``; its nodes need no tag (the list
     is the cell).
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     try:
         from llama_index.vector_stores.faiss import FaissVectorStore
     except ImportError as exc:
@@ -138,7 +132,7 @@ def partitioned_reading(vector_store: Any, partition: PublicPartition) -> StoreR
     Creates the store's index on the cell where it has one (PGVector: a B-tree;
     Qdrant server: a payload index).
     """
-    partition = _check(partition)
+    partition = check_partition(partition)
     kind = _kind(vector_store)
     if not kind:
         raise refusal(type(vector_store).__name__, "dprag cannot query its cells",

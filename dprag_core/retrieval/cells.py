@@ -60,6 +60,7 @@ __all__ = [
     "CELL_KEY",
     "PartitionProvenance",
     "PublicPartition",
+    "check_partition",
     "vector_fingerprints",
 ]
 
@@ -431,3 +432,15 @@ class PublicPartition:
             if partition.fingerprint != str(data["fingerprint"]):
                 raise ValueError(f"{path}: the partition's fingerprint does not match its content")
         return partition
+
+
+def check_partition(value: object) -> PublicPartition:
+    """``value`` if it is a :class:`PublicPartition`, else TypeError naming ``partition``.
+
+    >>> check_partition("cells")
+    Traceback (most recent call last):
+    TypeError: partition must be a PublicPartition, got str
+    """
+    if not isinstance(value, PublicPartition):
+        raise TypeError(f"partition must be a PublicPartition, got {type(value).__name__}")
+    return value

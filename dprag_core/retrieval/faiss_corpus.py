@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dprag_core.retrieval import cell_search
-from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale
 from dprag_core.retrieval.ties import tie_complete
@@ -80,9 +80,7 @@ class FaissCorpus:
 
     def __init__(self, *, dim: int, partition: PublicPartition | None = None) -> None:
         self.dim = positive_int("dim", dim)
-        if partition is not None and not isinstance(partition, PublicPartition):
-            raise TypeError(f"partition must be a PublicPartition, got {type(partition).__name__}")
-        if partition is not None and partition.dim != self.dim:
+        if partition is not None and check_partition(partition).dim != self.dim:
             raise ValueError(f"partition has dimension {partition.dim}, the corpus {self.dim}")
         self.partition = partition
         faiss = _faiss()

@@ -150,6 +150,7 @@ def li_cell_index(
     """A LlamaIndex ``VectorStoreIndex`` of ``kind`` over ``rows``, nodes tagged with cells."""
     from llama_index.core import StorageContext, VectorStoreIndex
     from llama_index.core.schema import TextNode
+
     from llamaindex_dprag.cells import partitioned_faiss_store, tag_nodes
 
     nodes = [
@@ -184,3 +185,32 @@ def brute_force_in_cells(
         for r in inside
     }
     return sorted(cos, key=lambda i: (-cos[i], i))[:k]
+
+
+def record_selections(monkeypatch: Any) -> list[list[Any]]:
+    """Record the candidates every ``DPThreshold.select`` is given (the DP threshold's input)."""
+    from dprag_core.retrieval.threshold import DPThreshold
+
+    seen: list[list[Any]] = []
+    select = DPThreshold.select
+
+    def recording(self: DPThreshold, docs: Any, *, rng: Any = None) -> Any:
+        seen.append(list(docs))
+        return select(self, docs, rng=rng)
+
+    monkeypatch.setattr(DPThreshold, "select", recording)
+    return seen
+
+
+def audit_selections(selections: Sequence[list[Any]], seed: int) -> float:
+    """The ε lower bound of the DP threshold (cosine bounds, k = 4) and the vote on D, D'."""
+    from retrieval_audit import TRIALS, threshold_votes
+
+    from dprag_core.audit import audit_epsilon
+
+    gen = np.random.default_rng(seed)
+    outputs = [
+        threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
+        for s in selections
+    ]
+    return audit_epsilon(*outputs).epsilon_lower_bound

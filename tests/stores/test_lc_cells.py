@@ -12,7 +12,6 @@ count chosen from the data (the mutation) fails the audit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pytest
@@ -30,27 +29,25 @@ from cell_cases import (
 from cell_stores import (
     LC_CELL_KINDS,
     RowEmbeddings,
+    audit_selections,
     brute_force_in_cells,
     lc_cell_store,
     lc_empty,
+    record_selections,
 )
 from langchain_core.documents import Document
 from retrieval_audit import (
     EPSILON,
     SELECTION_EPSILON,
-    TRIALS,
     UNITS,
     Recorder,
     accountant,
     audit_pair,
     histograms,
-    threshold_votes,
 )
 
-from dprag_core.audit import audit_epsilon
 from dprag_core.retrieval.cells import CELL_KEY, PartitionProvenance, PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.threshold import DPThreshold
 from langchain_dprag import DPRAGChain, DPRetriever
 from langchain_dprag.cells import add_documents, partitioned_reading
 from langchain_dprag.vectorstores import open_store
@@ -138,14 +135,7 @@ def _selection(
     partition: PublicPartition,
 ) -> list[ScoredDocument]:
     store = lc_cell_store(kind, rows, partition, _pg(request, kind))
-    seen: list[list[ScoredDocument]] = []
-    select = DPThreshold.select
-
-    def recording(self: DPThreshold, docs: Any, *, rng: Any = None) -> Any:
-        seen.append(list(docs))
-        return select(self, docs, rng=rng)
-
-    monkeypatch.setattr(DPThreshold, "select", recording)
+    seen = record_selections(monkeypatch)
     DPRetriever(
         vectorstore=store,
         partition=partition,
@@ -158,15 +148,6 @@ def _selection(
     return seen[0]
 
 
-def _audit_selection(selections: Sequence[list[ScoredDocument]], seed: int) -> float:
-    gen = np.random.default_rng(seed)
-    outputs = [
-        threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
-        for s in selections
-    ]
-    return audit_epsilon(*outputs).epsilon_lower_bound
-
-
 @pytest.mark.parametrize("kind", ["faiss", "pgvector_cosine", "qdrant_cosine"])
 def test_dp_retriever_in_the_probed_cells_within_claim_and_the_mutation_fails(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -175,14 +156,14 @@ def test_dp_retriever_in_the_probed_cells_within_claim_and_the_mutation_fails(
     for new in (False, True):
         rows, probes = case_rows("fills", with_new_unit=new)
         fair.append(_selection(request, monkeypatch, kind, rows, axes(probes)))
-    assert _audit_selection(fair, seed=53) <= SELECTION_EPSILON + EPSILON
+    assert audit_selections(fair, seed=53) <= SELECTION_EPSILON + EPSILON
     mutated = []
     for new in (False, True):
         rows = adaptive_rows(with_new_unit=new)
         partition = axes(1)
         partition.probe = adaptive_probe(partition, rows)  # type: ignore[method-assign]
         mutated.append(_selection(request, monkeypatch, kind, rows, partition))
-    assert _audit_selection(mutated, seed=54) > SELECTION_EPSILON + EPSILON
+    assert audit_selections(mutated, seed=54) > SELECTION_EPSILON + EPSILON
 
 
 # -- refusals --------------------------------------------------------------------------

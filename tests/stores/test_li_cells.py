@@ -25,26 +25,28 @@ from cell_cases import (
     axes,
     case_rows,
 )
-from cell_stores import LI_CELL_KINDS, brute_force_in_cells, li_cell_index
+from cell_stores import (
+    LI_CELL_KINDS,
+    audit_selections,
+    brute_force_in_cells,
+    li_cell_index,
+    record_selections,
+)
 from llama_index.core.schema import QueryBundle
 from retrieval_audit import (
     EPSILON,
     SELECTION_EPSILON,
     TAU,
-    TRIALS,
     UNITS,
     Recorder,
     accountant,
     audit_pair,
     histograms,
-    threshold_votes,
 )
 
 from dprag_core.accounting.ledger import InMemoryLedger
-from dprag_core.audit import audit_epsilon
 from dprag_core.retrieval.cells import PartitionProvenance, PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.threshold import DPThreshold
 from llamaindex_dprag import DPQueryEngine, DPThresholdPostprocessor, PrivacyBudgetPostprocessor
 from llamaindex_dprag.cell_retriever import PartitionedRetriever
 from llamaindex_dprag.sources import IndexSource
@@ -156,14 +158,7 @@ def _threshold(
     rows: Sequence[Row],
     partition: PublicPartition,
 ) -> list[ScoredDocument]:
-    seen: list[list[ScoredDocument]] = []
-    select = DPThreshold.select
-
-    def recording(self: DPThreshold, docs: Any, *, rng: Any = None) -> Any:
-        seen.append(list(docs))
-        return select(self, docs, rng=rng)
-
-    monkeypatch.setattr(DPThreshold, "select", recording)
+    seen = record_selections(monkeypatch)
     post = DPThresholdPostprocessor(
         epsilon=SELECTION_EPSILON,
         score_range=(-1.0, 1.0),
@@ -179,15 +174,6 @@ def _threshold(
     return [ScoredDocument(id=d.id, text=texts[d.id], score=d.score, unit=d.unit) for d in seen[0]]
 
 
-def _audit_threshold(selections: Sequence[list[ScoredDocument]], seed: int) -> float:
-    gen = np.random.default_rng(seed)
-    outputs = [
-        threshold_votes(s, QUESTION, bounds=(-1.0, 1.0), k=4, trials=TRIALS, rng=gen)
-        for s in selections
-    ]
-    return audit_epsilon(*outputs).epsilon_lower_bound
-
-
 @pytest.mark.parametrize("kind", POST_KINDS)
 def test_threshold_postprocessor_within_claim_and_the_mutation_fails(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kind: str
@@ -196,12 +182,12 @@ def test_threshold_postprocessor_within_claim_and_the_mutation_fails(
         _threshold(request, monkeypatch, kind, r, axes(p))
         for r, p in (case_rows("fills", with_new_unit=n) for n in (False, True))
     ]
-    assert _audit_threshold(fair, seed=63) <= SELECTION_EPSILON + EPSILON
+    assert audit_selections(fair, seed=63) <= SELECTION_EPSILON + EPSILON
     mutated = [
         _threshold(request, monkeypatch, kind, r, _adaptive(r))
         for r in (adaptive_rows(with_new_unit=n) for n in (False, True))
     ]
-    assert _audit_threshold(mutated, seed=64) > SELECTION_EPSILON + EPSILON
+    assert audit_selections(mutated, seed=64) > SELECTION_EPSILON + EPSILON
 
 
 def _budget(
