@@ -30,7 +30,7 @@ so one added unit is inserted into it and nothing else moves (docs/design.md §1
 >>> from dprag_core.retrieval.cells import PublicPartition
 >>> node = TextNode(text="t", embedding=[1.0, 0.0])
 >>> tag_nodes([node], PublicPartition.random(dim=2, cells=2, probes=1))[0].metadata
-{'dprag_cell': 0}
+{'dprag_cell': 1}
 """
 
 from __future__ import annotations
