@@ -196,9 +196,9 @@ def build_faiss(vectors: np.ndarray, emb: Table, partition: PublicPartition, url
     cells = partitioned_faiss([], emb, partition)
     for start in range(0, len(vectors), 50_000):
         stop = min(start + 50_000, len(vectors))
-        pairs = [(str(i), vectors[i]) for i in range(start, stop)]
-        flat.add_embeddings(pairs)
-        cells.add_embeddings(pairs)
+        flat.add_embeddings([(str(i), vectors[i]) for i in range(start, stop)])
+        cells.index.add(vectors[start:stop])  # the partition's add; the documents are shared:
+    cells.docstore, cells.index_to_docstore_id = flat.docstore, flat.index_to_docstore_id
     own = faiss.IndexIVFFlat(
         faiss.IndexFlatIP(vectors.shape[1]),
         vectors.shape[1],
@@ -420,14 +420,17 @@ def run(args: argparse.Namespace, out: list[str]) -> None:
         for n in args.sizes:
             vectors = domain.sample(n, seed=10 + n)
             queries = domain.sample(args.queries, seed=20 + n)
+            stores_left = len(args.stores)
             started = time.perf_counter()
             partition = public_partition(domain, cells_for(n), args.target_recall, seed=1)
             fit_s = time.perf_counter() - started
             for name in args.stores:
                 before = rss_mb()
                 started = time.perf_counter()
-                built = BUILDERS[name](vectors, Table(vectors, queries), partition, url)
+                lookup = Table(vectors, queries)
+                built = BUILDERS[name](vectors, lookup, partition, url)
                 built.seconds = time.perf_counter() - started
+                lookup.vectors = vectors[:0]  # the stores hold their own copies
                 memory = rss_mb() - before
                 exact = timed(built.exact, args.queries, args.budget_s)
                 timings = {
@@ -464,6 +467,9 @@ def run(args: argparse.Namespace, out: list[str]) -> None:
                     f"{'; '.join(built.notes)} |"
                 )
                 del built
+                stores_left -= 1
+                if not stores_left:
+                    del vectors  # memory for the next size
     finally:
         if server is not None:
             server.cleanup()
