@@ -48,7 +48,6 @@ keep their slot as placeholders), never an error after the charge.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -59,7 +58,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.scores import METRICS, ScoreScale
+from dprag_core.retrieval.scores import METRICS, ScoreScale, read_score
 from dprag_core.retrieval.stores import (
     describe_metric,
     exactness,
@@ -94,6 +93,11 @@ LLAMAINDEX_SOURCES = (
 )
 
 
+_DIRECTION_FIX = (
+    "pass the direction of the similarities its query returns: score_direction='similarity' "
+    "when higher = closer (a cosine, an inner product), 'distance' when lower = closer (an "
+    "L2 or cosine distance), with score_range=(low, high) in the store's own units"
+)
 _EXACT_FIX = (
     "pass exact_search=True (your promise that the vector store's query returns the exact "
     "top k of one ranking, best first)"
@@ -120,7 +124,7 @@ def _direction(reading: StoreReading, given: str | None) -> str:
                 facts.store,
                 "dprag cannot establish what its similarities are (a similarity or a "
                 f"distance): it reads {SUPPORTED_STORES}",
-                "pass score_direction='similarity' or 'distance' (and score_range=(low, high))",
+                _DIRECTION_FIX,
             )
         return given
     detected = METRICS[facts.metric].direction
@@ -237,9 +241,7 @@ class IndexSource(_Conversion):
             scores=score_direction is not None,
             exact=exact_search,
             supported=SUPPORTED_STORES,
-            fix="declare both: score_direction='similarity' or 'distance' (with "
-            "score_range=(low, high)) and exact_search=True (your promise that its "
-            "query returns the exact top k of one ranking, best first)",
+            fix=f"declare both: {_DIRECTION_FIX}; and {_EXACT_FIX.removeprefix('pass ')}",
         )
         self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
         super().__init__(
@@ -253,8 +255,8 @@ class IndexSource(_Conversion):
             raise refusal(
                 facts.store,
                 "its query does not apply metadata filters (it raises on them)",
-                "drop filters=, or use a store that filters (SimpleVectorStore, Chroma, "
-                "PGVector, Qdrant)",
+                "drop filters=, or use a store whose exact query filters (SimpleVectorStore, "
+                "Chroma, PGVectorStore, Qdrant, LanceDB)",
             )
         if VectorStoreQueryMode(query_mode) != VectorStoreQueryMode.DEFAULT:
             raise ValueError(
@@ -323,7 +325,7 @@ class IndexSource(_Conversion):
         pairs = tie_complete(
             lambda n: self._query(run, question, embedding, n),
             k,
-            score=lambda pair: pair.score if pair.score is not None else math.nan,
+            score=lambda pair: read_score(pair.score),
             ident=lambda pair: pair.node.node_id,
         )
         return self.convert(pairs)
@@ -348,7 +350,7 @@ class IndexSource(_Conversion):
         if len(nodes) != len(result.similarities):
             raise ValueError("the vector store returned a different number of nodes and scores")
         return [
-            NodeWithScore(node=n, score=float(s))
+            NodeWithScore(node=n, score=read_score(s))
             for n, s in zip(nodes, result.similarities, strict=True)
         ]
 

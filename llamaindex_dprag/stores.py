@@ -48,6 +48,7 @@ from typing import Any
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
 from dprag_core.retrieval import clients
+from dprag_core.retrieval.scores import read_score
 from dprag_core.retrieval.stores import StoreFacts
 
 __all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store"]
@@ -98,8 +99,6 @@ def _simple(store: Any) -> StoreReading:
 def _faiss(store: Any) -> StoreReading:
     index = clients.faiss_index(store._faiss_index)
     name = f"FaissVectorStore ({index.kind})"
-    if index.unreadable is not None:
-        return _fixed(StoreFacts(f"{name} with {index.unreadable}"), store.query, filters=False)
     if not index.flat:
         refused = (
             f"its {index.kind} index is approximate and cannot be asked for exact results (one "
@@ -108,6 +107,8 @@ def _faiss(store: Any) -> StoreReading:
             "cosine_faiss_store(dim=dim) (a flat inner-product index on normalised vectors)"
         )
         return _fixed(StoreFacts(name, refused=refused), store.query, filters=False)
+    if index.unreadable is not None:  # a flat index behind a transform: declared, not read
+        return _fixed(StoreFacts(f"{name} with {index.unreadable}"), store.query, filters=False)
     facts = StoreFacts(name, metric=index.metric, exact=clients.FLAT_EXACT)
     return _fixed(facts, store.query, filters=False)
 
@@ -234,7 +235,7 @@ def _lance_query(
     ).to_pylist()
     return VectorStoreQueryResult(
         nodes=[_stored_node(r["id"], r.get(store.text_key), r.get("metadata")) for r in rows],
-        similarities=[float(r["_distance"]) for r in rows],
+        similarities=[read_score(r["_distance"]) for r in rows],
         ids=[r["id"] for r in rows],
     )
 
