@@ -38,7 +38,12 @@ Which relation each source keeps (the argument behind ``DPQueryEngine``'s claims
   re-rank or drop nodes unseen. It qualifies only with ``returns_everything=True``,
   the user's promise that ``retrieve`` returns its whole ranking (or at least
   every node above the mechanism's ``min_score``), best first; slicing a
-  complete ranking honours k, and the two arguments above apply.
+  complete ranking honours k, and the two arguments above apply. The promise is
+  refused for a retriever that queries, with the store's own query, a vector
+  store whose own query is not exact (:func:`inexact_store_in`: Chroma, pgvector,
+  Qdrant, LanceDB, an approximate FAISS index), whatever wraps it (a fusion,
+  recursive or auto-retriever): no promise makes an index's answer exact, and
+  the refusal names the exact path (the index, with its filters).
 
 Nodes without a finite score or without their ``unit_key`` are dropped (they
 keep their slot as placeholders), never an error after the charge.
@@ -53,13 +58,18 @@ from typing import Any, Protocol
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, ObjectType, QueryBundle
-from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+)
 
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import METRICS, ScoreScale, read_score
 from dprag_core.retrieval.stores import (
+    StoreFacts,
     describe_metric,
     exactness,
     refusal,
@@ -81,6 +91,7 @@ __all__ = [
     "CandidateSource",
     "IndexSource",
     "RetrieverSource",
+    "inexact_store_in",
     "store_metric",
 ]
 
@@ -370,6 +381,44 @@ class IndexSource(_Conversion):
         return list(docstore.get_nodes([nodes_dict.get(i, i) for i in ids]))
 
 
+def inexact_store_in(node: object, seen: set[int] | None = None) -> StoreFacts | None:
+    """A vector store in ``node`` (or in the indexes and retrievers it holds) whose own query
+    is not exact, or None.
+
+    What the store table (:mod:`llamaindex_dprag.stores`) reads: a store known to
+    be approximate, or one dprag queries exactly only through its own path
+    (Chroma, pgvector, Qdrant, LanceDB, whose own queries use their indexes).
+    ``SimpleVectorStore``, a flat FAISS index and a store the table does not
+    know (the user's promise) are not reported.
+
+    >>> from llama_index.core.vector_stores import SimpleVectorStore
+    >>> inexact_store_in([SimpleVectorStore()]) is None
+    True
+    """
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    if isinstance(node, BasePydanticVectorStore):
+        reading = read_vector_store(node)
+        known = reading.facts.metric is not None or reading.facts.refused is not None
+        return reading.facts if known and not reading.own_query_exact else None
+    values: list[object] = []
+    if isinstance(node, (list, tuple)):
+        values = list(node)
+    elif isinstance(node, dict):
+        values = list(node.values())
+    elif isinstance(node, BaseRetriever):
+        values = list(vars(node).values())
+    elif hasattr(node, "vector_store") and hasattr(node, "index_struct"):  # an index
+        values = [node.vector_store]
+    for value in values:
+        found = inexact_store_in(value, seen)
+        if found is not None:
+            return found
+    return None
+
+
 class RetrieverSource(_Conversion):
     """Candidates from any ``BaseRetriever``: one ``retrieve`` per question, in its order.
 
@@ -405,6 +454,16 @@ class RetrieverSource(_Conversion):
             raise TypeError(f"retriever must be a BaseRetriever, got {type(retriever).__name__}")
         self.retriever = retriever
         self.returns_everything = bool(returns_everything)
+        inexact = inexact_store_in(retriever) if self.returns_everything else None
+        if inexact is not None:
+            why = inexact.refused or f"dprag's exact query of it is its own: {inexact.exact}"
+            raise ValueError(
+                f"returns_everything=True on {type(retriever).__name__}: it queries "
+                f"{inexact.store} with the store's own query, which is not exact (its index "
+                f"answers; {why}), and no promise can make it so. Fix: "
+                "DPQueryEngine.from_index(index, filters=...) or "
+                "from_retriever(index.as_retriever(filters=...)): dprag queries the store exactly"
+            )
 
     @property
     def honours_k(self) -> bool:

@@ -68,12 +68,16 @@ class StoreReading:
 
     ``querier()`` gives the query for one question (a store ranked by a full
     scan ranks once per question); ``filters``: whether its query applies
-    metadata filters (FAISS raises on them).
+    metadata filters (FAISS raises on them); ``own_query_exact``: whether the
+    store's *own* ``query`` (what a retriever of the user's calls) is exact too
+    (brute force, a flat index), False where only dprag's query is (Chroma,
+    pgvector, Qdrant, LanceDB) and for a store the table does not know.
     """
 
     facts: StoreFacts
     querier: Callable[[], Query]
     filters: bool = True
+    own_query_exact: bool = False
 
 
 def read_vector_store(vector_store: Any) -> StoreReading:
@@ -85,15 +89,17 @@ def read_vector_store(vector_store: Any) -> StoreReading:
     return reader(vector_store)
 
 
-def _fixed(facts: StoreFacts, query: Query, *, filters: bool = True) -> StoreReading:
-    return StoreReading(facts, lambda: query, filters)
+def _fixed(
+    facts: StoreFacts, query: Query, *, filters: bool = True, own_exact: bool = False
+) -> StoreReading:
+    return StoreReading(facts, lambda: query, filters, own_exact)
 
 
 def _simple(store: Any) -> StoreReading:
     facts = StoreFacts(
         "SimpleVectorStore", metric="cosine", exact="brute force (every stored vector scored)"
     )
-    return _fixed(facts, store.query)
+    return _fixed(facts, store.query, own_exact=True)
 
 
 def _faiss(store: Any) -> StoreReading:
@@ -108,9 +114,10 @@ def _faiss(store: Any) -> StoreReading:
         )
         return _fixed(StoreFacts(name, refused=refused), store.query, filters=False)
     if index.unreadable is not None:  # a flat index behind a transform: declared, not read
-        return _fixed(StoreFacts(f"{name} with {index.unreadable}"), store.query, filters=False)
+        facts = StoreFacts(f"{name} with {index.unreadable}")
+        return _fixed(facts, store.query, filters=False, own_exact=True)
     facts = StoreFacts(name, metric=index.metric, exact=clients.FLAT_EXACT)
-    return _fixed(facts, store.query, filters=False)
+    return _fixed(facts, store.query, filters=False, own_exact=True)
 
 
 def _chroma(store: Any) -> StoreReading:

@@ -478,3 +478,26 @@ def test_an_approximate_faiss_index_behind_a_transform_is_refused_even_when_decl
     for declared in ({}, {"score_function": COSINE, "exact_search": True}):
         with pytest.raises(ValueError, match=r"IndexHNSWFlat index is approximate.*flat index"):
             open_store(store, **declared)
+
+
+def test_llamaindex_a_retriever_over_an_inexact_store_cannot_promise_everything() -> None:
+    from llama_index.core.llms.mock import MockLLM
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    rows = random_rows()
+
+    def fused(kind: str) -> Any:  # a fusion of the index's own retriever: its own query
+        index = li_index(kind, rows)
+        return QueryFusionRetriever([index.as_retriever()], llm=MockLLM(), num_queries=1)
+
+    with pytest.raises(ValueError, match=r"returns_everything=True on QueryFusionRetriever.*Fix"):
+        DPQueryEngine.from_retriever(
+            fused("chroma_cosine"),
+            mechanism=Recorder(4),
+            budget=accountant(),
+            returns_everything=True,
+            score_direction="distance",
+        )
+    DPQueryEngine.from_retriever(  # a brute-force store: the promise keeps its meaning
+        fused("simple"), mechanism=Recorder(4), budget=accountant(), returns_everything=True
+    )
