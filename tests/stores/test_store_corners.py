@@ -385,6 +385,13 @@ def test_search_keywords_and_types_that_could_be_approximate_are_refused() -> No
                 )
             if "search" in match:  # the exact alternative is named
                 assert "store.as_retriever() (search_type='similarity')" in str(error.value)
+    with pytest.raises(ValueError, match=r"filter= goes with vectorstore=.*search_kwargs"):
+        DPRAGChain(
+            retriever=chroma.as_retriever(),
+            filter={"group": "even"},
+            mechanism=Recorder(4),
+            accountant=accountant(),
+        )
 
 
 class HoldsAStore(BaseRetriever):
