@@ -82,7 +82,7 @@ from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.stores import StoreFacts
+from dprag_core.retrieval.stores import StoreFacts, first_inexact
 from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
 from langchain_dprag.errors import PrivateDataError, guarded
 from langchain_dprag.stores import read_store
@@ -147,39 +147,34 @@ def _store_query(retriever: VectorStoreRetriever, bound: Mapping[str, Any]) -> R
     return Resolved(vectorstore=retriever.vectorstore, filter=kwargs.get("filter"))
 
 
-def inexact_store_in(node: object, seen: set[int] | None = None) -> StoreFacts | None:
+def inexact_store_in(node: object) -> StoreFacts | None:
     """A store in ``node`` (or in retrievers it holds) whose own search is not exact, or None.
 
-    What the store table (:mod:`langchain_dprag.stores`) reads: a store known to
-    be approximate, or one dprag searches exactly only through its own path
-    (Chroma, pgvector, Qdrant, LanceDB, whose own searches use their indexes).
-    A brute-force or flat store, and a store the table does not know (the
-    user's promise), are not reported; nor is anything under a retriever marked
-    ``exact_store_search`` (dprag's ``DPRetriever``).
+    :func:`~dprag_core.retrieval.stores.first_inexact` over the store table
+    (:mod:`langchain_dprag.stores`); nothing under a retriever marked
+    ``exact_store_search`` (dprag's ``DPRetriever``) is looked into.
 
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> from langchain_core.vectorstores import InMemoryVectorStore
     >>> inexact_store_in([InMemoryVectorStore(DeterministicFakeEmbedding(size=4))]) is None
     True
     """
-    seen = set() if seen is None else seen
-    if id(node) in seen:
+    return first_inexact(node, store_facts=_store_facts, children=_held)
+
+
+def _store_facts(node: object) -> tuple[StoreFacts, bool] | None:
+    if not isinstance(node, VectorStore):
         return None
-    seen.add(id(node))
-    if isinstance(node, VectorStore):
-        reading = read_store(node)
-        known = reading.facts.metric is not None or reading.facts.refused is not None
-        return reading.facts if known and not reading.own_search_exact else None
-    values: Sequence[object] = ()
+    reading = read_store(node)
+    return reading.facts, reading.own_search_exact
+
+
+def _held(node: object) -> list[object]:
     if isinstance(node, (list, tuple)):
-        values = node
-    elif isinstance(node, BaseRetriever) and not getattr(node, "exact_store_search", False):
-        values = list(vars(node).values())
-    for value in values:
-        found = inexact_store_in(value, seen)
-        if found is not None:
-            return found
-    return None
+        return list(node)
+    if isinstance(node, BaseRetriever) and not getattr(node, "exact_store_search", False):
+        return list(vars(node).values())
+    return []
 
 
 def _binding(binding: RunnableBindingBase[Any, Any]) -> None:

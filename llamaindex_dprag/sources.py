@@ -72,6 +72,7 @@ from dprag_core.retrieval.stores import (
     StoreFacts,
     describe_metric,
     exactness,
+    first_inexact,
     refusal,
     require_declarations,
 )
@@ -381,42 +382,37 @@ class IndexSource(_Conversion):
         return list(docstore.get_nodes([nodes_dict.get(i, i) for i in ids]))
 
 
-def inexact_store_in(node: object, seen: set[int] | None = None) -> StoreFacts | None:
+def inexact_store_in(node: object) -> StoreFacts | None:
     """A vector store in ``node`` (or in the indexes and retrievers it holds) whose own query
     is not exact, or None.
 
-    What the store table (:mod:`llamaindex_dprag.stores`) reads: a store known to
-    be approximate, or one dprag queries exactly only through its own path
-    (Chroma, pgvector, Qdrant, LanceDB, whose own queries use their indexes).
-    ``SimpleVectorStore``, a flat FAISS index and a store the table does not
-    know (the user's promise) are not reported.
+    :func:`~dprag_core.retrieval.stores.first_inexact` over the store table
+    (:mod:`llamaindex_dprag.stores`).
 
     >>> from llama_index.core.vector_stores import SimpleVectorStore
     >>> inexact_store_in([SimpleVectorStore()]) is None
     True
     """
-    seen = set() if seen is None else seen
-    if id(node) in seen:
+    return first_inexact(node, store_facts=_store_facts, children=_held)
+
+
+def _store_facts(node: object) -> tuple[StoreFacts, bool] | None:
+    if not isinstance(node, BasePydanticVectorStore):
         return None
-    seen.add(id(node))
-    if isinstance(node, BasePydanticVectorStore):
-        reading = read_vector_store(node)
-        known = reading.facts.metric is not None or reading.facts.refused is not None
-        return reading.facts if known and not reading.own_query_exact else None
-    values: list[object] = []
+    reading = read_vector_store(node)
+    return reading.facts, reading.own_query_exact
+
+
+def _held(node: object) -> list[object]:
     if isinstance(node, (list, tuple)):
-        values = list(node)
-    elif isinstance(node, dict):
-        values = list(node.values())
-    elif isinstance(node, BaseRetriever):
-        values = list(vars(node).values())
-    elif hasattr(node, "vector_store") and hasattr(node, "index_struct"):  # an index
-        values = [node.vector_store]
-    for value in values:
-        found = inexact_store_in(value, seen)
-        if found is not None:
-            return found
-    return None
+        return list(node)
+    if isinstance(node, dict):
+        return list(node.values())
+    if isinstance(node, BaseRetriever):
+        return list(vars(node).values())
+    if hasattr(node, "vector_store") and hasattr(node, "index_struct"):  # an index
+        return [node.vector_store]
+    return []
 
 
 class RetrieverSource(_Conversion):
