@@ -18,15 +18,37 @@ Which relation each path keeps (the argument behind ``DPRAGChain``'s claims):
   substitution (:func:`~dprag_core.retrieval.units.top_units`), and the query
   enlarged until the last score falls to a threshold returns every document
   above it (:func:`~dprag_core.retrieval.above.retrieve_above`).
-- ``retriever=``: an arbitrary ``BaseRetriever`` may cap, ignore ``k``, re-rank
-  by other documents (MMR) or drop scores; none of that can be seen from
-  outside, so it qualifies only with ``retriever_honours_k=True``: the user's
-  promise that ``invoke(question, k=k)`` returns the first ``min(k, N)`` of a
-  fixed ranking, best first (and, for threshold mechanisms, non-increasing
-  scores in ``metadata[score_key]``). Then the same two arguments apply. A
-  vector store's own retriever (``store.as_retriever()``, plain similarity
-  search, no search keywords but ``k``) needs no promise: its store is searched
-  directly, as with ``vectorstore=``.
+- a vector store's own retriever (``store.as_retriever(...)``, a
+  ``VectorStoreRetriever``) is never run as it is: it is taken apart into its
+  store and its search, and the store is searched as with ``vectorstore=``
+  (no promise needed, and none accepted in place of the store table). Its
+  ``search_kwargs`` (and keywords bound with ``.bind``) may hold ``k`` (ignored:
+  the count is the mechanism's) and ``filter``, in the store's own format,
+  applied by the store table's exact filtered search
+  (:meth:`~langchain_dprag.stores.StoreReading.searcher`): the filter selects
+  documents by their own metadata, so the filtered ranking is still one fixed
+  ranking and one added unit is inserted into it. Anything else is refused when
+  built, naming the exact alternative: ``search_type="mmr"`` (ranks each
+  document by the others), ``"similarity_score_threshold"`` (cuts at a
+  relevance score, so fewer than k no longer means "exhausted"), and any other
+  search keyword (``fetch_k``, ``ef``, ``search_params``, ``score_threshold``,
+  ...: each tunes an approximate search or changes the ranking).
+- ``retriever=`` any other ``BaseRetriever`` may cap, ignore ``k``, re-rank by
+  other documents or drop scores; none of that can be seen from outside, so it
+  qualifies only with ``retriever_honours_k=True``: the user's promise that
+  ``invoke(question, k=k)`` returns the first ``min(k, N)`` of a fixed ranking,
+  best first (and, for threshold mechanisms, non-increasing scores in
+  ``metadata[score_key]``). Then the same two arguments apply. The promise is
+  refused for a retriever that searches, with the store's own search, a
+  vector store whose own search is not exact (:func:`inexact_store_in`: it
+  holds one, or a retriever that does, e.g. a self-query, multi-vector or
+  ensemble retriever over Chroma, pgvector, Qdrant, LanceDB or an approximate
+  FAISS index): their own searches use their HNSW or IVF indexes, which no
+  promise can make exact; the refusal names the exact alternative (the store,
+  or its own retriever with a filter). There is no approximate path behind
+  ``retriever_honours_k``. A retriever over a brute-force or flat store
+  (``InMemoryVectorStore``, FAISS ``IndexFlat*``) keeps the promise's meaning,
+  and dprag's own ``DPRetriever`` qualifies: it searches through the store table.
 
 Configured and composed retrievers (:func:`resolve`): ``retriever.with_config(...)``
 and ``.bind(...)`` are taken apart (callbacks, tags, metadata and listeners
@@ -46,7 +68,7 @@ dropped, never an error: the query has already been charged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -61,18 +83,21 @@ from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.stores import StoreFacts, first_inexact
 from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
 from langchain_dprag.cells import partitioned_reading
 from langchain_dprag.errors import PrivateDataError, guarded
+from langchain_dprag.stores import read_store
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import COSINE, OpenedStore, ScoreFunction, open_store
 
-__all__ = ["LANGCHAIN_SOURCES", "DocumentSource", "Resolved", "resolve"]
+__all__ = ["LANGCHAIN_SOURCES", "DocumentSource", "Resolved", "inexact_store_in", "resolve"]
 
 LANGCHAIN_SOURCES = (
     "vectorstore= (a store whose scores and exact search dprag establishes or you declare: "
     "its exact search honours k), or "
-    "retriever=store.as_retriever() (plain similarity search), or "
+    "retriever=store.as_retriever() (similarity search, optionally with "
+    "search_kwargs={'filter': ...}: searched exactly as the store), or "
     "retriever= with retriever_honours_k=True (your promise that "
     "retriever.invoke(question, k=k) returns the first min(k, N) documents of the store's "
     "ranking, best first, with non-increasing scores in metadata[score_key] for "
@@ -82,20 +107,76 @@ LANGCHAIN_SOURCES = (
 
 @dataclass(frozen=True)
 class Resolved:
-    """A retriever taken apart: query ``steps``, then ``retriever`` or ``vectorstore``."""
+    """A retriever taken apart: query ``steps``, then ``retriever`` or ``vectorstore``.
+
+    ``filter``: the store's filter (its own format), applied by its exact search.
+    """
 
     steps: tuple[Runnable[Any, Any], ...] = ()
     retriever: BaseRetriever | None = None
     vectorstore: VectorStore | None = None
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    filter: Any = None
 
 
-def _plain_store(retriever: BaseRetriever) -> VectorStore | None:
-    if not isinstance(retriever, VectorStoreRetriever):
+_EXACT_ALTERNATIVE = (
+    "store.as_retriever() (search_type='similarity'), with search_kwargs={'filter': ...} "
+    "in the store's own format to filter: dprag searches the store exactly"
+)
+
+
+def _store_query(retriever: VectorStoreRetriever, bound: Mapping[str, Any]) -> Resolved:
+    """A store's own retriever as its store and filter (module docstring); ValueError if not."""
+    search_type = retriever.search_type
+    if search_type != "similarity":
+        why = {
+            "mmr": "ranks each document by the documents already chosen, so one added "
+            "document can reorder the others",
+            "similarity_score_threshold": "cuts the results at a relevance score, so "
+            "fewer than k coming back no longer means the store is exhausted (a mechanism "
+            "selects by score itself: MuRAG's tau, DPRetriever's threshold)",
+        }.get(search_type, "is not a plain similarity search")
+        raise ValueError(f"retriever: search_type={search_type!r} {why}. Fix: {_EXACT_ALTERNATIVE}")
+    kwargs = {**retriever.search_kwargs, **bound}
+    unknown = sorted(set(kwargs) - {"k", "filter"})
+    if unknown:
+        raise ValueError(
+            f"retriever: search keywords {unknown} are not part of dprag's exact search (a "
+            "keyword such as fetch_k, ef, search_params or score_threshold tunes an "
+            "approximate search, widens or cuts the results, or re-ranks them). Fix: "
+            + _EXACT_ALTERNATIVE
+        )
+    return Resolved(vectorstore=retriever.vectorstore, filter=kwargs.get("filter"))
+
+
+def inexact_store_in(node: object) -> StoreFacts | None:
+    """A store in ``node`` (or in retrievers it holds) whose own search is not exact, or None.
+
+    :func:`~dprag_core.retrieval.stores.first_inexact` over the store table
+    (:mod:`langchain_dprag.stores`); nothing under a retriever marked
+    ``exact_store_search`` (dprag's ``DPRetriever``) is looked into.
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> inexact_store_in([InMemoryVectorStore(DeterministicFakeEmbedding(size=4))]) is None
+    True
+    """
+    return first_inexact(node, store_facts=_store_facts, children=_held)
+
+
+def _store_facts(node: object) -> tuple[StoreFacts, bool] | None:
+    if not isinstance(node, VectorStore):
         return None
-    if retriever.search_type != "similarity" or set(retriever.search_kwargs) - {"k"}:
-        return None
-    return retriever.vectorstore
+    reading = read_store(node)
+    return reading.facts, reading.own_search_exact
+
+
+def _held(node: object) -> list[object]:
+    if isinstance(node, (list, tuple)):
+        return list(node)
+    if isinstance(node, BaseRetriever) and not getattr(node, "exact_store_search", False):
+        return list(vars(node).values())
+    return []
 
 
 def _binding(binding: RunnableBindingBase[Any, Any]) -> None:
@@ -123,10 +204,9 @@ def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resol
     True
     """
     bound = dict(kwargs or {})
+    if isinstance(retriever, VectorStoreRetriever):
+        return _store_query(retriever, bound)
     if isinstance(retriever, BaseRetriever):
-        store = _plain_store(retriever)
-        if store is not None and not bound:
-            return Resolved(vectorstore=store)
         return Resolved(retriever=retriever, kwargs=bound)
     if isinstance(retriever, RunnableBinding):  # with_config, bind (not with_retry)
         _binding(retriever)
@@ -146,7 +226,7 @@ def resolve(retriever: object, kwargs: Mapping[str, Any] | None = None) -> Resol
                     "depend on the corpus, which breaks the DP guarantee"
                 )
         inner = resolve(last, bound)
-        return Resolved((*steps, *inner.steps), inner.retriever, inner.vectorstore, inner.kwargs)
+        return replace(inner, steps=(*steps, *inner.steps))
     name = type(retriever).__name__
     hint = (
         " (its last step is not a retriever: a step after retrieval may drop, reorder or add "
@@ -177,6 +257,9 @@ class DocumentSource:
     (DPSparseVote, DP-KSA, ...), in its own rank order; for those that select
     by score (MuRAG) a document without a score is dropped.
     ``retriever_honours_k``: the user's declaration (module docstring).
+    ``filter``: with ``vectorstore``, a filter in the store's own format,
+    applied by its exact search (a retriever carries its own:
+    ``search_kwargs={"filter": ...}``).
     """
 
     retriever: Runnable[Any, Any] | None
@@ -186,13 +269,14 @@ class DocumentSource:
     unit_key: str | None
     retriever_honours_k: bool = False
     exact_search: bool = False
+    filter: Any = None
     partition: PublicPartition | None = None
 
     @cached_property
     def resolved(self) -> Resolved:
         """The vector store, or the retriever taken apart (:func:`resolve`)."""
         if self.retriever is None:
-            return Resolved(vectorstore=self.vectorstore)
+            return Resolved(vectorstore=self.vectorstore, filter=self.filter)
         return resolve(self.retriever)
 
     @cached_property
@@ -211,15 +295,34 @@ class DocumentSource:
 
     def check(self) -> None:
         """Refuse now, when the app is built, what could only fail later (module docstring)."""
+        if self.retriever is not None and self.filter is not None:
+            raise ValueError(
+                "filter= goes with vectorstore=; a retriever carries its own: "
+                "store.as_retriever(search_kwargs={'filter': ...})"
+            )
         if self.opened is None and self.exact_search:
             raise ValueError(
                 "exact_search=True declares a vector store's search exact; for a retriever, "
                 "pass retriever_honours_k=True"
             )
-        if self.opened is None and self.partition is not None:
+        if self.partition is not None and (self.opened is None or self.resolved.filter is not None):
             raise ValueError(
-                "partition= searches a vector store's cells: pass vectorstore= (or "
-                "retriever=store.as_retriever()), not another retriever"
+                "partition= searches a vector store's cells, without filter: pass "
+                "vectorstore= (or retriever=store.as_retriever()), not another retriever, "
+                "and no filter"
+            )
+        retriever = self.resolved.retriever
+        inexact = None
+        if self.retriever_honours_k and retriever is not None:
+            inexact = inexact_store_in(retriever)
+        if inexact is not None:
+            why = inexact.refused or f"dprag's exact search of it is its own: {inexact.exact}"
+            raise ValueError(
+                f"retriever_honours_k=True on {type(retriever).__name__}: it searches "
+                f"{inexact.store} with the store's own search, which is not exact (its index "
+                f"answers; {why}), and no promise can make it so. Fix: pass the store: "
+                "vectorstore=store (with filter=... in the store's own format), or retriever="
+                + _EXACT_ALTERNATIVE
             )
 
     @property
@@ -250,7 +353,7 @@ class DocumentSource:
     def _searcher(self) -> Callable[[str, int], list[tuple[Document | None, float | None]]]:
         resolved, opened = self.resolved, self.opened
         if opened is not None:
-            first = opened.searcher()  # one per query: a full-scan store ranks once
+            first = opened.searcher(resolved.filter)  # one per query: a full scan ranks once
 
             def from_store(question: str, k: int) -> list[tuple[Document | None, float | None]]:
                 return [(doc, score) for doc, score in first(self._query(question), k)]
@@ -272,9 +375,7 @@ class DocumentSource:
 
     def _metadata_score(self, doc: Document) -> float | None:
         raw = doc.metadata.get(self.score_key)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            return None
-        return self.scale.convert(float(raw))
+        return None if raw is None else self.scale.convert(raw)
 
     def _to_scored(
         self, pairs: Sequence[tuple[Document | None, float | None]], *, needs_scores: bool

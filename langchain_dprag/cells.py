@@ -209,11 +209,24 @@ def partitioned_reading(store: VectorStore, partition: PublicPartition) -> Store
     else:
         facts = read_store(store).facts
     if facts.refused is not None or facts.metric is None:  # open_store says why
-        return StoreReading(facts, lambda: store.similarity_search_with_score)
+        return StoreReading(facts, lambda filter: store.similarity_search_with_score)
     metric = facts.metric
     exact = cell_search.partitioned_exact(partition)
     facts = StoreFacts(f"{facts.store}, partitioned", metric=metric, exact=exact)
-    return StoreReading(facts, partial(_SEARCHERS[kind], store, partition, metric))
+    return StoreReading(facts, partial(_searcher, _SEARCHERS[kind], store, partition, metric))
+
+
+def _searcher(
+    make: Callable[[Any, PublicPartition, str], Search],
+    store: Any,
+    partition: PublicPartition,
+    metric: str,
+    filter: Any,
+) -> Search:
+    """One question's search of the probed cells (a filter is refused when the app is built)."""
+    if filter is not None:
+        raise ValueError("partition= searches without filter")
+    return make(store, partition, metric)
 
 
 def _bind_faiss(store: Any, partition: PublicPartition) -> None:

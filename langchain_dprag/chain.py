@@ -363,6 +363,9 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     exact_search: StrictBool = False
     """Your promise that a store dprag does not know searches exactly (never overrides what
     dprag knows: an approximate index is refused); see :mod:`langchain_dprag.stores`."""
+    filter: Any = None
+    """With ``vectorstore``: a filter in the store's own format, applied by its exact search
+    (:mod:`langchain_dprag.stores`); a retriever carries its own (``search_kwargs``)."""
     score_key: str = "score"
     unit_key: str | None = None
     """The metadata key naming the privacy unit (default: one document = one unit)."""
@@ -509,6 +512,7 @@ _SOURCE_FIELDS = (
     "unit_key",
     "retriever_honours_k",
     "exact_search",
+    "filter",
     "partition",
 )
 """The chain's fields that configure its :class:`~langchain_dprag._retrieval.DocumentSource`."""

@@ -45,7 +45,7 @@ score or without their ``unit_key`` are dropped.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -98,11 +98,13 @@ class DPRetriever(KnownFields, BaseRetriever):
     docstring). Scores come from ``score_function`` (default: the one for the
     store's metric), whose public range is the threshold's range;
     ``exact_search=True`` is your promise that a store dprag does not know
-    searches exactly; ``partition`` (a public
+    searches exactly; ``filter`` (the store's own format, e.g. a Chroma ``where``
+    dict or a Qdrant ``models.Filter``: :mod:`langchain_dprag.stores`) selects
+    the documents searched, exactly; ``partition`` (a public
     :class:`~dprag_core.retrieval.cells.PublicPartition`) searches only the
     cells the question probes (:mod:`langchain_dprag.cells`); ``unit_key``
-    names the metadata key of the privacy unit.
-    ``rng`` is for tests only (default: OS entropy).
+    names the metadata key of the privacy unit. ``rng`` is for tests only
+    (default: OS entropy).
 
     >>> DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=4)  # doctest: +SKIP
     >>> DPRetriever(vectorstore=store, ledger=InMemoryLedger(budget_per_unit=10.0),
@@ -110,11 +112,15 @@ class DPRetriever(KnownFields, BaseRetriever):
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    exact_store_search: ClassVar[bool] = True
+    """Its store search is the store table's exact search (a retriever holding a store that
+    is not marked so is refused with ``retriever_honours_k=True``)."""
 
     vectorstore: VectorStore
     k: int = 4
     score_function: ScoreFunction | None = None
     exact_search: StrictBool = False
+    filter: Any = None
     partition: PublicPartition | None = None
     unit_key: str | None = None
     epsilon: float | None = None
@@ -173,6 +179,7 @@ class DPRetriever(KnownFields, BaseRetriever):
             score_key="score",
             unit_key=self.unit_key,
             exact_search=self.exact_search,
+            filter=self.filter,
             partition=self.partition,
         )
 

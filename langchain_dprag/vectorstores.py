@@ -48,7 +48,6 @@ of one fixed ranking: it honours k.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
-from dprag_core.retrieval.scores import METRIC_SCALES, METRICS, ScoreScale
+from dprag_core.retrieval.scores import METRIC_SCALES, METRICS, ScoreScale, read_score
 from dprag_core.retrieval.stores import (
     StoreFacts,
     describe_metric,
@@ -158,10 +157,13 @@ _EXACT_FIX = (
     "pass exact_search=True (your promise that similarity_search_with_score(question, k) "
     "returns the exact top k of one ranking, best first)"
 )
-_DECLARE = (
-    "declare both: score_function=... (a built-in such as COSINE, or your own "
-    "ScoreFunction with its public range) and " + _EXACT_FIX.removeprefix("pass ")
+_CHOOSE = (
+    "score_function= the one for what its similarity_search_with_score returns: COSINE for a "
+    "cosine similarity (higher = closer), COSINE_DISTANCE for 1 - cos, SQUARED_L2_UNIT or "
+    "L2_UNIT for a squared or plain L2 distance on unit vectors, NEGATIVE_INNER_PRODUCT for "
+    "-q.v (lower = closer), else your own ScoreFunction with its direction and public range"
 )
+_DECLARE = "declare both: " + _CHOOSE + "; and " + _EXACT_FIX.removeprefix("pass ")
 
 
 def store_metric(store: VectorStore) -> str | None:
@@ -257,14 +259,15 @@ class OpenedStore:
         """The store's class and configuration, as errors name it."""
         return self.facts.store
 
-    def searcher(self) -> Callable[[str, int], list[tuple[Document, float]]]:
+    def searcher(self, filter: Any = None) -> Callable[[str, int], list[tuple[Document, float]]]:
         """``search(question, k)``: the first k of one fixed ranking, with converted scores.
 
-        The store's exact order, tie groups at the cut completed and ordered by
-        id (module docstring); one searcher per query (a full-scan store ranks
-        once per query).
+        The store's exact order among the documents ``filter`` selects (the
+        store's own filter format, :mod:`langchain_dprag.stores`; ``None``: all),
+        tie groups at the cut completed and ordered by id (module docstring); one
+        searcher per query (a full-scan store ranks once per query).
         """
-        search: Search = self.reading.searcher()
+        search: Search = self.reading.searcher(filter)
         function = self.score_function
         relevance = _relevance(self.store, self.facts, function) if function.relevance else None
 
@@ -324,13 +327,15 @@ def search_with_scores(
     score_function: ScoreFunction | None = None,
     *,
     exact_search: bool = False,
+    filter: Any = None,
 ) -> list[tuple[Document, float]]:
     """The first ``k`` of ``store``'s exact ranking for ``query``, with converted similarities.
 
-    :func:`open_store`, then one search (module docstring).
+    :func:`open_store`, then one search (module docstring), exact among the
+    documents ``filter`` selects (the store's own format; ``None``: all).
     """
     opened = open_store(store, score_function=score_function, exact_search=exact_search)
-    return opened.searcher()(query, k)
+    return opened.searcher(filter)(query, k)
 
 
 def _pair_id(pair: tuple[Document, float]) -> str:
@@ -338,9 +343,8 @@ def _pair_id(pair: tuple[Document, float]) -> str:
 
 
 def _raw(pair: tuple[Document, float]) -> float:
-    """A pair's raw score; NaN when the store gave none (its document becomes a placeholder)."""
-    raw = pair[1]
-    return float(raw) if isinstance(raw, (int, float)) else math.nan
+    """A pair's raw score (:func:`~dprag_core.retrieval.scores.read_score`); NaN when unusable."""
+    return read_score(pair[1])
 
 
 def faiss_inner_product(

@@ -38,7 +38,12 @@ Which relation each source keeps (the argument behind ``DPQueryEngine``'s claims
   re-rank or drop nodes unseen. It qualifies only with ``returns_everything=True``,
   the user's promise that ``retrieve`` returns its whole ranking (or at least
   every node above the mechanism's ``min_score``), best first; slicing a
-  complete ranking honours k, and the two arguments above apply.
+  complete ranking honours k, and the two arguments above apply. The promise is
+  refused for a retriever that queries, with the store's own query, a vector
+  store whose own query is not exact (:func:`inexact_store_in`: Chroma, pgvector,
+  Qdrant, LanceDB, an approximate FAISS index), whatever wraps it (a fusion,
+  recursive or auto-retriever): no promise makes an index's answer exact, and
+  the refusal names the exact path (the index, with its filters).
 
 Nodes without a finite score or without their ``unit_key`` are dropped (they
 keep their slot as placeholders), never an error after the charge.
@@ -48,22 +53,27 @@ keep their slot as placeholders), never an error after the charge.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, ObjectType, QueryBundle
-from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+)
 
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.retrieval.scores import METRICS, ScoreScale
+from dprag_core.retrieval.scores import METRICS, ScoreScale, read_score
 from dprag_core.retrieval.stores import (
+    StoreFacts,
     describe_metric,
     exactness,
+    first_inexact,
     refusal,
     require_declarations,
 )
@@ -84,6 +94,7 @@ __all__ = [
     "CandidateSource",
     "IndexSource",
     "RetrieverSource",
+    "inexact_store_in",
     "store_metric",
 ]
 
@@ -96,6 +107,11 @@ LLAMAINDEX_SOURCES = (
 )
 
 
+_DIRECTION_FIX = (
+    "pass the direction of the similarities its query returns: score_direction='similarity' "
+    "when higher = closer (a cosine, an inner product), 'distance' when lower = closer (an "
+    "L2 or cosine distance), with score_range=(low, high) in the store's own units"
+)
 _EXACT_FIX = (
     "pass exact_search=True (your promise that the vector store's query returns the exact "
     "top k of one ranking, best first)"
@@ -122,7 +138,7 @@ def _direction(reading: StoreReading, given: str | None) -> str:
                 facts.store,
                 "dprag cannot establish what its similarities are (a similarity or a "
                 f"distance): it reads {SUPPORTED_STORES}",
-                "pass score_direction='similarity' or 'distance' (and score_range=(low, high))",
+                _DIRECTION_FIX,
             )
         return given
     detected = METRICS[facts.metric].direction
@@ -243,9 +259,7 @@ class IndexSource(_Conversion):
             scores=score_direction is not None,
             exact=exact_search,
             supported=SUPPORTED_STORES,
-            fix="declare both: score_direction='similarity' or 'distance' (with "
-            "score_range=(low, high)) and exact_search=True (your promise that its "
-            "query returns the exact top k of one ranking, best first)",
+            fix=f"declare both: {_DIRECTION_FIX}; and {_EXACT_FIX.removeprefix('pass ')}",
         )
         self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
         super().__init__(
@@ -259,8 +273,8 @@ class IndexSource(_Conversion):
             raise refusal(
                 facts.store,
                 "its query does not apply metadata filters (it raises on them)",
-                "drop filters=, or use a store that filters (SimpleVectorStore, Chroma, "
-                "PGVector, Qdrant)",
+                "drop filters=, or use a store whose exact query filters (SimpleVectorStore, "
+                "Chroma, PGVectorStore, Qdrant, LanceDB)",
             )
         if VectorStoreQueryMode(query_mode) != VectorStoreQueryMode.DEFAULT:
             raise ValueError(
@@ -335,7 +349,7 @@ class IndexSource(_Conversion):
         return tie_complete(
             lambda n: self._query(run, question, embedding, n),
             k,
-            score=lambda pair: pair.score if pair.score is not None else math.nan,
+            score=lambda pair: read_score(pair.score),
             ident=lambda pair: pair.node.node_id,
         )
 
@@ -359,7 +373,7 @@ class IndexSource(_Conversion):
         if len(nodes) != len(result.similarities):
             raise ValueError("the vector store returned a different number of nodes and scores")
         return [
-            NodeWithScore(node=n, score=float(s))
+            NodeWithScore(node=n, score=read_score(s))
             for n, s in zip(nodes, result.similarities, strict=True)
         ]
 
@@ -377,6 +391,39 @@ class IndexSource(_Conversion):
         ids = list(result.ids or [])
         nodes_dict = self.index.index_struct.nodes_dict
         return list(docstore.get_nodes([nodes_dict.get(i, i) for i in ids]))
+
+
+def inexact_store_in(node: object) -> StoreFacts | None:
+    """A vector store in ``node`` (or in the indexes and retrievers it holds) whose own query
+    is not exact, or None.
+
+    :func:`~dprag_core.retrieval.stores.first_inexact` over the store table
+    (:mod:`llamaindex_dprag.stores`).
+
+    >>> from llama_index.core.vector_stores import SimpleVectorStore
+    >>> inexact_store_in([SimpleVectorStore()]) is None
+    True
+    """
+    return first_inexact(node, store_facts=_store_facts, children=_held)
+
+
+def _store_facts(node: object) -> tuple[StoreFacts, bool] | None:
+    if not isinstance(node, BasePydanticVectorStore):
+        return None
+    reading = read_vector_store(node)
+    return reading.facts, reading.own_query_exact
+
+
+def _held(node: object) -> list[object]:
+    if isinstance(node, (list, tuple)):
+        return list(node)
+    if isinstance(node, dict):
+        return list(node.values())
+    if isinstance(node, BaseRetriever):
+        return list(vars(node).values())
+    if hasattr(node, "vector_store") and hasattr(node, "index_struct"):  # an index
+        return [node.vector_store]
+    return []
 
 
 class RetrieverSource(_Conversion):
@@ -420,6 +467,16 @@ class RetrieverSource(_Conversion):
             raise TypeError(f"retriever must be a BaseRetriever, got {type(retriever).__name__}")
         self.retriever = retriever
         self.returns_everything = bool(returns_everything)
+        inexact = inexact_store_in(retriever) if self.returns_everything else None
+        if inexact is not None:
+            why = inexact.refused or f"dprag's exact query of it is its own: {inexact.exact}"
+            raise ValueError(
+                f"returns_everything=True on {type(retriever).__name__}: it queries "
+                f"{inexact.store} with the store's own query, which is not exact (its index "
+                f"answers; {why}), and no promise can make it so. Fix: "
+                "DPQueryEngine.from_index(index, filters=...) or "
+                "from_retriever(index.as_retriever(filters=...)): dprag queries the store exactly"
+            )
 
     @property
     def honours_k(self) -> bool:

@@ -48,6 +48,7 @@ from typing import Any
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
 from dprag_core.retrieval import clients
+from dprag_core.retrieval.scores import read_score
 from dprag_core.retrieval.stores import StoreFacts
 
 __all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store"]
@@ -67,12 +68,16 @@ class StoreReading:
 
     ``querier()`` gives the query for one question (a store ranked by a full
     scan ranks once per question); ``filters``: whether its query applies
-    metadata filters (FAISS raises on them).
+    metadata filters (FAISS raises on them); ``own_query_exact``: whether the
+    store's *own* ``query`` (what a retriever of the user's calls) is exact too
+    (brute force, a flat index), False where only dprag's query is (Chroma,
+    pgvector, Qdrant, LanceDB) and for a store the table does not know.
     """
 
     facts: StoreFacts
     querier: Callable[[], Query]
     filters: bool = True
+    own_query_exact: bool = False
 
 
 def read_vector_store(vector_store: Any) -> StoreReading:
@@ -84,22 +89,22 @@ def read_vector_store(vector_store: Any) -> StoreReading:
     return reader(vector_store)
 
 
-def _fixed(facts: StoreFacts, query: Query, *, filters: bool = True) -> StoreReading:
-    return StoreReading(facts, lambda: query, filters)
+def _fixed(
+    facts: StoreFacts, query: Query, *, filters: bool = True, own_exact: bool = False
+) -> StoreReading:
+    return StoreReading(facts, lambda: query, filters, own_exact)
 
 
 def _simple(store: Any) -> StoreReading:
     facts = StoreFacts(
         "SimpleVectorStore", metric="cosine", exact="brute force (every stored vector scored)"
     )
-    return _fixed(facts, store.query)
+    return _fixed(facts, store.query, own_exact=True)
 
 
 def _faiss(store: Any) -> StoreReading:
     index = clients.faiss_index(store._faiss_index)
     name = f"FaissVectorStore ({index.kind})"
-    if index.unreadable is not None:
-        return _fixed(StoreFacts(f"{name} with {index.unreadable}"), store.query, filters=False)
     if not index.flat:
         refused = (
             f"its {index.kind} index is approximate and cannot be asked for exact results (one "
@@ -108,8 +113,11 @@ def _faiss(store: Any) -> StoreReading:
             "cosine_faiss_store(dim=dim) (a flat inner-product index on normalised vectors)"
         )
         return _fixed(StoreFacts(name, refused=refused), store.query, filters=False)
+    if index.unreadable is not None:  # a flat index behind a transform: declared, not read
+        facts = StoreFacts(f"{name} with {index.unreadable}")
+        return _fixed(facts, store.query, filters=False, own_exact=True)
     facts = StoreFacts(name, metric=index.metric, exact=clients.FLAT_EXACT)
-    return _fixed(facts, store.query, filters=False)
+    return _fixed(facts, store.query, filters=False, own_exact=True)
 
 
 def _chroma(store: Any) -> StoreReading:
@@ -237,7 +245,7 @@ def _lance_query(
     ).to_pylist()
     return VectorStoreQueryResult(
         nodes=[_stored_node(r["id"], r.get(store.text_key), r.get("metadata")) for r in rows],
-        similarities=[float(r["_distance"]) for r in rows],
+        similarities=[read_score(r["_distance"]) for r in rows],
         ids=[r["id"] for r in rows],
     )
 

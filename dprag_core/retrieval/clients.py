@@ -15,7 +15,8 @@ imported only when a store of its kind is read.
   (Cosine and Dot are similarities, Euclid and Manhattan distances);
   :func:`qdrant_exact_params` asks for a full scan without quantized vectors.
 - pgvector: :func:`exact_session_maker` runs each query's transaction with
-  index scans off, so no HNSW or IVFFlat index can answer it.
+  index scans off (:data:`PG_EXACT_SETTINGS`), so no HNSW or IVFFlat index can
+  answer it; a ``WHERE`` filter keeps it exact within the filtered rows.
 - LanceDB: :func:`lance_distance` (the metric of the column's vector index,
   else LanceDB's default ``l2``, a squared L2); :func:`lance_exact` searches
   with ``bypass_vector_index()``: a flat scan, never the IVF index.
@@ -40,6 +41,7 @@ __all__ = [
     "LANCE_EXACT",
     "LANCE_METRICS",
     "PG_EXACT",
+    "PG_EXACT_SETTINGS",
     "QDRANT_EXACT",
     "QDRANT_METRICS",
     "ChromaScan",
@@ -62,6 +64,8 @@ CHROMA_EXACT = (
 )
 QDRANT_EXACT = "exact=True on every query (a full scan; quantization ignored)"
 PG_EXACT = "index scans off in each query's transaction (an exact sequential scan)"
+PG_EXACT_SETTINGS = ("enable_indexscan = off", "enable_seqscan = on")
+"""What each exact pgvector query's transaction sets (``SET LOCAL``): no index answers it."""
 LANCE_EXACT = "a flat scan of every stored vector (bypass_vector_index: no IVF index answers)"
 
 CHROMA_METRICS = {"l2": "squared_l2", "cosine": "cosine_distance", "ip": "ip_distance"}
@@ -87,10 +91,12 @@ class FaissIndex:
     """A FAISS index as dprag reads it.
 
     ``kind``: the class of the index that searches (under ID maps and
-    normalisation); ``flat``: whether it scores every vector (exact);
+    transforms); ``flat``: whether it scores every vector (exact);
     ``metric``: ``"squared_l2"``, ``"inner_product"``, ``"cosine"`` (inner
     product behind an L2 normalisation), or None; ``unreadable``: a transform
-    dprag does not know (PCA, OPQ, ...), else None.
+    dprag does not know (PCA, OPQ, ...), else None: the scores' meaning is then
+    unknown (the user declares it), but whether the index under it is flat is
+    still read, so an approximate index is refused whatever wraps it.
     """
 
     kind: str
@@ -107,10 +113,14 @@ def faiss_index(index: Any, *, normalised: bool = False) -> FaissIndex:
     FaissIndex(kind='IndexFlatIP', flat=True, metric='cosine', unreadable=None)
     >>> faiss_index(faiss.IndexHNSWFlat(4, 8)).flat
     False
+    >>> pca = faiss.IndexPreTransform(faiss.PCAMatrix(8, 4), faiss.IndexHNSWFlat(4, 8))
+    >>> faiss_index(pca).kind, faiss_index(pca).flat, faiss_index(pca).unreadable
+    ('IndexHNSWFlat', False, 'PCAMatrix')
     """
     import faiss
 
     index = faiss.downcast_index(index)
+    unreadable: list[str] = []
     while True:
         kind = type(index).__name__
         if kind in _ID_MAPS:
@@ -120,18 +130,22 @@ def faiss_index(index: Any, *, normalised: bool = False) -> FaissIndex:
                 type(faiss.downcast_VectorTransform(index.chain.at(i))).__name__
                 for i in range(index.chain.size())
             ]
-            if chain != ["NormalizationTransform"]:
-                return FaissIndex(kind, flat=False, metric=None, unreadable=", ".join(chain))
-            normalised = True
+            if chain == ["NormalizationTransform"]:
+                normalised = True
+            else:
+                unreadable += chain
             index = faiss.downcast_index(index.index)
         else:
             break
+    flat = kind in _FLAT  # read under any transform: an approximate index stays refused
+    if unreadable:
+        return FaissIndex(kind, flat=flat, metric=None, unreadable=", ".join(unreadable))
     metric = None
     if index.metric_type == faiss.METRIC_L2:
         metric = "squared_l2"
     elif index.metric_type == faiss.METRIC_INNER_PRODUCT:
         metric = "cosine" if normalised else "inner_product"
-    return FaissIndex(kind, flat=kind in _FLAT, metric=metric)
+    return FaissIndex(kind, flat=flat, metric=metric)
 
 
 CHROMA_EXACT_LIMIT = 100_000
@@ -275,8 +289,8 @@ def exact_session_maker(engine: Any) -> Any:
     maker = sessionmaker(bind=engine)
 
     def exact_scan(session: Any, transaction: Any, connection: Any) -> None:
-        connection.exec_driver_sql("SET LOCAL enable_indexscan = off")
-        connection.exec_driver_sql("SET LOCAL enable_seqscan = on")
+        for setting in PG_EXACT_SETTINGS:
+            connection.exec_driver_sql(f"SET LOCAL {setting}")
 
     event.listen(maker, "after_begin", exact_scan)
     return maker

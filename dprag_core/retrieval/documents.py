@@ -31,6 +31,7 @@ from numbers import Real
 from typing import Any
 
 from dprag_core.accounting.stores.amounts import check_id
+from dprag_core.retrieval.scores import read_score
 
 __all__ = ["PADDING_PREFIX", "ScoredDocument", "admit", "clean_documents", "stable_id"]
 
@@ -118,7 +119,8 @@ def admit(id: object, text: object, score: object, unit: object, *, slot: int) -
 
     The one placeholder policy (module docstring): a document whose id is not
     a valid store id or uses the reserved padding prefix, whose text is not a
-    string, whose score is missing or not a finite number, or whose privacy
+    string, whose score is missing or not a finite number (read by
+    :func:`~dprag_core.retrieval.scores.read_score`: any real-number type), or whose privacy
     unit is missing (``unit=None``) or not a valid store id (blank, a NUL, a
     lone surrogate, over 1024 UTF-8 bytes:
     :func:`~dprag_core.accounting.stores.amounts.check_id`, which a ledger would
@@ -135,20 +137,18 @@ def admit(id: object, text: object, score: object, unit: object, *, slot: int) -
     >>> admit("a", "x" + chr(0xD800), 0.5, "u", slot=0).text
     'x\ufffd'
     """
+    number = read_score(score)
     usable = (
         _valid_id(id)
         and not str(id).startswith(PADDING_PREFIX)
         and isinstance(text, str)
-        and isinstance(score, Real)
-        and not isinstance(score, bool)
-        and math.isfinite(float(score))
+        and not math.isnan(number)
         and _valid_id(unit)
     )
     if not usable:
         return ScoredDocument.padding(slot)
     assert isinstance(id, str) and isinstance(text, str) and isinstance(unit, str)
-    assert isinstance(score, Real)
-    return ScoredDocument(id=id, text=_clean_text(text), score=float(score), unit=unit)
+    return ScoredDocument(id=id, text=_clean_text(text), score=number, unit=unit)
 
 
 def clean_documents(docs: Iterable[object]) -> list[ScoredDocument]:

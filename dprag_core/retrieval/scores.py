@@ -7,12 +7,25 @@ threshold's bounds, MuRAG's τ, the clipping that bounds each unit's influence.
 score: ``transform`` (e.g. squared L2 → cosine on unit vectors), then
 ``direction`` (``"distance"`` negates), then clipping into [low, high].
 
-**NaN policy (one, everywhere).** A raw score that is missing, not a real
-number, NaN or infinite, or that the transform turns into one (or on which the
-transform raises an arithmetic, value or type error), converts to NaN, and the
-adapters turn a NaN score into a placeholder that keeps its rank slot and is
-never a candidate (:func:`~dprag_core.retrieval.documents.admit`). Why this
-policy and not "NaN → low bound" or "raise":
+**Reading a raw score (one rule, everywhere).** :func:`read_score` is the only
+place a store's raw score becomes a number: every value of a real-number type
+reads as that number, whatever the type: Python ``int`` and ``float``,
+``fractions.Fraction``, ``decimal.Decimal``, NumPy scalars of any width
+(``float16`` to ``longdouble``, signed and unsigned integers) and 0-d arrays
+of those (also anything NumPy reads as one through ``__array__``, e.g. a 0-d
+CPU tensor). Stores return such types: LangChain's FAISS store (dprag's own
+:func:`~langchain_dprag.vectorstores.faiss_inner_product` too) gives
+``numpy.float32``. Not a score, so NaN: ``None``, strings, complex numbers,
+arrays of more than one value, and **booleans** (``bool``, ``numpy.bool_``: a
+truth value measures no relevance; reading ``True`` as 1 would be a guess).
+
+**NaN policy (one, everywhere).** A raw score that is missing, not of a real
+number type, NaN or infinite (or too large for a float), or that the transform
+turns into one (or on which the transform raises an arithmetic, value or type
+error), converts to NaN, and the adapters turn a NaN score into a placeholder
+that keeps its rank slot and is never a candidate
+(:func:`~dprag_core.retrieval.documents.admit`). Why this policy and not "NaN →
+low bound" or "raise":
 
 - scores are converted *after* the query was charged, so raising would make
   the occurrence of an error depend on the private data;
@@ -33,8 +46,9 @@ distance, ``1 - d/2`` for a squared L2 distance). On other embeddings the
 conversion still keeps the store's order; only the public range is then the
 user's to declare.
 
->>> COSINE_SCALE.convert(1.5), COSINE_SCALE.convert(float("nan"))
-(1.0, nan)
+>>> import numpy as np
+>>> COSINE_SCALE.convert(1.5), COSINE_SCALE.convert(float("nan")), read_score(np.float32(0.5))
+(1.0, nan, 0.5)
 >>> ScoreScale("l2", low=-4.0, high=0.0, direction="distance").convert(0.5)
 -0.5
 >>> METRIC_SCALES["cosine_distance"].convert(0.25), METRICS["squared_l2"].direction
@@ -47,8 +61,11 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from numbers import Real
 from typing import Literal
+
+import numpy as np
 
 from dprag_core.validation import finite
 
@@ -60,10 +77,46 @@ __all__ = [
     "Metric",
     "ScoreScale",
     "as_scale",
+    "read_score",
 ]
 
 Direction = Literal["similarity", "distance"]
 _DIRECTIONS = ("similarity", "distance")
+
+
+_REAL_KINDS = frozenset("fiu")  # NumPy dtype kinds: float, signed and unsigned integer
+
+
+def read_score(raw: object) -> float:
+    """``raw`` as a finite float when it is a real number, else NaN (module docstring).
+
+    The one reading of a raw score, for every store and adapter; never raises.
+
+    >>> from decimal import Decimal
+    >>> from fractions import Fraction
+    >>> import numpy as np
+    >>> [read_score(v) for v in (np.float16(0.5), np.int64(2), Decimal("0.25"), Fraction(1, 4))]
+    [0.5, 2.0, 0.25, 0.25]
+    >>> read_score(np.array(0.75, dtype=np.float32)), read_score(10**400), read_score(True)
+    (0.75, nan, nan)
+    >>> [read_score(v) for v in (None, "0.5", 1j, np.array([0.5]), Decimal("sNaN"))]
+    [nan, nan, nan, nan, nan]
+    """
+    if isinstance(raw, (bool, np.bool_)):
+        return math.nan
+    if not isinstance(raw, (Real, Decimal)):
+        try:  # a 0-d array, or what NumPy reads as one (__array__)
+            array = np.asarray(raw) if hasattr(raw, "__array__") else None
+        except Exception:  # someone else's __array__: any failure is "not a number"
+            return math.nan
+        if array is None or array.ndim != 0 or array.dtype.kind not in _REAL_KINDS:
+            return math.nan
+        raw = array[()]
+    try:
+        value = float(raw)
+    except (ArithmeticError, ValueError, TypeError):  # too large, a signalling NaN
+        return math.nan
+    return value if math.isfinite(value) else math.nan
 
 
 def _identity(raw: float) -> float:
@@ -184,15 +237,20 @@ class ScoreScale:
     def convert(self, raw: object) -> float:
         """The similarity of a raw store score, clipped into the range; NaN when unusable.
 
-        Never raises on the value (module docstring: the one NaN policy).
+        ``raw`` is read by :func:`read_score` (any real-number type); never
+        raises on the value (module docstring: the one NaN policy).
 
+        >>> import numpy as np
         >>> COSINE_SCALE.convert(None), COSINE_SCALE.convert(float("inf"))
         (nan, nan)
+        >>> METRIC_SCALES["cosine_distance"].convert(np.float32(0.25))
+        0.75
         """
-        if isinstance(raw, bool) or not isinstance(raw, Real):
+        number = read_score(raw)
+        if math.isnan(number):
             return math.nan
         try:
-            value = float(self.transform(float(raw)))
+            value = float(self.transform(number))
         except (ArithmeticError, ValueError, TypeError):
             return math.nan
         if not math.isfinite(value):

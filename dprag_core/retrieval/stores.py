@@ -38,6 +38,7 @@ at all (docs/architecture.md, "Guarantees").
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from dprag_core.retrieval.scores import METRICS
@@ -47,6 +48,7 @@ __all__ = [
     "StoreFacts",
     "describe_metric",
     "exactness",
+    "first_inexact",
     "refusal",
     "require_declarations",
 ]
@@ -141,3 +143,49 @@ def describe_metric(metric: str) -> str:
     info = METRICS[metric]
     way = "lower = closer" if info.direction == "distance" else "higher = closer"
     return f"{metric}: {info.meaning}, {way}"
+
+
+def first_inexact(
+    node: object,
+    *,
+    store_facts: Callable[[object], tuple[StoreFacts, bool] | None],
+    children: Callable[[object], Iterable[object]],
+) -> StoreFacts | None:
+    """The first store under ``node`` whose *own* search is not exact, or None.
+
+    For a promise about a retriever (``retriever_honours_k``,
+    ``returns_everything``) that the adapters cannot see into: a retriever that
+    runs a store's own search is no better than that search. ``store_facts(x)``
+    is ``(facts, own_search_exact)`` when ``x`` is a store, else None;
+    ``children(x)`` what else to look into (the retrievers, indexes and lists a
+    retriever holds). A store is reported when the table knows it (a metric or a
+    refusal) and its own search is not exact: an approximate index, or a store
+    dprag searches exactly only through its own path (Chroma, pgvector, Qdrant,
+    LanceDB). A store the table does not know is the user's promise.
+
+    >>> facts = {"hnsw": (StoreFacts("HNSW", refused="approximate"), False)}
+    >>> tree = {"retrievers": ["flat", "hnsw"]}
+    >>> found = first_inexact(
+    ...     tree,
+    ...     store_facts=lambda x: facts.get(x) if isinstance(x, str) else None,
+    ...     children=lambda x: x.get("retrievers", []) if isinstance(x, dict) else [],
+    ... )
+    >>> found.store
+    'HNSW'
+    """
+    seen: set[int] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        read = store_facts(current)
+        if read is None:
+            pending.extend(children(current))
+            continue
+        facts, own_exact = read
+        known = facts.metric is not None or facts.refused is not None
+        if known and not own_exact:
+            return facts
+    return None

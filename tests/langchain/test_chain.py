@@ -202,8 +202,13 @@ def test_retriever_path_scores_units_and_k(store: InMemoryVectorStore) -> None:
 
 def test_undeclared_retrievers_are_refused_when_built(store: InMemoryVectorStore) -> None:
     for mech in (ToyMechanism(k=2), AboveToy()):
-        with pytest.raises(ValueError, match="Sources that qualify: vectorstore="):
-            DPRAGChain(retriever=store.as_retriever(search_type="mmr"), mechanism=mech)
+        for promise in (False, True):  # the store's own MMR: no promise makes it exact
+            with pytest.raises(ValueError, match="search_type='mmr' ranks each document by"):
+                DPRAGChain(
+                    retriever=store.as_retriever(search_type="mmr"),
+                    retriever_honours_k=promise,
+                    mechanism=mech,
+                )
         with pytest.raises(ValueError, match="Sources that qualify"):
             DPRAGChain(retriever=CountingRetriever(store=store), mechanism=mech)
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
-from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale, as_scale
+from dprag_core.retrieval.documents import admit
+from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale, as_scale, read_score
 from dprag_core.retrieval.threshold import DPThreshold
 from langchain_dprag import ScoreFunction
 from llamaindex_dprag.units import normalise_score, score_scale
@@ -72,3 +76,66 @@ def test_both_adapters_convert_alike(raw: float | None) -> None:
 def test_dpthreshold_takes_a_scale() -> None:
     scale = ScoreScale("unit", low=0.0, high=1.0)
     assert DPThreshold(epsilon=1.0, bounds=scale).bounds == (0.0, 1.0)
+
+
+REALS = [
+    0.25,
+    np.float16(0.25),
+    np.float32(0.25),
+    np.float64(0.25),
+    np.longdouble(0.25),
+    Decimal("0.25"),
+    Fraction(1, 4),
+    np.array(0.25, dtype=np.float32),
+    np.array(0.25),
+]
+INTEGERS = [1, np.int8(1), np.int64(1), np.uint8(1), np.uint64(1), np.array(1, dtype=np.int32)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [(r, 0.25) for r in REALS] + [(i, 1.0) for i in INTEGERS],
+    ids=lambda v: type(v).__name__,
+)
+def test_every_real_number_type_reads_as_its_number(raw: object, expected: float) -> None:
+    assert read_score(raw) == expected and type(read_score(raw)) is float
+    # one reading everywhere: the scale, the LlamaIndex conversion and the placeholder policy
+    assert COSINE_SCALE.convert(raw) == expected
+    assert normalise_score(raw) == expected  # type: ignore[arg-type]
+    assert admit("a", "t", raw, "u", slot=0).score == expected
+
+
+class _Broken:
+    def __array__(self) -> np.ndarray:
+        raise RuntimeError("someone else's conversion")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        "0.25",
+        b"1",
+        True,
+        np.bool_(True),
+        np.array(True),
+        1j,
+        np.complex64(1),
+        np.array([0.25]),
+        np.array([]),
+        np.float32("nan"),
+        np.float16("inf"),
+        Decimal("NaN"),
+        Decimal("sNaN"),
+        Decimal("1e400"),
+        Fraction(10**400, 3),
+        10**400,
+        np.longdouble("1e4000"),
+        np.datetime64("2020-01-01"),
+        _Broken(),
+    ],
+    ids=lambda v: type(v).__name__,  # stable across processes (xdist)
+)
+def test_what_is_not_a_finite_real_reads_as_nan_never_an_error(raw: object) -> None:
+    assert math.isnan(read_score(raw)) and math.isnan(COSINE_SCALE.convert(raw))
+    assert admit("a", "t", raw, "u", slot=3).is_padding

@@ -35,6 +35,9 @@ LC_KINDS = (
     "pgvector_cosine",
     "pgvector_l2",
     "pgvector_inner",
+    "pgvector2_cosine",
+    "pgvector2_l2",
+    "pgvector2_inner",
     "qdrant_cosine",
     "qdrant_dot",
     "qdrant_euclid",
@@ -54,6 +57,9 @@ LI_KINDS = (
     "lancedb_l2",
 )
 
+
+PG2_STRATEGIES = {"cosine": "COSINE_DISTANCE", "l2": "EUCLIDEAN", "inner": "INNER_PRODUCT"}
+"""langchain-postgres's ``PGVectorStore`` (v2) distance strategies by kind suffix."""
 
 QDRANT_DISTANCES = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}
 
@@ -202,6 +208,8 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         docs, ids = _documents(rows, uuids=True)
         pg.add_documents(docs, ids=ids)
         return pg
+    if store == "pgvector2":
+        return pg_vector_store(rows, pg_url, metric, **options)
     if store == "qdrant":
         from langchain_qdrant import QdrantVectorStore
         from qdrant_client import QdrantClient, models
@@ -231,6 +239,29 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         lance.add_documents(docs, ids=ids)
         return lance
     raise ValueError(kind)
+
+
+def pg_vector_store(rows: list[Row], pg_url: str | None, metric: str, **options: Any) -> Any:
+    """langchain-postgres's current ``PGVectorStore`` (v2): ``ref`` a column, the rest JSON.
+
+    (``group`` stays in the JSON metadata: v2's filters name a column unquoted, and
+    ``group`` is an SQL keyword.)
+    """
+    from langchain_postgres import Column, PGEngine, PGVectorStore
+    from langchain_postgres.v2.indexes import DistanceStrategy
+
+    assert pg_url is not None
+    engine = PGEngine.from_connection_string(pg_url)
+    table = _name()
+    columns = [Column("ref", "TEXT")]
+    engine.init_vectorstore_table(table, DIM, metadata_columns=columns)
+    store = PGVectorStore.create_sync(
+        engine, TableEmbeddings(rows), table, metadata_columns=["ref"],
+        distance_strategy=DistanceStrategy[PG2_STRATEGIES[metric]], **options,
+    )  # fmt: skip
+    docs, ids = _documents(rows, uuids=True)
+    store.add_documents(docs, ids=ids)
+    return store
 
 
 # -- LlamaIndex -----------------------------------------------------------------------

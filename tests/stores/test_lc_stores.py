@@ -1,7 +1,8 @@
 """LangChain against the real stores: the one-line switch, order, exactness, audits.
 
 For every store of the table (InMemory, FAISS L2/IP, Chroma l2/cosine/ip,
-PGVector cosine/l2/inner, Qdrant Cosine/Dot/Euclid), with no score function
+PGVector and PGVectorStore (v2) cosine/l2/inner, Qdrant Cosine/Dot/Euclid,
+LanceDB), with no score function
 given: the store's metric is read from the store object, the top k is the
 brute-force cosine top k, converted scores are the cosines (non-increasing),
 ``vectorstore=store`` and ``retriever=store.as_retriever()`` give the same
@@ -58,6 +59,9 @@ METRICS = {
     "pgvector_cosine": "cosine_distance",
     "pgvector_l2": "l2",
     "pgvector_inner": "negative_inner_product",
+    "pgvector2_cosine": "cosine_distance",
+    "pgvector2_l2": "l2",
+    "pgvector2_inner": "inner_product",
     "qdrant_cosine": "cosine",
     "qdrant_dot": "inner_product",
     "qdrant_euclid": "l2",

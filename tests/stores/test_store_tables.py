@@ -199,7 +199,9 @@ def test_llamaindex_missing_qdrant_collection_is_refused() -> None:
         IndexSource(index)
 
 
-@pytest.mark.parametrize("kind", ["simple", "chroma_cosine", "pgvector", "qdrant_dot"])
+@pytest.mark.parametrize(
+    "kind", ["simple", "chroma_cosine", "pgvector", "qdrant_dot", "lancedb_l2"]
+)
 def test_llamaindex_filters_stay_exact_within_the_filtered_set(
     request: pytest.FixtureRequest, kind: str
 ) -> None:
@@ -209,7 +211,7 @@ def test_llamaindex_filters_stay_exact_within_the_filtered_set(
     pg = request.getfixturevalue("pg_url") if needs_pg(kind) else None
     index = li_index(kind, rows, pg)
     filters = MetadataFilters(filters=[MetadataFilter(key="group", value="odd")])
-    direction = "distance" if kind.startswith("chroma") else "similarity"
+    direction = "distance" if kind.startswith(("chroma", "lancedb")) else "similarity"
     source = IndexSource(index, unit_key="ref", score_direction=direction, filters=filters)
     odd: list[Row] = [r for r in rows if r.ref[-1] in "13579"]
     assert [d.unit for d in source.bind(QUESTION)(QUESTION, 8)] == brute_force(odd, 8)
