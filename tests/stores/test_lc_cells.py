@@ -12,6 +12,7 @@ count chosen from the data (the mutation) fails the audit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from cell_stores import (
     record_selections,
 )
 from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
 from retrieval_audit import (
     EPSILON,
     SELECTION_EPSILON,
@@ -169,6 +171,13 @@ def test_dp_retriever_in_the_probed_cells_within_claim_and_the_mutation_fails(
 # -- refusals --------------------------------------------------------------------------
 
 
+class _Listed(BaseRetriever):
+    """A retriever that is not a store's: the partition cannot reach its cells."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        return []
+
+
 def test_partition_refusals_name_the_fix() -> None:
     rows, _ = case_rows("boundary", with_new_unit=False)
     store = lc_cell_store("faiss", rows, axes(1))
@@ -181,7 +190,7 @@ def test_partition_refusals_name_the_fix() -> None:
         )
     with pytest.raises(ValueError, match="partition= searches a vector store"):
         DPRAGChain(
-            retriever=store.as_retriever(search_type="mmr"),
+            retriever=_Listed(),
             partition=axes(1),
             retriever_honours_k=True,
             mechanism=Recorder(UNITS),
