@@ -295,7 +295,7 @@ class DocumentSource:
             if callbacks is not None:
                 run = callbacks.on_retriever_start(None, question, name=self.name)
             try:
-                pairs = guarded("retrieval", self.name, lambda: run_sealed(search, question, k))
+                pairs = guarded(lambda: run_sealed(search, question, k))
             except PrivateDataError as err:
                 if run is not None:
                     run.on_retriever_error(err)

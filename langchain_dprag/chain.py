@@ -74,7 +74,6 @@ from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.answers import DPAnswer
-from dprag_core.errors import guarded
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
@@ -250,9 +249,6 @@ class _Hooks(RunHooks):
         resolved = self.source.resolved
         if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
             refuse_side_doors(self.source.name)
-
-    def guard(self, stage: str, where: str, fn: Callable[[], _T]) -> _T:
-        return guarded(stage, where, fn)
 
     def generating(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         return self.sealed.call(fn, *args, **kwargs)
