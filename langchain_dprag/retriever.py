@@ -171,7 +171,7 @@ class DPRetriever(KnownFields, BaseRetriever):
         )
 
     def _searcher(self, found: dict[str, Document]) -> Retriever:
-        return self._source.bind(None, needs_scores=True, found=found)
+        return self._source.bind(needs_scores=True, found=found)
 
     def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         from dprag_core.retrieval.threshold import DPThreshold

@@ -158,3 +158,25 @@ def test_private_details_are_refused_alike_on_d_and_d_plus_x(mode: str) -> None:
 
     on_d, on_dx = scenario(False), scenario(True)
     assert on_d == on_dx and on_d[0] == FIXED_FAILURE
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_retriever_run_per_query_on_d_and_d_plus_x(mode: str) -> None:
+    """A threshold mechanism's search grows until exhausted (32, then 64 documents): 31 above
+    τ take one store call, 32 take two. The chain reported each call as a retriever run, so
+    its observers counted the documents above τ; now one run per query (issue 36)."""
+
+    def scenario(n: int) -> tuple[Observation, list[Any]]:
+        vs = InMemoryVectorStore(HashingEmbeddings())
+        vs.add_texts([f"filler record {i}" for i in range(n)], ids=[f"f{i}" for i in range(n)])
+        ledger = InMemoryLedger(budget_per_unit=10.0)
+        chain = DPRAGChain(vectorstore=vs, mechanism=murag(ledger, tau=-1.0))
+        observer = Observer()
+        return observed(lambda: ask(chain, mode, observer, "q-1")), observer.seen
+
+    on_d, on_dx = scenario(31), scenario(32)
+    assert on_d == on_dx
+    assert [e[0] for e in on_d[1] if e[0].startswith("retriever")] == [
+        "retriever_start",
+        "retriever_end",
+    ]
