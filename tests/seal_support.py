@@ -29,6 +29,7 @@ from toy_mechanisms import ToyMechanism
 
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.answers import DPAnswer
+from dprag_core.errors import PRIVATE_FAILURE
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -38,6 +39,8 @@ X_ROW = ("p3", "Which drug does Zora Quill take? Zora Quill takes quinine.")
 TAU = 0.5
 
 Observation = tuple[Any, ...]
+FIXED_FAILURE: Observation = ("raised", "PrivateDataError", PRIVATE_FAILURE)
+"""What a caller observes of any failure inside a private section."""
 
 
 def rows(with_x: bool) -> list[tuple[str, str]]:

@@ -202,8 +202,8 @@ def test_a_retry_after_a_failure_inside_reuses_murag_adas_step_charges() -> None
         app.answer("Who?", query_id="req-7")
 
 
-class _FailingOnce(PureToy):
-    """Fails on its first call, after the ledger was charged (a model endpoint going away)."""
+class _FailsOnce(ToyMechanism):
+    """Fails on its first call, after the charges (a model endpoint going away), then answers."""
 
     failed = False
 
@@ -216,30 +216,22 @@ class _FailingOnce(PureToy):
         return super().answer(question, docs, rng=rng)
 
 
+class _FailingOnce(_FailsOnce, PureToy):
+    """:class:`_FailsOnce` as MuRAG's pure-DP inner mechanism."""
+
+
 @pytest.mark.parametrize("mode", ["answer", "stream"])
 def test_a_fixed_cost_query_that_failed_inside_is_retried_without_a_second_charge(
     mode: str,
 ) -> None:
     budget = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
-    app = PrivateRAG(_FailingToy(), retriever, accountant=budget)
+    app = PrivateRAG(_FailsOnce(), retriever, accountant=budget)
     with pytest.raises(PrivateDataError):
         _final(app, mode, query_id="req-8")
     retried = _final(app, mode, query_id="req-8")
     assert retried.details["charge"] == CHARGE_RETRY and budget.queries == 1
     with pytest.raises(QueryIdReused):
         _final(app, mode, query_id="req-8")
-
-
-class _FailingToy(ToyMechanism):
-    failed = False
-
-    def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
-    ) -> DPAnswer:
-        if not self.failed:
-            self.failed = True
-            raise ConnectionError("endpoint lost")
-        return super().answer(question, docs, rng=rng)
 
 
 def test_a_stream_that_released_a_chunk_is_not_retried() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from query_support import murag
 from seal_support import (
+    FIXED_FAILURE,
     QUESTION,
     TAU,
     FailsByCorpus,
@@ -35,11 +36,8 @@ from dprag_core import InMemoryCorpusAccountant, PrivateRAG
 from dprag_core.accounting.ledger import InMemoryLedger, Ledger, SQLiteLedger
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
-from dprag_core.errors import PRIVATE_FAILURE
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
-
-FIXED_FAILURE = ("raised", "PrivateDataError", PRIVATE_FAILURE)
 
 
 def corpus(with_x: bool) -> list[ScoredDocument]:

@@ -22,6 +22,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import HashingEmbeddings, budget
 from query_support import murag
 from seal_support import (
+    FIXED_FAILURE,
     QUESTION,
     TAU,
     FailsByCorpus,
@@ -39,7 +40,6 @@ from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain, DPRAGOutput
 from langchain_dprag.chain import QUERY_ID_KEY
 
-FIXED_FAILURE = ("raised", "PrivateDataError", PRIVATE_FAILURE)
 MODES = ["invoke", "stream"]
 
 

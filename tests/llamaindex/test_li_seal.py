@@ -17,6 +17,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from query_support import murag
 from seal_support import (
+    FIXED_FAILURE,
     QUESTION,
     TAU,
     FailsByCorpus,
@@ -31,12 +32,10 @@ from toy_mechanisms import ToyMechanism
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.budget import Budget
-from dprag_core.errors import PRIVATE_FAILURE
 from dprag_core.retrieval.documents import ScoredDocument
 from llamaindex_dprag import COSINE_RANGE, DPQueryBundle, DPQueryEngine
 from llamaindex_dprag.vector_stores import cosine_faiss_store
 
-FIXED_FAILURE = ("raised", "PrivateDataError", PRIVATE_FAILURE)
 MODES = ["query", "stream"]
 
 
