@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import uuid
 from typing import Any
 from uuid import UUID
 
@@ -37,7 +38,7 @@ from toy_mechanisms import ToyMechanism
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.errors import PRIVATE_FAILURE
 from dprag_core.retrieval.documents import ScoredDocument
-from langchain_dprag import DPRAGChain, DPRAGOutput
+from langchain_dprag import DPRAGChain, DPRAGOutput, DPRetriever
 from langchain_dprag.chain import QUERY_ID_KEY
 
 MODES = ["invoke", "stream"]
@@ -180,3 +181,24 @@ def test_one_retriever_run_per_query_on_d_and_d_plus_x(mode: str) -> None:
         "retriever_start",
         "retriever_end",
     ]
+
+
+def test_dpretrievers_ledger_filter_refuses_a_reused_id_alike_on_d_and_d_plus_x() -> None:
+    """Case 1 for ``DPRetriever``: the ledger recorded its run's id only when some document
+    scored above τ; the id is claimed before the filter charges now."""
+
+    def scenario(with_x: bool) -> tuple[Observation, Observation]:
+        retriever = DPRetriever(
+            vectorstore=store(with_x),
+            ledger=InMemoryLedger(budget_per_unit=10.0),
+            tau=TAU,
+            epsilon_query=1.0,
+            k=2,
+            unit_key="patient",
+        )
+        run_id = uuid.uuid4()
+        first = observed(lambda: len(retriever.invoke(QUESTION, {"run_id": run_id})) >= 0)
+        return first, observed(lambda: retriever.invoke(QUESTION, {"run_id": run_id}))
+
+    on_d, on_dx = scenario(False), scenario(True)
+    assert on_d == on_dx and on_d[1][:2] == ("raised", "QueryIdReused")

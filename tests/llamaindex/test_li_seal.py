@@ -33,7 +33,12 @@ from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger
 from dprag_core.budget import Budget
 from dprag_core.retrieval.documents import ScoredDocument
-from llamaindex_dprag import COSINE_RANGE, DPQueryBundle, DPQueryEngine
+from llamaindex_dprag import (
+    COSINE_RANGE,
+    DPQueryBundle,
+    DPQueryEngine,
+    PrivacyBudgetPostprocessor,
+)
 from llamaindex_dprag.vector_stores import cosine_faiss_store
 
 MODES = ["query", "stream"]
@@ -120,3 +125,21 @@ def test_private_details_are_refused_alike_on_d_and_d_plus_x(mode: str) -> None:
         return observed(lambda: ask(engine(with_x, IdsInDetails(k=2), mode)))
 
     assert scenario(False) == scenario(True) == FIXED_FAILURE
+
+
+def test_the_budget_filter_refuses_a_reused_id_alike_on_d_and_d_plus_x() -> None:
+    """Case 1 for the node postprocessor: its ledger recorded the bundle's id only when some
+    node scored above τ; the id is claimed first now."""
+
+    def scenario(with_x: bool) -> tuple[Observation, Observation]:
+        scored = [(u, 0.9 if "Zora" in t else 0.1) for u, t in rows(with_x)]
+        nodes = [NodeWithScore(node=TextNode(id_=u, text=""), score=s) for u, s in scored]
+        post = PrivacyBudgetPostprocessor(
+            ledger=InMemoryLedger(budget_per_unit=10.0), epsilon_query=1.0, tau=TAU, k=2
+        )
+        bundle = DPQueryBundle(QUESTION, query_id="client-key-1")
+        first = observed(lambda: len(post.postprocess_nodes(nodes, query_bundle=bundle)) >= 0)
+        return first, observed(lambda: post.postprocess_nodes(nodes, query_bundle=bundle))
+
+    on_d, on_dx = scenario(False), scenario(True)
+    assert on_d == on_dx and on_d[1][:2] == ("raised", "QueryIdReused")
