@@ -1,24 +1,27 @@
-"""The one sanitiser for errors that leave a private section (core and both adapters).
+"""The one public failure of a private section (core and both adapters).
 
-Exceptions are a side door: a tokenizer, a vector store or a model client may
-quote its input in a message, and every exception carries its traceback,
-whose frames hold the locals of the code that failed (the retrieved documents,
-the prompts built from them). Error trackers and debuggers show those locals
+A query's private section (:class:`~dprag_core.pipeline.QueryRun`) reads the
+corpus: retrieval, the mechanism, the per-unit ledger's charges, the public
+fallback's decision. Whatever fails in it can depend on the documents: *which*
+step fails (a store rejecting one document, a model endpoint one prompt), the
+class of the exception (a store client may raise anything, dprag's own error
+classes included) and its message (a tokenizer, a vector store or a model
+client may quote its input). Every exception also carries its traceback, whose
+frames hold the locals of the code that failed (the retrieved documents, the
+prompts built from them); error trackers and debuggers show those locals
 (``traceback.TracebackException(exc, capture_locals=True)``, Sentry, rich,
 IPython), and a callback's ``on_chain_error`` can walk ``error.__traceback__``.
 
-:func:`guarded` runs the private part of a query and, on failure, raises a
-*fresh* :class:`PrivateDataError` naming only the stage, where it happened and
-the original exception's type. The fresh error is raised from the guard's own
+So nothing raised inside a private section leaves it as itself. :func:`guarded`
+runs the private part and, on *any* failure, raises one fixed
+:class:`PrivateDataError` (:func:`private_failure`): the same class and the
+same message whatever failed, where and why. It is raised from the guard's own
 frame, outside the ``except`` block: it has no ``__cause__``, no
 ``__context__``, and its traceback starts at the guard, so no frame below it
-(where the private data lived) is reachable from it. A
-:class:`PrivacyBudgetExhausted` (its message holds budgets only) is re-raised
-the same way, as a fresh copy, and so is any exception whose class declares
-``public_message = True`` and is defined in ``dprag_core`` (the budget stores'
-errors, which name the store and never an id: a caller must see
-``LedgerOutcomeUnknown`` as itself to retry; another library's class setting the
-same attribute is withheld).
+(where the private data lived) is reachable from it. Errors are public by
+*where* they are raised (dprag's own checks and charges before the section
+opens), never by their class: a ``LedgerOutcomeUnknown`` or a
+``PrivacyBudgetExhausted`` raised inside leaves as the fixed failure too.
 Entry points put the guard above every frame that holds documents or prompts,
 so the frames above it hold only the question.
 
@@ -27,12 +30,12 @@ own process and context only, with :func:`reveal_private_errors`: inside it,
 failures propagate unchanged, with their messages and tracebacks. It is off by
 default, and must never be on where errors reach logs, traces or trackers.
 
->>> guarded("generation", "DPKSA", lambda: 1 / 0)
+>>> guarded(lambda: 1 / 0)
 Traceback (most recent call last):
 ...
-dprag_core.errors.PrivateDataError: generation failed in DPKSA with ZeroDivisionError ...
+dprag_core.errors.PrivateDataError: a private step failed (the reason is withheld: ...
 >>> with reveal_private_errors():
-...     guarded("generation", "DPKSA", lambda: 1 / 0)
+...     guarded(lambda: 1 / 0)
 Traceback (most recent call last):
 ...
 ZeroDivisionError: division by zero
@@ -45,39 +48,48 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TypeVar
 
-from dprag_core.budget import PrivacyBudgetExhausted
-
-__all__ = ["PrivateDataError", "aguarded", "guarded", "reveal_private_errors"]
+__all__ = [
+    "PRIVATE_FAILURE",
+    "PrivateDataError",
+    "aguarded",
+    "guarded",
+    "private_failure",
+    "reveal_private_errors",
+]
 
 T = TypeVar("T")
 
 _REVEAL: ContextVar[bool] = ContextVar("dprag_reveal_private_errors", default=False)
 
+PRIVATE_FAILURE = (
+    "a private step failed (the reason is withheld: it may depend on the private documents; "
+    "the data owner can see it with dprag_core.errors.reveal_private_errors()). Nothing was "
+    "released and what was charged stays charged; a retry with the same query id on the same "
+    "app is never charged twice"
+)
+"""The message of every :class:`PrivateDataError`: the same whatever failed."""
+
 
 class PrivateDataError(RuntimeError):
-    """A failure while private documents were in use; message, traceback and cause withheld.
+    """The one failure a private section releases: the same class and message whatever failed.
 
-    ``stage``, ``where`` and ``kind`` (the original exception's type name) are
-    all it keeps. No budget is refunded: what was charged stays charged.
+    It keeps nothing of the original exception (not its type, its message,
+    its stage or its traceback). No budget is refunded: what was charged
+    stays charged; a retry with the same query id on the same app is accepted
+    and charged at most once (:mod:`dprag_core.query_ids`).
 
-    >>> err = PrivateDataError.withheld("retrieval", "store", "KeyError")
-    >>> err.stage, err.kind
-    ('retrieval', 'KeyError')
+    >>> str(private_failure()) == PRIVATE_FAILURE
+    True
     """
 
-    stage: str = ""
-    where: str = ""
-    kind: str = ""
 
-    @classmethod
-    def withheld(cls, stage: str, where: str, kind: str) -> PrivateDataError:
-        """The error for a failure of type ``kind`` during ``stage`` in ``where``."""
-        error = cls(
-            f"{stage} failed in {where} with {kind} (message withheld: it may quote private "
-            "documents; the data owner can see it with dprag_core.errors.reveal_private_errors())"
-        )
-        error.stage, error.where, error.kind = stage, where, kind
-        return error
+def private_failure() -> PrivateDataError:
+    """A fresh instance of the one public failure (:data:`PRIVATE_FAILURE`).
+
+    >>> type(private_failure()).__name__
+    'PrivateDataError'
+    """
+    return PrivateDataError(PRIVATE_FAILURE)
 
 
 @contextmanager
@@ -91,7 +103,7 @@ def reveal_private_errors() -> Iterator[None]:
     service whose errors reach logs, traces or error trackers.
 
     >>> with reveal_private_errors():
-    ...     guarded("retrieval", "store", lambda: 3)
+    ...     guarded(lambda: 3)
     3
     """
     token = _REVEAL.set(True)
@@ -101,63 +113,36 @@ def reveal_private_errors() -> Iterator[None]:
         _REVEAL.reset(token)
 
 
-def _public(kind: type[Exception]) -> bool:
-    """Whether ``kind`` is one of dprag's own errors declared public (``public_message``).
+def guarded(fn: Callable[[], T]) -> T:
+    """Return ``fn()``; on any failure raise :func:`private_failure` (module docstring).
 
-    Only classes defined in ``dprag_core`` count: a class of another library
-    (a store client, a model SDK) or of the user's own code that happens to set
-    the same attribute is withheld like any other.
-
-    >>> _public(KeyError), _public(PrivacyBudgetExhausted)  # the latter: copied on its own rule
-    (False, False)
-    """
-    own = kind.__module__ == "dprag_core" or kind.__module__.startswith("dprag_core.")
-    return own and getattr(kind, "public_message", False) is True
-
-
-def _replacement(exc: Exception, stage: str, where: str) -> Exception:
-    if isinstance(exc, PrivacyBudgetExhausted):
-        return PrivacyBudgetExhausted(*exc.args)
-    if _public(type(exc)):
-        try:
-            return type(exc)(*exc.args)
-        except Exception:  # a signature that cannot be copied: withheld like any other
-            pass
-    if isinstance(exc, PrivateDataError):  # sanitised deeper down: keep its facts only
-        return PrivateDataError.withheld(exc.stage, exc.where, exc.kind)
-    return PrivateDataError.withheld(stage, where, type(exc).__name__)
-
-
-def guarded(stage: str, where: str, fn: Callable[[], T]) -> T:
-    """Return ``fn()``; on failure raise a fresh, data-free error (see the module docstring).
-
-    >>> guarded("retrieval", "store", lambda: 3)
+    >>> guarded(lambda: 3)
     3
     """
     if _REVEAL.get():
         return fn()
     try:
         return fn()
-    except Exception as exc:
-        error = _replacement(exc, stage, where)
+    except Exception:
+        error = private_failure()
     del fn  # the closure may hold private data; this frame stays in the traceback
     raise error
 
 
-async def aguarded(stage: str, where: str, fn: Callable[[], Awaitable[T]]) -> T:
+async def aguarded(fn: Callable[[], Awaitable[T]]) -> T:
     """Async :func:`guarded`: await ``fn()``.
 
     >>> import asyncio
     >>> async def three() -> int:
     ...     return 3
-    >>> asyncio.run(aguarded("generation", "llm", three))
+    >>> asyncio.run(aguarded(three))
     3
     """
     if _REVEAL.get():
         return await fn()
     try:
         return await fn()
-    except Exception as exc:
-        error = _replacement(exc, stage, where)
+    except Exception:
+        error = private_failure()
     del fn
     raise error

@@ -8,29 +8,48 @@ question limit, the public fallback) and only translate around it, framework
 objects in and out. The order of the steps is the privacy invariant, so it is
 written here once:
 
-1. :meth:`QueryRun.start`: check the question (:func:`~dprag_core.admission.check_query`),
-   the query id (:mod:`dprag_core.query_ids`) and the rng, then charge the
-   mechanism's fixed cost under the query id, *before* retrieval: a query that
-   would overspend is refused before any work, and nothing is released uncharged.
-2. :meth:`QueryRun.answer` / :meth:`QueryRun.stream`: retrieve what the
-   mechanism asks for (:func:`retrieve_for`; every document through the one
-   placeholder policy, :func:`~dprag_core.retrieval.documents.clean_documents`),
-   run the mechanism (MuRAG charges its per-unit ledger under the same query
-   id before it releases anything), and answer an empty DP answer with the
-   public fallback when asked (:mod:`dprag_core.fallback`).
+1. :meth:`QueryRun.start`, public: check the question
+   (:func:`~dprag_core.admission.check_query`), the query id
+   (:mod:`dprag_core.query_ids`) and the rng, then write the query's record
+   under its id, *before* retrieval: the mechanism's fixed cost charged to the
+   corpus budget (a query that would overspend is refused before any work, and
+   nothing is released uncharged) and, for a mechanism with a per-unit ledger
+   (MuRAG, MuRAG-Ada), the ledger's claim of the id
+   (:meth:`~dprag_core.accounting.ledger.Ledger.claim`). Whatever is raised here
+   (a bad input, ``PrivacyBudgetExhausted``, ``QueryIdReused``, a budget
+   store's ``LedgerUnavailable``) depends on public inputs and the stores
+   only, and leaves as itself.
+2. :meth:`QueryRun.answer` / :meth:`QueryRun.stream`: the **private section**,
+   everything that reads the corpus: retrieve what the mechanism asks for
+   (:func:`retrieve_for`; every document through the one placeholder policy,
+   :func:`~dprag_core.retrieval.documents.clean_documents`), run the mechanism
+   (MuRAG charges its per-unit ledger under the same query id before it
+   releases anything), answer an empty DP answer with the public fallback when
+   asked (:mod:`dprag_core.fallback`), and check the release against the
+   mechanism contract (:func:`~dprag_core.algorithms.contract.check_answer`).
+
+Exactly three things leave the private section: the DP release (the
+``DPAnswer``'s text, streamed chunk by chunk or whole, and its guarantee), its
+public ``details`` (keys of the contract's vocabulary only, each value of its
+kind: checked on every release), and, on any failure inside, the one fixed
+:class:`~dprag_core.errors.PrivateDataError`, whose class and message are the
+same whatever failed (:func:`~dprag_core.errors.guarded`). A query that failed
+before releasing anything may be retried with the same id on the same
+:class:`QueryRun`: its record is not written again, and what it charged inside
+stands (:mod:`dprag_core.query_ids`).
 
 What each framework wraps around the steps is a :class:`RunHooks`: a check
-before the charge (LangChain's side doors), the error guard
-(:func:`dprag_core.errors.guarded`), the context retrieval runs in
+before the charge (LangChain's side doors), the context retrieval runs in
 (LlamaIndex's private section), the context every mechanism call runs in
 (LangChain's sealed context, LlamaIndex's private section) and what it keeps
-of the retrieved documents (LlamaIndex's opt-in ids). The framework's events
-and callbacks stay in the adapters: they are translation.
+of the retrieved documents (LlamaIndex's opt-in ids); the seal is the run's
+own. The framework's events and callbacks stay in the adapters: they are
+translation of what left the section.
 
 The DP selection steps without a generator (LangChain's ``DPRetriever``,
 LlamaIndex's node postprocessors) are here too, one function each:
 :func:`select_above_threshold` (charge ``DPThreshold.cost()``, then fetch and
-select) and :func:`select_by_ledger` (MuRAG's ledger filter under the query's id).
+select) and :func:`select_by_ledger` (claim the query's id, then MuRAG's ledger filter).
 
 >>> from dprag_core.algorithms.baselines import NonRAG
 >>> class Api:  # a text model
@@ -49,6 +68,7 @@ import numpy as np
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
+from dprag_core.accounting.stores.retries import PendingRetries
 from dprag_core.admission import (
     DEFAULT_MAX_QUESTION_TOKENS,
     HOW_TO_SET_A_BUDGET,
@@ -63,7 +83,7 @@ from dprag_core.admission import (
 )
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.algorithms.contract import check_mechanism
+from dprag_core.algorithms.contract import check_answer, check_mechanism
 from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
@@ -105,11 +125,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-CHARGE_RETRY = "retry"
-"""``details["charge"]`` of an answer whose corpus charge was the accepted retry of a charge
-left in doubt (``LedgerOutcomeUnknown``) under the same query id: charged once, for both."""
-
 _END = object()
+
+CHARGE_RETRY = "retry"
+"""``details["charge"]`` of an answer whose query id was accepted as a retry (a record left in
+doubt by ``LedgerOutcomeUnknown``, or a query that failed before releasing): charged once."""
 
 CORE_SOURCES = (
     "FaissRetriever (FaissCorpus.as_retriever), CorpusIndex, any retriever with "
@@ -158,16 +178,12 @@ class RunHooks:
     def before_charge(self) -> None:
         """Refuse the query, after its checks and before its charge (default: nothing)."""
 
-    def guard(self, stage: str, where: str, fn: Callable[[], T]) -> T:
-        """Run a private step; a failure leaves as a data-free error (:func:`guarded`)."""
-        return guarded(stage, where, fn)
-
     def retrieving(self, fn: Callable[[], T]) -> T:
         """Run the retrieval (default: as it is)."""
         return fn()
 
     def retrieved(self, docs: Sequence[ScoredDocument]) -> None:
-        """See the retrieved candidates, inside the guard (default: nothing is kept)."""
+        """See the retrieved candidates, inside the private section (default: nothing kept)."""
 
     def generating(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run one call into the mechanism: an answer, a stream's step or its close."""
@@ -178,8 +194,10 @@ class RunHooks:
 class Query:
     """A checked and charged query: what :meth:`QueryRun.answer` and ``stream`` run.
 
-    ``retry``: the corpus budget took the charge as the retry of this id's
-    charge left in doubt (the answer then says ``details["charge"] == "retry"``).
+    ``retry``: the query's id was accepted as a retry, before the private
+    section: of its record left in doubt (``LedgerOutcomeUnknown``), or of
+    this run's own query that failed before releasing anything (the answer
+    then says ``details["charge"] == "retry"``).
     """
 
     question: str
@@ -203,7 +221,9 @@ class QueryRun:
     query draws from, so queries never reuse noise (default: OS entropy per query).
     ``accountant`` is the checked budget; apps pass theirs again to
     :meth:`start`, which re-checks it (a budget replaced or removed after the
-    app was built is refused before anything is charged).
+    app was built is refused before anything is charged). The run remembers
+    (in memory, bounded) the ids of its queries that failed inside their
+    private section before releasing anything: the only ids it accepts again.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -237,6 +257,8 @@ class QueryRun:
         self.max_question_tokens = positive_int("max_question_tokens", max_question_tokens)
         self.fallback = check_public_fallback(public_fallback, mechanism)
         self.rng = None if rng is None else make_rng(rng)
+        self.ledger = mechanism.unit_ledger()
+        self._failed = PendingRetries()  # ids of queries that failed before releasing
 
     def start(
         self,
@@ -247,15 +269,17 @@ class QueryRun:
         query_id: object = None,
         hooks: RunHooks | None = None,
     ) -> Query:
-        """Check the question, the id, the rng and the budget, then charge: the query to run.
+        """Check the question, the id, the rng and the budget, then record: the query to run.
 
         ``rng`` (a seed or generator) replaces the run's for this query.
         Raises before anything is charged for a bad question, id or rng, or a
         budget that is missing or not the mechanism's own; ``PrivacyBudgetExhausted``
-        (nothing charged) when the cost does not fit; ``LedgerOutcomeUnknown``
-        when the store may or may not have recorded it: retry with the same
-        ``query_id``. Without one the query gets a fresh id
-        (:func:`~dprag_core.query_ids.new_query_id`).
+        (nothing charged) when the cost does not fit; ``QueryIdReused`` for an
+        id already recorded; ``LedgerOutcomeUnknown`` when the store may or may
+        not have recorded it: retry with the same ``query_id``. Without one the
+        query gets a fresh id (:func:`~dprag_core.query_ids.new_query_id`).
+        Everything here is public: it depends on the inputs and the budget
+        stores, never on the corpus (module docstring).
         """
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
         qid = new_query_id() if query_id is None else check_query_id(query_id)
@@ -265,17 +289,30 @@ class QueryRun:
         else:
             check_accountant(accountant, parameter=self.parameter)
         (hooks or RunHooks()).before_charge()
-        retry = charge_query(self.mechanism, accountant, query_id=qid)  # NaiveMulti: its own only
-        return Query(text, qid, generator, retry)
+        return Query(text, qid, generator, self._record(qid, accountant))
+
+    def _record(self, query_id: str, accountant: CorpusAccountant | None) -> bool:
+        """Write the query's record before its private section; True for an accepted retry.
+
+        The corpus charge (NaiveMulti: its own accountant only) and the
+        ledger's claim of the id. An id of this run's own query that failed
+        before releasing anything is recorded already: accepted once more.
+        """
+        if self._failed.take(query_id) is not None:
+            return True
+        retry = charge_query(self.mechanism, accountant, query_id=query_id)
+        if self.ledger is not None and not self.ledger.claim(query_id):
+            retry = True
+        return retry
 
     def answer(self, query: Query, retriever: Retriever, hooks: RunHooks) -> DPAnswer:
-        """Retrieve, answer and fall back: the query's :class:`DPAnswer` (module docstring)."""
+        """The private section, whole: the query's checked :class:`DPAnswer` (module docstring)."""
 
         def private() -> DPAnswer:
             docs = self._retrieve(query, retriever, hooks)
-            return hooks.generating(self._answer, query, docs)
+            return self._release(query, hooks.generating(self._answer, query, docs))
 
-        return self._receipt(hooks.guard("generation", self.mechanism.name, private), query)
+        return self._sealed(query, private, released=False)
 
     def stream(self, query: Query, retriever: Retriever, hooks: RunHooks) -> Released:
         """Retrieve now, then :class:`Released`: the text chunks and the DPAnswer, step by step."""
@@ -284,7 +321,22 @@ class QueryRun:
             docs = self._retrieve(query, retriever, hooks)
             return hooks.generating(self._open, query, docs)
 
-        return Released(self, query, hooks.guard("generation", self.mechanism.name, private), hooks)
+        return Released(self, query, self._sealed(query, private, released=False), hooks)
+
+    def _sealed(self, query: Query, fn: Callable[[], T], *, released: bool) -> T:
+        """Run a step of the private section: its result, or the one fixed failure.
+
+        A failure before anything was ``released`` leaves the query open to a
+        retry with its id (:meth:`_record`).
+        """
+        try:
+            return guarded(fn)
+        except Exception:
+            if not released:
+                self._failed.remember(query.query_id, True)
+            raise
+
+    # inside the private section: the only frames that hold documents
 
     def _retrieve(
         self, query: Query, retriever: Retriever, hooks: RunHooks
@@ -292,44 +344,46 @@ class QueryRun:
         def retrieve() -> list[ScoredDocument]:
             return retrieve_for(self.mechanism, retriever, query.question)
 
-        docs = hooks.guard("retrieval", self.source_name, lambda: hooks.retrieving(retrieve))
+        docs = hooks.retrieving(retrieve)
         hooks.retrieved(docs)
         return docs
 
-    # below the guards: the only frames that hold documents
-
     def _answer(self, query: Query, docs: list[ScoredDocument]) -> DPAnswer:
-        with query_scope(query.query_id):
+        with query_scope(query.query_id, retry=query.retry):
             result = self.mechanism.answer(query.question, docs, rng=query.rng)
             return fallback_answer(result, self.fallback, query.question)
 
     def _open(self, query: Query, docs: list[ScoredDocument]) -> Iterator[str | DPAnswer]:
-        with query_scope(query.query_id):
+        with query_scope(query.query_id, retry=query.retry):
             items = self.mechanism.stream(query.question, docs, rng=query.rng)
         return fallback_stream(items, self.fallback, query.question)
 
-    @staticmethod
-    def _step(query: Query, items: Iterator[str | DPAnswer]) -> object:
-        with query_scope(query.query_id):
-            return next(items, _END)
+    def _step(self, query: Query, items: Iterator[str | DPAnswer]) -> object:
+        """The stream's next release (a text chunk, or the checked DPAnswer), ``_END`` after."""
+        with query_scope(query.query_id, retry=query.retry):
+            item: object = next(items, _END)
+        if item is _END or isinstance(item, str):
+            return item
+        return self._release(query, item)
 
-    @staticmethod
-    def _receipt(answer: DPAnswer, query: Query) -> DPAnswer:
-        if not query.retry:
-            return answer
-        details = {**answer.details, "charge": CHARGE_RETRY}
-        return dataclasses.replace(answer, details=details)
+    def _release(self, query: Query, answer: object) -> DPAnswer:
+        """The DPAnswer as it may leave: the receipt added, checked against the contract."""
+        if query.retry and isinstance(answer, DPAnswer):
+            answer = dataclasses.replace(answer, details={**answer.details, "charge": CHARGE_RETRY})
+        return check_answer(self.mechanism, answer)
 
     def __repr__(self) -> str:
         return f"QueryRun(mechanism={self.mechanism!r}, accountant={self.accountant!r})"
 
 
 class Released(Iterator["str | DPAnswer"]):
-    """What a streamed query releases: text chunks, then its DPAnswer, one guarded step each.
+    """What a streamed query releases: text chunks, then its DPAnswer, one sealed step each.
 
-    Each step runs through the hooks (guard, then the mechanism's context);
-    :meth:`close` closes the mechanism's stream the same way (its frame holds
-    the documents), at once and exactly once: call it when a consumer stops early.
+    Each step runs in the query's private section (the run's seal, then the
+    hooks' context for the mechanism): a text chunk or the checked DPAnswer
+    leaves it, or the one fixed failure. :meth:`close` closes the mechanism's
+    stream the same way (its frame holds the documents), at once and exactly
+    once: call it when a consumer stops early.
     """
 
     def __init__(
@@ -341,28 +395,28 @@ class Released(Iterator["str | DPAnswer"]):
     ) -> None:
         self._run, self._query, self._hooks = run, query, hooks
         self._items: Iterator[str | DPAnswer] | None = items
+        self._released = False  # a text chunk or the answer has left: no retry
 
     def __next__(self) -> str | DPAnswer:
         items = self._items
         if items is None:
             raise StopIteration
-        step = lambda: self._hooks.generating(QueryRun._step, self._query, items)  # noqa: E731
-        item = self._hooks.guard("generation", self._run.mechanism.name, step)
+        step = lambda: self._hooks.generating(self._run._step, self._query, items)  # noqa: E731
+        item = self._run._sealed(self._query, step, released=self._released)
         if item is _END:
             self._items = None
             raise StopIteration
-        if isinstance(item, DPAnswer):
-            return QueryRun._receipt(item, self._query)
-        return item  # type: ignore[return-value]
+        assert isinstance(item, (str, DPAnswer))  # _step released nothing else
+        self._released = self._released or isinstance(item, DPAnswer) or bool(item)
+        return item
 
     def close(self) -> None:
         """Close the mechanism's stream (a paused generator drops its frame) once."""
         items, self._items = self._items, None
         close = getattr(items, "close", None)
         if close is not None:
-            self._hooks.guard(
-                "generation", self._run.mechanism.name, lambda: self._hooks.generating(close)
-            )
+            step = lambda: self._hooks.generating(close)  # noqa: E731
+            self._run._sealed(self._query, step, released=self._released)
 
 
 class PrivateRAG:
@@ -380,17 +434,19 @@ class PrivateRAG:
     mechanism with a per-query cost (:func:`require_accountant`).
     ``max_question_tokens`` bounds the question's length (:func:`check_query`).
     The question, the ``rng``, the ``query_id`` and the budget are checked
-    before anything is charged; a failure after that (retrieval, generation)
-    raises a data-free :class:`~dprag_core.errors.PrivateDataError`.
+    before anything is charged; a failure after the charge (retrieval,
+    generation, a per-unit ledger) raises the one fixed
+    :class:`~dprag_core.errors.PrivateDataError`, the same whatever failed.
     ``public_fallback=True`` (off by default) answers a query whose DP answer
     released nothing with the mechanism's model on the question alone, marked
     ``details["public_fallback"]`` (no extra privacy cost:
     :mod:`dprag_core.fallback`); a :class:`NonRAG` picks another model or prompt.
 
     ``query_id`` (each call) names the query's charges
-    (:mod:`dprag_core.query_ids`): after ``LedgerOutcomeUnknown``, call again
-    with the same id; the answer is then charged once and says
-    ``details["charge"] == "retry"``. Without one, each call is a new query.
+    (:mod:`dprag_core.query_ids`): after ``LedgerOutcomeUnknown`` or a
+    ``PrivateDataError``, call again with the same id; the answer is then
+    charged once and says ``details["charge"] == "retry"``. Without one, each
+    call is a new query.
 
     >>> from dprag_core.algorithms.baselines import NonRAG
     >>> class Api:  # a text model
@@ -504,14 +560,30 @@ def select_by_ledger(
     k: int,
     query_id: str | None = None,
 ) -> list[ScoredDocument]:
-    """MuRAG's ledger filter under the query's id (:func:`selection_query_id`).
+    """MuRAG's ledger filter under the query's id (:func:`selection_query_id`), claimed first.
 
+    The id is claimed in ``ledger`` (:meth:`~dprag_core.accounting.ledger.Ledger.claim`)
+    before anything is charged, so a reused id is refused whatever the filter
+    would have charged (a charge of no unit records nothing: a refusal decided
+    from the charges would tell whether some unit scored above ``tau``).
     :func:`~dprag_core.retrieval.selection.ledger_filter` records every charge
-    under that id, so a retry after ``LedgerOutcomeUnknown`` with the same id
-    is charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
+    under that id, so a retry after ``LedgerOutcomeUnknown`` (of the claim or
+    of the charge) with the same id on the same ledger object is charged once.
+    Used by LangChain's ``DPRetriever`` and LlamaIndex's
     ``PrivacyBudgetPostprocessor``.
+
+    >>> from dprag_core.accounting.ledger import InMemoryLedger
+    >>> led = InMemoryLedger(budget_per_unit=1.0)
+    >>> far = [ScoredDocument("a", "", 0.1)]  # below tau: nothing is charged
+    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    []
+    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    Traceback (most recent call last):
+    ...
+    dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
     """
     qid = selection_query_id(query_id)
+    ledger.claim(qid)
     return ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
 
 

@@ -6,10 +6,22 @@ query_id=...)``) and the per-unit ledger (MuRAG's
 charges) record its charges under. The caller may supply it (each entry point
 in its own idiom: ``PrivateRAG.answer(..., query_id=...)``, a LangChain
 ``run_id``, a LlamaIndex query argument); otherwise it is a fresh
-:func:`new_query_id`. A retry after
-:class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown` with the same id is
-charged once. **An id buys at most one release**: the stores refuse any other
-reuse of a recorded id, so a caller cannot get a second answer for one charge.
+:func:`new_query_id`.
+
+**An id buys at most one release**, and whether a reused id is refused is
+decided before the query's private section opens, from a record every query
+writes there: its corpus charge, and for a mechanism with a per-unit ledger
+the ledger's claim of the id
+(:meth:`~dprag_core.accounting.ledger.Ledger.claim`), never from what the
+query then charged (a charge of no unit records nothing, so a decision taken
+from the charges would tell whether some document scored above τ). Two
+retries are accepted, each charged once: after
+:class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown` from that record
+(on the same budget object), and after the one fixed failure of a private
+section (:class:`~dprag_core.errors.PrivateDataError`, on the same app
+object) if it released nothing: the retry runs under :func:`query_scope` with
+``retry=True``, and what the failed attempt charged stands
+(``Ledger.charge(..., retry=True)``).
 
 An id is public: the caller's own input or random, never derived from the
 data. It follows the stores' one id policy
@@ -19,9 +31,10 @@ the steps of one query (:func:`step_id`: MuRAG-Ada's ``<id>/bin3``), so a
 derived id never fails mid-query.
 
 A mechanism that charges a ledger inside ``answer`` reads the id of the query
-it runs in with :func:`current_query_id`; the query run sets it around every
-call into the mechanism (:func:`query_scope`), so it holds in whatever thread
-or context a framework steps the mechanism in.
+it runs in with :func:`current_query_id` (and :func:`current_query_is_retry`);
+the query run sets both around every call into the mechanism
+(:func:`query_scope`), so they hold in whatever thread or context a framework
+steps the mechanism in.
 
 >>> check_query_id("request-42")
 'request-42'
@@ -45,6 +58,7 @@ __all__ = [
     "RESERVED_ID_BYTES",
     "check_query_id",
     "current_query_id",
+    "current_query_is_retry",
     "new_query_id",
     "query_scope",
     "step_id",
@@ -53,6 +67,7 @@ __all__ = [
 RESERVED_ID_BYTES = 64
 
 _CURRENT: ContextVar[str | None] = ContextVar("dprag_query_id", default=None)
+_RETRY: ContextVar[bool] = ContextVar("dprag_query_retry", default=False)
 
 
 def new_query_id() -> str:
@@ -97,15 +112,29 @@ def step_id(query_id: str, step: str) -> str:
 
 
 @contextmanager
-def query_scope(query_id: str) -> Iterator[None]:
-    """Within this block (this thread or task), :func:`current_query_id` is ``query_id``."""
-    token = _CURRENT.set(query_id)
+def query_scope(query_id: str, *, retry: bool = False) -> Iterator[None]:
+    """Within this block (this thread or task), :func:`current_query_id` is ``query_id``.
+
+    ``retry``: the query is an accepted retry of one that released nothing
+    (:func:`current_query_is_retry`; module docstring).
+
+    >>> with query_scope("q-1", retry=True):
+    ...     current_query_is_retry()
+    True
+    """
+    token, again = _CURRENT.set(query_id), _RETRY.set(retry)
     try:
         yield
     finally:
+        _RETRY.reset(again)
         _CURRENT.reset(token)
 
 
 def current_query_id() -> str | None:
     """The id of the query whose mechanism runs now, or None outside a query run."""
     return _CURRENT.get()
+
+
+def current_query_is_retry() -> bool:
+    """Whether the query that runs now is an accepted retry (its charges stand: see the module)."""
+    return _RETRY.get()

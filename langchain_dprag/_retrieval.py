@@ -1,10 +1,12 @@
 """Turn a LangChain retriever or vector store into a dprag ``Retriever`` callable.
 
-Each call shows up in the trace as a retriever run nested under the chain run
-(``on_retriever_start`` with the question), but the retrieved documents are
-never handed to a callback: the run ends with an empty document list, and the
-user's retriever itself runs *sealed* (no inherited callbacks, tracing off; see
-:mod:`langchain_dprag._sealed`), so nothing inside it is traced either.
+The retrieved documents are never handed to a callback: the user's retriever
+runs *sealed* (no inherited callbacks, tracing off; see
+:mod:`langchain_dprag._sealed`), so nothing inside it is traced, and a store
+call's failure leaves as the one fixed failure (:func:`dprag_core.errors.guarded`).
+How many store calls a query makes depends on the corpus (a threshold
+mechanism's search grows until it is exhausted), so the chain reports its
+retrieval as *one* retriever run per query (:mod:`langchain_dprag.chain`).
 
 Which relation each path keeps (the argument behind ``DPRAGChain``'s claims):
 
@@ -72,7 +74,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from langchain_core.callbacks import CallbackManager
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableSequence
@@ -86,7 +87,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.stores import StoreFacts, first_inexact
 from langchain_dprag._sealed import run_sealed, sealed_config, unsealable_config
 from langchain_dprag.cells import partitioned_reading
-from langchain_dprag.errors import PrivateDataError, guarded
+from langchain_dprag.errors import guarded
 from langchain_dprag.stores import read_store
 from langchain_dprag.units import to_scored_document
 from langchain_dprag.vectorstores import COSINE, OpenedStore, ScoreFunction, open_store
@@ -391,14 +392,8 @@ class DocumentSource:
             for slot, (doc, score) in enumerate(pairs)
         ]
 
-    def bind(
-        self,
-        callbacks: CallbackManager | None,
-        *,
-        needs_scores: bool,
-        found: dict[str, Document] | None = None,
-    ) -> Retriever:
-        """A ``retriever(question, k)`` whose runs nest under ``callbacks``, documents hidden.
+    def bind(self, *, needs_scores: bool, found: dict[str, Document] | None = None) -> Retriever:
+        """A ``retriever(question, k)`` over the source, sealed, its failures the fixed one.
 
         One per query. ``found`` (for :class:`~langchain_dprag.retriever.DPRetriever`,
         which returns documents): filled with each admitted document by its id.
@@ -406,17 +401,7 @@ class DocumentSource:
         search = self._searcher()
 
         def retrieve(question: str, k: int) -> list[ScoredDocument]:
-            run = None
-            if callbacks is not None:
-                run = callbacks.on_retriever_start(None, question, name=self.name)
-            try:
-                pairs = guarded("retrieval", self.name, lambda: run_sealed(search, question, k))
-            except PrivateDataError as err:
-                if run is not None:
-                    run.on_retriever_error(err)
-                raise
-            if run is not None:
-                run.on_retriever_end([])
+            pairs = guarded(lambda: run_sealed(search, question, k))
             scored = self._to_scored(pairs, needs_scores=needs_scores)
             if found is not None:
                 found.update(

@@ -26,11 +26,14 @@ nested chat-model run, :mod:`langchain_dprag._runs`), two custom events per
 query, ``dprag_query_start`` (:func:`~dprag_core.events.start_payload`: the
 mechanism and the (ε, δ) it charges) and ``dprag_query_end``
 (:func:`~dprag_core.events.end_payload`: also the stop reason, the number of
-private tokens, whether the public fallback answered), and a nested retriever run
-that starts with the question and ends with an *empty* document list. What it
-never sees: the retrieved documents (no ``context`` key, no callback payload,
-no trace, no log record, no exception message or traceback frame, no
-``repr``). The user's retriever runs sealed (without the surrounding callbacks,
+private tokens, whether the public fallback answered), one nested retriever run
+per query that starts with the question and ends with an *empty* document list
+(however many store calls the retrieval made), and on a failure after the
+charge the one fixed :class:`~dprag_core.errors.PrivateDataError` (the chain
+runs one :class:`~dprag_core.pipeline.QueryRun`, whose private section is
+sealed). What it never sees: the retrieved documents (no ``context`` key, no
+callback payload, no trace, no log record, no exception message or traceback
+frame, no ``repr``). The user's retriever runs sealed (without the surrounding callbacks,
 tracing off), and the mechanism's LangChain model calls bypass the callback
 machinery altogether (:mod:`langchain_dprag.models`). The trade-off: runs
 *inside* a compound retriever (a re-ranker, a multi-query LLM) do not appear
@@ -74,7 +77,7 @@ from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
 from dprag_core.answers import DPAnswer
-from dprag_core.errors import guarded
+from dprag_core.errors import private_failure
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
@@ -241,19 +244,29 @@ async def _once(value: _T) -> AsyncIterator[_T]:
 
 
 class _Hooks(RunHooks):
-    """One query's wrapping: side doors refused, retrieval as a nested run, mechanism sealed."""
+    """One query's wrapping: side doors refused, retrieval as one nested run, mechanism sealed."""
 
     def __init__(self, source: DocumentSource, run: CallbackManagerForChainRun) -> None:
         self.sealed = Sealed()
         self.source, self.run = source, run
+        self.question = ""
 
     def before_charge(self) -> None:
         resolved = self.source.resolved
         if resolved.retriever is not None or resolved.steps:  # runs of the user's: see _sealed
             refuse_side_doors(self.source.name)
 
-    def guard(self, stage: str, where: str, fn: Callable[[], _T]) -> _T:
-        return guarded(stage, where, fn)
+    def retrieving(self, fn: Callable[[], _T]) -> _T:
+        """One retriever run for the query's whole retrieval, however many store calls it
+        makes (their number depends on the corpus); it ends with no document."""
+        run = self.run.get_child().on_retriever_start(None, self.question, name=self.source.name)
+        try:
+            docs = fn()
+        except Exception:
+            run.on_retriever_error(private_failure())
+            raise
+        run.on_retriever_end([])
+        return docs
 
     def generating(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         return self.sealed.call(fn, *args, **kwargs)
@@ -270,12 +283,12 @@ class _Hooks(RunHooks):
         hooks = cls(chain._source, run_manager)
         question, qid = question_of(value, chain.input_key), query_id_of(run_manager, config)
         query = chain._run.start(question, accountant=chain.accountant, query_id=qid, hooks=hooks)
+        hooks.question = query.question
         hooks.event(QUERY_START_EVENT, start_payload(chain.mechanism))
         return query, hooks
 
     def retriever(self, mechanism: Mechanism) -> Retriever:
-        needs_scores = mechanism.candidates_needed() is None
-        return self.source.bind(self.run.get_child(), needs_scores=needs_scores)
+        return self.source.bind(needs_scores=mechanism.candidates_needed() is None)
 
     def event(self, name: str, payload: dict[str, Any]) -> None:
         dispatch_custom_event(name, payload, config={"callbacks": self.run.get_child()})

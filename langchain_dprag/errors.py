@@ -1,8 +1,9 @@
 """The error raised when something fails while private documents are in use.
 
 One class for the whole package: :class:`dprag_core.errors.PrivateDataError`,
-raised by the one sanitiser :func:`dprag_core.errors.guarded` (see there what
-is withheld, and the data owner's debug switch
+the one fixed failure of a private section, raised by the one sanitiser
+:func:`dprag_core.errors.guarded` (see there what is withheld, and the data
+owner's debug switch
 :func:`~dprag_core.errors.reveal_private_errors`). Re-exported here for
 LangChain users.
 

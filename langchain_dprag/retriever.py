@@ -30,7 +30,10 @@ Two selections, for chains that want the selection step on its own:
 The charges of one call are recorded under the retriever run's ``run_id``
 (:mod:`dprag_core.query_ids`): ``retriever.invoke(question, {"run_id": uuid})``
 (or LangChain's ``run_id=uuid`` keyword) names it, so a retry with the same
-``run_id`` after ``LedgerOutcomeUnknown`` is charged once. A misspelt keyword
+``run_id`` after ``LedgerOutcomeUnknown`` is charged once. The ledger filter
+claims the id in the ledger before it charges
+(:func:`~dprag_core.pipeline.select_by_ledger`): any other reuse is refused
+whatever the filter would have charged. A misspelt keyword
 is a ``TypeError`` naming the nearest field.
 
 Both read the store as ``DPRAGChain(vectorstore=...)`` does, through
@@ -184,7 +187,7 @@ class DPRetriever(KnownFields, BaseRetriever):
         )
 
     def _searcher(self, found: dict[str, Document]) -> Retriever:
-        return self._source.bind(None, needs_scores=True, found=found)
+        return self._source.bind(needs_scores=True, found=found)
 
     def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         from dprag_core.retrieval.threshold import DPThreshold

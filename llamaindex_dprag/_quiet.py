@@ -27,9 +27,9 @@ generation inside it, including its LLM token usage.
 
 Exceptions raised by private code can quote it (an API error echoing the
 prompt) and their tracebacks hold it: the entry points run private code under
-the core sanitiser :func:`dprag_core.errors.guarded`, which raises a fresh
-:class:`~dprag_core.errors.PrivateDataError` (``PrivateStageError`` is the
-same class, under the name this package used first).
+the core sanitiser :func:`dprag_core.errors.guarded`, which raises the one
+fixed :class:`~dprag_core.errors.PrivateDataError` (``PrivateStageError`` is
+the same class, under the name this package used first).
 
 >>> from llama_index.core.instrumentation import get_dispatcher
 >>> with private_section():

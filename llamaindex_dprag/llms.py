@@ -11,8 +11,9 @@ The prompts and completions are private: the calls run inside
 ``LLMCompletionStartEvent`` / ``EndEvent``, its spans and its callback-manager
 ``LLM`` events reach no handler (which also means that token-usage handlers do
 not count these calls), the provider clients' loggers are muted, and an error
-is re-raised as a fresh :class:`~dprag_core.errors.PrivateDataError` without
-its message, cause or traceback (a provider error can quote the prompt).
+is re-raised as the one fixed :class:`~dprag_core.errors.PrivateDataError`,
+without its class, message, cause or traceback (a provider error can quote the
+prompt).
 
 >>> from llama_index.core.llms import MockLLM
 >>> LlamaIndexTextModel(MockLLM(max_tokens=2)).generate(["Question: x"])
@@ -76,29 +77,15 @@ class LlamaIndexTextModel:
         with private_section():
             if self.max_concurrency == 1 or len(prompts) <= 1:
                 kwargs = self._kwargs(max_new_tokens)
-                return guarded(
-                    "LLM completion",
-                    self._name,
-                    lambda: [self.llm.complete(p, **kwargs).text for p in prompts],
-                )
-            return guarded(
-                "LLM completion",
-                self._name,
-                lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens)),
-            )
+                return guarded(lambda: [self.llm.complete(p, **kwargs).text for p in prompts])
+            return guarded(lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens)))
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Async :meth:`generate`: ``acomplete`` calls, ``max_concurrency`` at a time."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         prompts = list(prompts)
         with private_section():
-            return await aguarded(
-                "LLM completion", self._name, lambda: self._agenerate(prompts, max_new_tokens)
-            )
-
-    @property
-    def _name(self) -> str:
-        return type(self.llm).__name__
+            return await aguarded(lambda: self._agenerate(prompts, max_new_tokens))
 
     async def _agenerate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         limit = asyncio.Semaphore(self.max_concurrency)

@@ -18,7 +18,10 @@ the nodes to LlamaIndex's instrumentation: for a pipeline without side doors use
 Their charges are recorded under the query's id (:mod:`dprag_core.query_ids`):
 the one a :class:`~llamaindex_dprag.bundles.DPQueryBundle` carries (so a retry
 after ``LedgerOutcomeUnknown`` with the same id is charged once), else a fresh
-one. A misspelt keyword is a ``TypeError`` naming the nearest valid one.
+one; the budget filter claims it in the ledger before it charges
+(:func:`~dprag_core.pipeline.select_by_ledger`), so any other reuse is refused
+whatever the filter would have charged. A misspelt keyword is a ``TypeError``
+naming the nearest valid one.
 
 Which relation they keep: a postprocessor sees only the nodes it is given, so
 its guarantee is conditional on that list being **complete**: every node

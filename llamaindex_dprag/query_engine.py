@@ -39,9 +39,10 @@ retrieved node ids as empty text nodes, and those ids are **not** covered by the
 DP guarantee (which documents match a question is itself private). Retrieval
 and generation run inside :func:`~llamaindex_dprag._quiet.private_section`, so
 instrumentation and callback handlers see the engine's span (question, DP
-answer) and nothing of the documents, and their exceptions surface as a fresh
-:class:`~dprag_core.errors.PrivateDataError` without their message, cause or
-traceback frames (:mod:`dprag_core.errors`).
+answer) and nothing of the documents, and their exceptions surface as the one
+fixed :class:`~dprag_core.errors.PrivateDataError`, the same class and message
+whatever failed, without cause or traceback frames (the engine runs one
+:class:`~dprag_core.pipeline.QueryRun`, whose private section is sealed).
 """
 
 from __future__ import annotations

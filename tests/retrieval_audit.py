@@ -71,7 +71,7 @@ class Recorder(Mechanism):
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         self.seen.append((question, list(docs)))
-        return DPAnswer("recorded", self.query_cost(), self.name, {})
+        return DPAnswer("recorded", self.query_cost(), self.name, {"stop_reason": "eos"})
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

@@ -18,12 +18,16 @@ from private_frames import reachable_text
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import InMemoryCorpusAccountant, PrivateRAG
-from dprag_core.accounting.stores.errors import LedgerUnavailable
+from dprag_core.accounting.stores.errors import (
+    LedgerOutcomeUnknown,
+    LedgerUnavailable,
+    QueryIdReused,
+)
 from dprag_core.algorithms.base import PublicModel
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.answers import DPAnswer
-from dprag_core.budget import Budget
-from dprag_core.errors import PrivateDataError, reveal_private_errors
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
+from dprag_core.errors import PRIVATE_FAILURE, PrivateDataError, reveal_private_errors
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
@@ -165,7 +169,7 @@ def test_a_mechanism_asking_for_nothing_is_refused_when_built() -> None:
 
 
 class _ForeignPublic(RuntimeError):
-    """Another library's error that happens to declare the attribute dprag's store errors use."""
+    """Another library's error that declares the attribute dprag's store errors once used."""
 
     public_message = True
 
@@ -183,13 +187,21 @@ class _Raising(ToyMechanism):
         raise self.error(docs)
 
 
-def test_only_dprags_own_public_errors_pass_a_private_section() -> None:
-    """A store error (dprag's, public) leaves as itself; a foreign class claiming it is withheld."""
-    own = _Raising(lambda docs: LedgerUnavailable("the per-unit ledger is unavailable (test)"))
-    with pytest.raises(LedgerUnavailable, match="unavailable \\(test\\)") as info:
-        PrivateRAG(own, retriever, accountant=acc()).answer("Who?")
+@pytest.mark.parametrize(
+    "kind",
+    [LedgerUnavailable, LedgerOutcomeUnknown, QueryIdReused, PrivacyBudgetExhausted,
+     _ForeignPublic, KeyError],
+    ids=lambda kind: kind.__name__,
+)  # fmt: skip
+def test_nothing_raised_inside_leaves_as_itself(kind: type[Exception]) -> None:
+    """Issue 36 case 5: errors are public by where they are raised, never by their class.
+
+    On the code before, dprag's own store errors and ``PrivacyBudgetExhausted``
+    left a private section as themselves, message included.
+    """
+    raising = _Raising(lambda docs: kind(f"store error on {docs[0].text}"))
+    with pytest.raises(PrivateDataError) as info:
+        PrivateRAG(raising, retriever, accountant=acc()).answer("Who?")
+    assert type(info.value) is PrivateDataError and str(info.value) == PRIVATE_FAILURE
     assert info.value.__cause__ is None and info.value.__context__ is None
-    foreign = _Raising(lambda docs: _ForeignPublic(f"store error on {docs[0].text}"))
-    with pytest.raises(PrivateDataError, match="_ForeignPublic") as withheld:
-        PrivateRAG(foreign, retriever, accountant=acc()).answer("Who?")
-    assert SECRET not in reachable_text(withheld.value)
+    assert SECRET not in reachable_text(info.value) and kind.__name__ not in str(info.value)

@@ -11,7 +11,7 @@ tests/llamaindex/test_li_query_ids.py.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,16 @@ from query_support import BAD_UNITS, InDoubtAccountant, PureToy, murag
 from toy_mechanisms import ToyMechanism
 
 from dprag_core import PrivateRAG
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown, SQLiteLedger
 from dprag_core.accounting.stores import sqlite as sqlite_store
 from dprag_core.accounting.stores.amounts import MAX_ID_BYTES
+from dprag_core.accounting.stores.errors import QueryIdReused
 from dprag_core.algorithms import MuRAGAda
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
+from dprag_core.errors import PRIVATE_FAILURE, PrivateDataError
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import CHARGE_RETRY
 from dprag_core.query_ids import RESERVED_ID_BYTES
 from dprag_core.retrieval.capabilities import HonoursK
@@ -123,27 +127,126 @@ def test_the_longest_query_id_leaves_room_for_murag_ada_steps(mode: str) -> None
     assert {e.query_id for e in ledger.audit_log()} >= {f"{longest}/bin0", f"{longest}/rag"}
 
 
-@pytest.mark.parametrize("mode", ["answer", "stream"])
-def test_a_ledger_in_doubt_inside_murag_reaches_the_caller_who_retries_once(
-    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A store's error is public: it leaves the private section as itself, not withheld."""
-    ledger = SQLiteLedger(tmp_path / "l.db", budget_per_unit=10.0, create=True)
+@contextlib.contextmanager
+def _lost_ack(monkeypatch: pytest.MonkeyPatch, *, skip: int) -> Iterator[None]:
+    """After ``skip`` more durable writes, the next one commits and its caller hears
+    ``LedgerOutcomeUnknown`` (once)."""
     real = sqlite_store.SQLiteStore.write
+    left = [skip]
 
     @contextlib.contextmanager
     def lost_ack(self: sqlite_store.SQLiteStore, *, charge: bool = False) -> Iterator[Any]:
         with real(self, charge=charge) as conn:
             yield conn
-        if charge:  # committed, then the acknowledgement is lost (once)
+        if charge and left[0]:
+            left[0] -= 1
+        elif charge:
             monkeypatch.setattr(sqlite_store.SQLiteStore, "write", real)
             raise LedgerOutcomeUnknown("the acknowledgement was lost (test)")
 
     monkeypatch.setattr(sqlite_store.SQLiteStore, "write", lost_ack)
+    yield
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_ledger_in_doubt_inside_murag_is_the_fixed_failure_and_a_retry_is_charged_once(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-unit charge runs inside the private section: its error leaves as the fixed
+    failure (before issue 36 it left as itself), and the retry with the same id is charged once.
+    """
+    ledger = SQLiteLedger(tmp_path / "l.db", budget_per_unit=10.0, create=True)
     app = PrivateRAG(murag(ledger), retriever)
-    with pytest.raises(LedgerOutcomeUnknown, match="acknowledgement was lost") as caught:
+    # the claim (public) passes, the charge is in doubt
+    with _lost_ack(monkeypatch, skip=1), pytest.raises(PrivateDataError) as caught:
         _final(app, mode, query_id="req-5")
+    assert str(caught.value) == PRIVATE_FAILURE
     assert caught.value.__cause__ is None and caught.value.__context__ is None
-    assert _final(app, mode, query_id="req-5").text == "2 candidates"
+    retried = _final(app, mode, query_id="req-5")
+    assert retried.text == "2 candidates" and retried.details["charge"] == CHARGE_RETRY
     assert [e.unit for e in ledger.audit_log()] == ["d0", "d1", "d2", "d3"]  # charged once
     assert ledger.remaining(["d0"]) == {"d0": pytest.approx(9.0)}
+    with pytest.raises(QueryIdReused):  # released: the id is spent
+        _final(app, mode, query_id="req-5")
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_claim_in_doubt_is_public_and_its_retry_is_accepted(
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim is written before the private section: its error leaves as itself."""
+    ledger = SQLiteLedger(tmp_path / "l.db", budget_per_unit=10.0, create=True)
+    app = PrivateRAG(murag(ledger), retriever)
+    with _lost_ack(monkeypatch, skip=0), pytest.raises(LedgerOutcomeUnknown, match="lost"):
+        _final(app, mode, query_id="req-6")
+    assert _final(app, mode, query_id="req-6").details["charge"] == CHARGE_RETRY
+    assert len(list(ledger.audit_log())) == 4
+
+
+def test_a_retry_after_a_failure_inside_reuses_murag_adas_step_charges() -> None:
+    """MuRAG-Ada charges several step ids; a model failing after them leaves them charged, and
+    the retry (accepted by the app, which saw the query fail) reuses them: never charged twice.
+    """
+    ledger = InMemoryLedger(budget_per_unit=10.0)
+    inner = _FailingOnce(k=2)
+    ada = MuRAGAda(inner, ledger=ledger, bins=[1.0, 0.5, 0.0], epsilon_threshold=1.0,
+                   epsilon_rag=1.0, score_bounds=(-1, 1))  # fmt: skip
+    app = PrivateRAG(ada, retriever)
+    with pytest.raises(PrivateDataError):
+        app.answer("Who?", query_id="req-7", rng=0)
+    charged = sorted((e.query_id, e.unit) for e in ledger.audit_log())
+    answer = app.answer("Who?", query_id="req-7", rng=0)
+    assert answer.details["charge"] == CHARGE_RETRY and answer.text == "2 candidates"
+    assert sorted((e.query_id, e.unit) for e in ledger.audit_log()) == charged  # nothing new
+    with pytest.raises(QueryIdReused):
+        app.answer("Who?", query_id="req-7")
+
+
+class _FailsOnce(ToyMechanism):
+    """Fails on its first call, after the charges (a model endpoint going away), then answers."""
+
+    failed = False
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError(f"endpoint lost while reading {docs[0].text}")
+        return super().answer(question, docs, rng=rng)
+
+
+class _FailingOnce(_FailsOnce, PureToy):
+    """:class:`_FailsOnce` as MuRAG's pure-DP inner mechanism."""
+
+
+@pytest.mark.parametrize("mode", ["answer", "stream"])
+def test_a_fixed_cost_query_that_failed_inside_is_retried_without_a_second_charge(
+    mode: str,
+) -> None:
+    budget = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    app = PrivateRAG(_FailsOnce(), retriever, accountant=budget)
+    with pytest.raises(PrivateDataError):
+        _final(app, mode, query_id="req-8")
+    retried = _final(app, mode, query_id="req-8")
+    assert retried.details["charge"] == CHARGE_RETRY and budget.queries == 1
+    with pytest.raises(QueryIdReused):
+        _final(app, mode, query_id="req-8")
+
+
+def test_a_stream_that_released_a_chunk_is_not_retried() -> None:
+    """A failure after a chunk left: that chunk was a release, so the id is spent."""
+
+    class BreaksMidway(ToyMechanism):
+        def stream(
+            self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        ) -> Iterator[str | DPAnswer]:
+            yield "2"
+            raise ConnectionError("endpoint lost")
+
+    budget = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    app = PrivateRAG(BreaksMidway(), retriever, accountant=budget)
+    with pytest.raises(PrivateDataError):
+        list(app.stream("Who?", query_id="req-9"))
+    with pytest.raises(QueryIdReused):
+        app.answer("Who?", query_id="req-9")

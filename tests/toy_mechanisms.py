@@ -16,9 +16,12 @@ from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.retrieval.documents import ScoredDocument
 
+RELEASED = {"stop_reason": "eos"}
+"""The details of every toy answer: public ones only (the app checks every release)."""
+
 
 class ToyMechanism(Mechanism):
-    """A stand-in: reports its candidate count, costs (1, 1e-6), streams word by word."""
+    """A stand-in: answers with its candidate count, costs (1, 1e-6), streams word by word."""
 
     name = "Toy"
 
@@ -35,7 +38,7 @@ class ToyMechanism(Mechanism):
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         real = [d for d in docs if not d.is_padding]
-        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, {"n": len(real)})
+        return DPAnswer(f"{len(real)} candidates", self.query_cost(), self.name, RELEASED)
 
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -64,7 +67,7 @@ class LeakyMechanism(ToyMechanism):
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name)
+        return DPAnswer(" ".join(d.text for d in docs), self.query_cost(), self.name, RELEASED)
 
 
 #: Word-level voting settings with a budget large enough that agreeing voters' words

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
@@ -212,6 +213,17 @@ class Mechanism(StrictKeywords, ABC):
         """
         return None
 
+    def unit_ledger(self) -> Ledger | None:
+        """The per-unit ledger this mechanism charges inside ``answer``, or None (the default).
+
+        A mechanism that charges a :class:`~dprag_core.accounting.ledger.Ledger`
+        while it runs (MuRAG, MuRAG-Ada) returns it: the apps record each
+        query's id there (:meth:`~dprag_core.accounting.ledger.Ledger.claim`)
+        before the query's private section opens, so a reused id is refused
+        whatever the query would have charged.
+        """
+        return None
+
     @abstractmethod
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -297,8 +309,9 @@ class MechanismWrapper(StreamingMechanism):
 
     The app reads a few things from the mechanism it is given that only the
     inner mechanism knows: its model (:meth:`public_model`, for the public
-    fallback and for counting a question's tokens) and the accountant it was
-    built with (:meth:`corpus_accountant`). A wrapper forwards both by default;
+    fallback and for counting a question's tokens), the accountant it was
+    built with (:meth:`corpus_accountant`) and the per-unit ledger it charges
+    (:meth:`unit_ledger`). A wrapper forwards all three by default;
     :func:`~dprag_core.algorithms.templates.with_context_template` replaces the
     prompt of ``inner``. Subclasses set ``inner`` in their constructor and
     implement :meth:`stream` (the text chunks of ``inner``, then their own
@@ -326,3 +339,7 @@ class MechanismWrapper(StreamingMechanism):
     def corpus_accountant(self) -> CorpusAccountant | None:
         """``inner``'s (a wrapper that hid it would be charged to another budget)."""
         return self.inner.corpus_accountant()
+
+    def unit_ledger(self) -> Ledger | None:
+        """``inner``'s (a wrapper that hid it would leave its query ids unclaimed)."""
+        return self.inner.unit_ledger()

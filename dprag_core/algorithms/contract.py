@@ -9,20 +9,25 @@ three tests to write):
 
 1. **It asks for its candidates** by exactly one route: ``candidates_needed()``
    (an int >= 0: the store's first n privacy units) or ``min_score()`` (a
-   finite public score: every chunk above it).
+   finite public score: every chunk above it), never both.
 2. **Its cost is known before the query**: ``query_cost()`` is the
    :class:`~dprag_core.budget.Budget` charged to the corpus budget before
    retrieval, or None (a non-private baseline, or a mechanism that charges its
-   own per-unit ledger inside ``answer`` before releasing anything, as MuRAG).
-   A mechanism built with its own accountant returns it from
-   ``corpus_accountant()`` and has a ``query_cost()`` to charge there.
+   own per-unit ledger inside ``answer`` before releasing anything, as MuRAG,
+   and returns that ledger from ``unit_ledger()``: the app claims each query's
+   id there before retrieval). A mechanism built with its own accountant
+   returns it from ``corpus_accountant()`` and has a ``query_cost()`` to
+   charge there.
 3. **It names its model**: ``public_model()`` is the
    :class:`~dprag_core.algorithms.base.PublicModel` (model, ``{question}``-only
    template, answer length) of its public answer, or None without a model.
 4. **Its templates are checked when it is built**: every ``str.format``
    template is declared in ``templates`` with its fields
    (:meth:`~dprag_core.algorithms.base.Mechanism.check_templates` runs after the
-   constructor); ``context_template_field`` names the one built from documents.
+   constructor); an attribute that looks like one (named ``*template``, or a
+   string with a ``{question}`` or ``{context}`` field) and is not declared is
+   refused, since it would be checked only at query time, after the charge;
+   ``context_template_field`` names the one built from documents.
 5. **It releases through one answer**: ``stream()`` yields text chunks, then
    one :class:`~dprag_core.answers.DPAnswer` last, whose text is the chunks
    joined; ``answer()`` returns the same answer for the same ``rng``.
@@ -33,13 +38,16 @@ three tests to write):
    DP-released. Never a document, a score, a vote, a count of retrieved items.
 7. **A wrapper says so**: a mechanism that runs another one subclasses
    :class:`~dprag_core.algorithms.base.MechanismWrapper`, which forwards
-   ``public_model()`` and ``corpus_accountant()`` to its ``inner``.
+   ``public_model()``, ``corpus_accountant()`` and ``unit_ledger()`` to its
+   ``inner``.
 
 :func:`check_mechanism` checks rules 1-4 and 7 without running anything (the
-apps call it when they are built); :func:`check_answer` checks rule 6 on an
-answer, and :func:`conformance` runs a mechanism once through ``stream`` and
-``answer`` and checks everything (the shared test table runs it on every
-mechanism of dprag_core).
+apps call it when they are built); :func:`check_answer` checks rules 5-6 on an
+answer, and every app runs it on every release
+(:class:`~dprag_core.pipeline.QueryRun`: a release that breaks it leaves as
+the one fixed failure, never as itself); :func:`conformance` runs a mechanism
+once through ``stream`` and ``answer`` and checks everything (the shared test
+table runs it on every mechanism of dprag_core).
 
 >>> from dprag_core.algorithms.baselines import NonRAG
 >>> class Api:  # a text model
@@ -51,10 +59,12 @@ mappingproxy({'stop_reason': 'text_model'})
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple, get_args
 
 from dprag_core.accounting.accountant import CorpusAccountant
+from dprag_core.accounting.ledger import Ledger
 from dprag_core.algorithms.base import (
     QUESTION_FIELDS,
     DetailKind,
@@ -131,6 +141,11 @@ PUBLIC_DETAILS: Mapping[str, PublicDetail] = {
     "cumulative_delta": PublicDetail("number", "budget spent: a function of the query count"),
     "total_budget": PublicDetail("number", "the corpus budget's total, a public parameter"),
     "public_fallback": PublicDetail("flag", "set by the app from the released text alone"),
+    "charge": PublicDetail(
+        "name",
+        "set by the app: 'retry' when the query's id was accepted as a retry, before "
+        "the private section, from the caller's own id and what the budget stores answered",
+    ),
 }
 """Every ``details`` key a dprag mechanism (or app) may release, with its kind and why it is
 public. A mechanism adds its own keys in ``public_details``; nothing else may appear."""
@@ -185,6 +200,11 @@ def _check_retrieval(mechanism: Mechanism) -> None:
         raise _fail(name, "min_score() must return a finite number or None", tau)
     if needed is None and tau is None:
         raise ValueError(f"{name} asks for neither a candidate count nor a min_score")
+    if needed is not None and tau is not None:
+        raise ValueError(
+            f"{name} asks for its candidates by two routes (candidates_needed()={needed!r} and "
+            f"min_score()={tau!r}): return None from one of them (exactly one route)"
+        )
 
 
 def _check_cost(mechanism: Mechanism) -> None:
@@ -199,6 +219,9 @@ def _check_cost(mechanism: Mechanism) -> None:
         )
     if own is not None and cost is None:
         raise ValueError(f"{name} has its own accountant but no query_cost() to charge to it")
+    ledger = mechanism.unit_ledger()
+    if ledger is not None and not isinstance(ledger, Ledger):
+        raise _fail(name, "unit_ledger() must return a dprag Ledger or None", type(ledger).__name__)
 
 
 def _check_public_model(mechanism: Mechanism) -> None:
@@ -221,6 +244,41 @@ def _check_public_model(mechanism: Mechanism) -> None:
         )
 
 
+def _template_fields(text: str) -> set[str]:
+    """The replacement fields of ``text`` read as a ``str.format`` template (none if malformed).
+
+    >>> sorted(_template_fields("Q: {question} {0}")), _template_fields("{")
+    (['0', 'question'], set())
+    """
+    try:
+        return {field for _, field, _, _ in string.Formatter().parse(text) if field}
+    except ValueError:
+        return set()
+
+
+def _undeclared_templates(mechanism: Mechanism) -> list[str]:
+    """The string attributes of ``mechanism`` that look like templates but are not declared.
+
+    A template is named like its parameter (``*template``) or uses the prompt
+    fields ``{question}``/``{context}``; instance attributes and those of its
+    classes below :class:`Mechanism` are read.
+    """
+    declared = set(mechanism.templates)
+    found: dict[str, object] = {}
+    for owner in reversed(type(mechanism).__mro__):
+        if issubclass(owner, Mechanism) and owner is not Mechanism:
+            found.update(vars(owner))
+    found.update(getattr(mechanism, "__dict__", {}))
+    return sorted(
+        attr
+        for attr, value in found.items()
+        if isinstance(value, str)
+        and attr not in declared
+        and not attr.startswith("__")
+        and (attr.endswith("template") or _template_fields(value) & {"question", "context"})
+    )
+
+
 def _check_templates(mechanism: Mechanism) -> None:
     name = mechanism.name
     field = mechanism.context_template_field
@@ -230,6 +288,13 @@ def _check_templates(mechanism: Mechanism) -> None:
             "with the field {context}"
         )
     mechanism.check_templates()
+    undeclared = _undeclared_templates(mechanism)
+    if undeclared:
+        raise ValueError(
+            f"{name}: .{undeclared[0]} looks like a prompt template but is not declared in "
+            f"{type(mechanism).__name__}.templates (with its fields): declare it, so that it is "
+            "checked when the mechanism is built, not at query time after the charge"
+        )
     for key, kind in mechanism.public_details.items():
         if kind not in DETAIL_KINDS:
             raise _fail(name, f"public_details[{key!r}] must be one of {DETAIL_KINDS}", kind)
@@ -255,6 +320,9 @@ def _check_wrapping(mechanism: Mechanism, parameter: str) -> None:
     hidden = inner.corpus_accountant()
     if hidden is not None and mechanism.corpus_accountant() is not hidden:
         raise ValueError(f"{name}: corpus_accountant() must forward its inner's accountant")
+    ledger = inner.unit_ledger()
+    if ledger is not None and mechanism.unit_ledger() is not ledger:
+        raise ValueError(f"{name}: unit_ledger() must forward its inner's ledger")
 
 
 def check_mechanism(mechanism: object, *, parameter: str = "mechanism") -> Mechanism:
@@ -289,6 +357,8 @@ def check_mechanism(mechanism: object, *, parameter: str = "mechanism") -> Mecha
 
 def check_answer(mechanism: Mechanism, answer: object) -> DPAnswer:
     """``answer``, checked as a release of ``mechanism`` (module docstring, rules 5-6).
+
+    Every app runs it on every release, inside the query's private section.
 
     It must be a :class:`DPAnswer` named after the mechanism, carry the
     mechanism's ``query_cost()`` as its guarantee when it has one, a known

@@ -65,7 +65,7 @@ from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
 from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.query_ids import current_query_id, new_query_id, step_id
+from dprag_core.query_ids import current_query_id, current_query_is_retry, new_query_id, step_id
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter
@@ -148,6 +148,10 @@ class _Individual(MechanismWrapper):
         """None: the per-unit ledger is charged inside :meth:`answer`."""
         return None
 
+    def unit_ledger(self) -> Ledger:
+        """The per-unit ledger charged inside :meth:`answer` (the app claims each query's id)."""
+        return self.ledger
+
     def _select(
         self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
@@ -180,8 +184,8 @@ class _Individual(MechanismWrapper):
 
         The ledger charges are recorded under the id of the query run this
         runs in (:func:`~dprag_core.query_ids.current_query_id`: the caller's
-        ``query_id``, so a retry after ``LedgerOutcomeUnknown`` is charged
-        once), or a fresh id when called directly.
+        ``query_id``, claimed by the app before this runs, so a retry is
+        charged once), or a fresh id when called directly.
         """
         check_question(question)
         gen = make_rng(rng)
@@ -237,7 +241,7 @@ class MuRAG(_Individual):
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
         top = ledger_filter(
             docs, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=self.k,
-            query_id=query_id,
+            query_id=query_id, retry=current_query_is_retry(),
         )  # fmt: skip
         return _padded(top, self.k), {"tau": self.tau}
 
@@ -335,16 +339,19 @@ class MuRAGAda(_Individual):
         for unit, score in best.items():
             per_bin[self._bin_of(score)].append(unit)
         found: list[str] = []
+        retry = current_query_is_retry()
 
         def counts() -> Iterator[int]:
             for i, units in enumerate(per_bin):  # charged only when the walk reaches the bin
                 bin_id = step_id(query_id, f"bin{i}")  # one ledger id per charge (retries: no-ops)
-                charged = charge_active(self.ledger, bin_id, units, self.epsilon_threshold)
+                eps = self.epsilon_threshold
+                charged = charge_active(self.ledger, bin_id, units, eps, retry=retry)
                 found.extend(charged)
                 yield len(charged)
 
         visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
-        usable = set(charge_active(self.ledger, step_id(query_id, "rag"), found, self.epsilon_rag))
+        rag_id = step_id(query_id, "rag")
+        usable = set(charge_active(self.ledger, rag_id, found, self.epsilon_rag, retry=retry))
         # TOP-K over units, as in MuRAG (selection.ledger_filter): one best chunk per unit
         top = best_chunk_per_unit(d for d in relevant if d.unit in usable)[: self.k]
         return _padded(top, self.k), {"bins_visited": visited, "threshold": self.edges[visited]}

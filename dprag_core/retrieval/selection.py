@@ -115,6 +115,7 @@ def ledger_filter(
     cost: float,
     k: int,
     query_id: str,
+    retry: bool = False,
 ) -> list[ScoredDocument]:
     """MuRAG's ledger filter: charge every active unit above ``tau``, return the best ``k``.
 
@@ -123,8 +124,11 @@ def ledger_filter(
     without budget drop out silently (module docstring). A ``tau`` that is not
     a finite real is refused (nothing is charged); callers check it against
     their score range when built (:meth:`ScoreScale.check_threshold`).
+    ``retry``: the query is an accepted retry, whose recorded charge stands
+    (:func:`~dprag_core.accounting.ledger.charge_active`).
     """
     tau = finite("tau", tau)
     relevant = [d for d in docs if not d.is_padding and d.score > tau]
-    charged = set(charge_active(ledger, query_id, (d.unit for d in relevant), cost))
+    units = (d.unit for d in relevant)
+    charged = set(charge_active(ledger, query_id, units, cost, retry=retry))
     return best_chunk_per_unit(d for d in relevant if d.unit in charged)[:k]

@@ -63,7 +63,7 @@ class EchoInner(Mechanism):
         self.probe()
         self.calls.append(list(docs))
         ids = [d.id for d in docs if not d.is_padding]
-        return DPAnswer(",".join(ids) or NON_RAG, self.cost, self.name, {"inner_detail": 1})
+        return DPAnswer(",".join(ids) or NON_RAG, self.cost, self.name, {"stop_reason": "eos"})
 
 
 def doc(i: int, score: float, unit: str | None = None) -> ScoredDocument:
@@ -128,7 +128,7 @@ def test_every_relevant_active_unit_is_charged_before_inner_runs(ledger_for) -> 
     assert answer.guarantee == Budget(4.0)  # the whole transcript's individual guarantee
     assert answer.details["epsilon_query"] == 2.0 and answer.details["per_unit_budget"] == 4.0
     assert answer.details["max_retrievals_per_unit"] == 2.0
-    assert answer.details["inner_detail"] == 1 and answer.details["inner"] == "EchoInner"
+    assert answer.details["stop_reason"] == "eos" and answer.details["inner"] == "EchoInner"
     assert set(answer.details) >= {"query_id", "tau", "accounting"}
     assert "private record" not in repr(answer)
 

@@ -52,7 +52,7 @@ class Toy(Mechanism):
     def answer(self, question: str, docs: Any, *, rng: RngLike = None) -> Any:
         from dprag_core.answers import DPAnswer
 
-        return DPAnswer("ok", self.query_cost(), self.name)
+        return DPAnswer("ok", self.query_cost(), self.name, {"stop_reason": "eos"})
 
 
 def _retriever(question: str, k: int) -> list[ScoredDocument]:

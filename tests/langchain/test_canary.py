@@ -156,10 +156,10 @@ def test_detector_fires_on_raw_exceptions(
     store: InMemoryVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the error guard, a model error quoting its prompt carries the secret."""
-    import langchain_dprag.chain
+    import dprag_core.pipeline
     from dprag_core.algorithms.baselines import RAG
 
-    monkeypatch.setattr(langchain_dprag.chain, "guarded", lambda stage, where, fn: fn())
+    monkeypatch.setattr(dprag_core.pipeline, "guarded", lambda fn: fn())
     model = LangChainTextModel(EchoChatModel(fail=True))
     with pytest.raises(ValueError) as info:
         _chain(RAG(model, k=3), store).invoke(QUESTION)

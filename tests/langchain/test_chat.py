@@ -12,7 +12,7 @@ from langchain_core.language_models import FakeListChatModel
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import QUESTION, SECRET, EchoChatModel, RecordingHandler, budget, dump
-from toy_mechanisms import ToyMechanism
+from toy_mechanisms import RELEASED, ToyMechanism
 
 from dprag_core.answers import DPAnswer
 from dprag_core.mechanisms.rng import RngLike
@@ -29,7 +29,7 @@ class Repeat(ToyMechanism):
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        return DPAnswer(f"Q: {question}", self.query_cost(), self.name)
+        return DPAnswer(f"Q: {question}", self.query_cost(), self.name, RELEASED)
 
 
 def _app(store: InMemoryVectorStore, llm: Any, **kw: Any) -> tuple[Any, InMemoryChatMessageHistory]:

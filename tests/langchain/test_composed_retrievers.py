@@ -38,7 +38,7 @@ def test_configured_retriever_asked_for_k(store: InMemoryVectorStore) -> None:
     with pytest.raises(ValueError, match="Sources that qualify"):
         _chain(configured)
     chain = _chain(configured, retriever_honours_k=True)
-    assert chain.invoke(QUESTION).details == {"n": 3}
+    assert chain.invoke(QUESTION).answer == "3 candidates"
     assert inner.calls >= 1
 
 
@@ -50,7 +50,7 @@ def test_query_steps_before_the_retriever_see_the_question(store: InMemoryVector
         return question.upper()
 
     pipeline = RunnableLambda(rewrite) | store.as_retriever()
-    assert _chain(pipeline).invoke(QUESTION).details == {"n": 3}
+    assert _chain(pipeline).invoke(QUESTION).answer == "3 candidates"
     assert seen == [QUESTION]
 
 

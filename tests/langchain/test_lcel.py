@@ -18,13 +18,19 @@ from toy_mechanisms import ToyMechanism
 
 from langchain_dprag import DPRAGChain, DPRAGOutput
 
-PRIVACY = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy", "details": {"n": 3}}
+PRIVACY = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "Toy", "details": {"stop_reason": "eos"}}
 
 
 def end_payload_of(fields: dict[str, Any]) -> dict[str, Any]:
     """The public end payload of an answer with these privacy fields (no per-query counts)."""
     keep = {k: fields[k] for k in ("epsilon", "delta", "mechanism")}
-    return {**keep, "private_tokens": None, "keywords_released": None, "public_fallback": False}
+    return {
+        **keep,
+        "stop_reason": fields["details"]["stop_reason"],
+        "private_tokens": None,
+        "keywords_released": None,
+        "public_fallback": False,
+    }
 
 
 def _chain(store: InMemoryVectorStore, **kw: Any) -> DPRAGChain:
@@ -103,7 +109,7 @@ async def test_stream_events_show_released_tokens_as_chat_model_stream(
     end = next(e for e in events if e["event"] == "on_chat_model_end")
     assert end["data"]["output"].content == "3 candidates"
     public = end["data"]["output"].response_metadata["dprag"]
-    assert public == {**end_payload_of(PRIVACY), "stop_reason": None}
+    assert public == end_payload_of(PRIVACY)
     assert end["data"]["output"].usage_metadata is None  # no voter token counts
 
 

@@ -226,7 +226,7 @@ def test_private_rag_charges_the_durable_budget_before_retrieval(tmp_path: Path)
             return Budget(1.5, 1e-7)
 
         def answer(self, question: str, docs: object, *, rng: object = None) -> DPAnswer:
-            return DPAnswer("ok", self.query_cost(), self.name)
+            return DPAnswer("ok", self.query_cost(), self.name, {"stop_reason": "eos"})
 
     retrieved: list[str] = []
 

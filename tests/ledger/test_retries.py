@@ -182,6 +182,20 @@ def test_reusing_a_recorded_id_is_refused_everywhere_else(
     assert _spent(open_store(what, direct=True)) == spent
 
 
+def test_a_claim_in_doubt_is_accepted_once_more_on_the_same_object(
+    backend: tuple[str, Opener, Any],
+) -> None:
+    _, open_store, fault = backend
+    store = open_store("ledger", create=True)
+    with fault("after"), pytest.raises(LedgerOutcomeUnknown):
+        store.claim(SECRET_ID)
+    assert store.claim(SECRET_ID) is False  # recorded by the attempt in doubt: the retry
+    with pytest.raises(ValueError, match="query_id"):  # and only once
+        store.claim(SECRET_ID)
+    with pytest.raises(ValueError, match="query_id"):  # never from another object
+        open_store("ledger").claim(SECRET_ID)
+
+
 def test_charge_active_retries_exactly_the_units_whose_outcome_was_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,9 +70,9 @@ def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
         "epsilon": 1.0,
         "delta": 1e-6,
         "mechanism": "Toy",
-        "details": {"n": 4},
+        "details": {"stop_reason": "eos"},
         "uses_corpus": True,
-        "stop_reason": None,  # a test double: real mechanisms all state one
+        "stop_reason": "eos",
     }
     assert engine.accountant is not None and engine.accountant.queries == 1
 

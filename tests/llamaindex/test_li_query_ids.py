@@ -49,7 +49,7 @@ def test_a_retry_with_the_same_query_id_is_charged_once(index: Any, how: str) ->
     )
     with pytest.raises(LedgerOutcomeUnknown):
         _ask(engine, how)
-    assert _ask(engine, how)["details"] == {"n": 3, "charge": CHARGE_RETRY}
+    assert _ask(engine, how)["details"] == {"stop_reason": "eos", "charge": CHARGE_RETRY}
     assert budget.ids == ["req-1", "req-1"] and budget.queries == 1
     engine.query(QUESTION)  # no id: a fresh one, a new charge
     assert len(set(budget.ids)) == 2 and budget.queries == 2

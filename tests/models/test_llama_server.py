@@ -198,7 +198,7 @@ def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptu
     assert direct.value.__cause__ is None and direct.value.__context__ is None
     # as the pipeline runs it: under the guard, no frame below it is reachable
     with pytest.raises(PrivateDataError) as guarded_error:
-        guarded("generation", "test", lambda: served.prefill([f"{CANARY} " * 2000]).greedy())
+        guarded(lambda: served.prefill([f"{CANARY} " * 2000]).greedy())
     assert CANARY not in reachable_text(guarded_error.value) and CANARY not in caplog.text
 
 

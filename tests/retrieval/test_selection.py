@@ -65,7 +65,7 @@ def test_dpthreshold_refuses_unbounded_scales() -> None:
 
 def test_charge_active_refuses_a_ledger_that_names_no_lacking_unit() -> None:
     class Refusing(InMemoryLedger):
-        def charge(self, query_id, units, cost):  # type: ignore[no-untyped-def]
+        def charge(self, query_id, units, cost, *, retry=False):  # type: ignore[no-untyped-def]
             return type(super().charge(query_id, [], cost))(granted=False, lacking=())
 
     with pytest.raises(RuntimeError, match="without naming a lacking unit"):

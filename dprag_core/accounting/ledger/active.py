@@ -15,7 +15,9 @@ from dprag_core.accounting.ledger.base import Ledger
 __all__ = ["charge_active"]
 
 
-def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: float) -> list[str]:
+def charge_active(
+    ledger: Ledger, query_id: str, units: Iterable[str], cost: float, *, retry: bool = False
+) -> list[str]:
     """Charge ``cost`` to every unit that can afford it; return those charged.
 
     One atomic charge; if some units lack budget (possibly spent by a concurrent
@@ -27,7 +29,10 @@ def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: flo
     A retry after :class:`~dprag_core.accounting.ledger.LedgerOutcomeUnknown`
     (the same ``query_id`` on the same ledger object) starts from the units of
     the attempt whose outcome was unknown: the units dropped before it lacked
-    budget then, and still do.
+    budget then, and still do. ``retry=True`` (an app's accepted retry of a
+    query that released nothing): the units a recorded charge under
+    ``query_id`` debited are kept without a new debit, the others dropped
+    (:meth:`Ledger.charge`).
 
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> charge_active(InMemoryLedger(budget_per_unit=1.0), "q", ["a", "a"], 0.5)
@@ -38,7 +43,7 @@ def charge_active(ledger: Ledger, query_id: str, units: Iterable[str], cost: flo
     if unknown is not None:
         todo = [u for u in todo if u in set(unknown)]
     while todo:
-        result = ledger.charge(query_id, todo, cost)
+        result = ledger.charge(query_id, todo, cost, retry=retry)
         if result.granted:
             return todo
         lacking = set(result.lacking)

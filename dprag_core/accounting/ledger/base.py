@@ -8,11 +8,16 @@ appended), or nothing changes and the result names the units that lacked
 budget. That list is returned to the caller only; it never appears in an
 exception message, a log record or a ``repr``.
 
-A query id buys at most one release: a charge under an id already recorded is
-refused (``ValueError`` naming ``query_id``), except as the retry of this
-ledger object's own charge whose outcome was unknown
-(:class:`LedgerOutcomeUnknown`), which is granted without a new debit and
-says so (``ChargeResult.retry``).
+A query id buys at most one release. An app records every query's id in the
+ledger before the query's private section opens (:meth:`Ledger.claim`), so
+that whether an id is refused as reused depends on that record alone, never
+on what the query then charged (a charge of an empty set records nothing).
+A claim or a charge under an id already recorded is refused (``ValueError``
+naming ``query_id``), except as the retry of this ledger object's own claim or
+charge whose outcome was unknown (:class:`LedgerOutcomeUnknown`), which is
+granted without a new debit and says so (``ChargeResult.retry``); an app's
+accepted retry of a query that released nothing charges with ``retry=True``:
+what the failed attempt charged stands, never charged twice.
 
 Exact arithmetic: costs and budgets are stored as integers in pico-epsilon
 (1e-12) units, each rounded to the nearest integer, so that e.g. 100 charges of
@@ -149,13 +154,51 @@ class Ledger(StrictKeywords, ABC):
     def __init__(self, *, budget_per_unit: float) -> None:
         self._budget = to_units("budget_per_unit", budget_per_unit, positive=True)
         self._pending = PendingRetries()
+        self._claims = PendingRetries()
 
     @property
     def budget_per_unit(self) -> float:
         """The epsilon every unit starts with."""
         return from_units(self._budget)
 
-    def charge(self, query_id: str, units: Iterable[str], cost: float) -> ChargeResult:
+    def claim(self, query_id: str) -> bool:
+        """Record ``query_id`` as one query's id, before any of its charges: True.
+
+        Apps claim every query's id here before its private section opens
+        (:meth:`dprag_core.pipeline.QueryRun.start`, the ledger filters), so a
+        reused id is refused the same way whatever the query would then have
+        charged. An id already recorded (claimed, or charged) raises
+        ``QueryIdReused`` (a ``ValueError`` naming ``query_id``), except on this
+        object after its own claim or charge under that id raised
+        :class:`LedgerOutcomeUnknown`: then False (the retry; a claim not
+        recorded after all is recorded now, True). Raises
+        :class:`LedgerUnavailable` when the storage fails.
+
+        >>> from dprag_core.accounting.ledger import InMemoryLedger
+        >>> led = InMemoryLedger(budget_per_unit=1.0)
+        >>> led.claim("q1")
+        True
+        >>> led.claim("q1")
+        Traceback (most recent call last):
+        ...
+        dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
+        """
+        qid = check_id("query_id", query_id)
+        try:
+            claimed = self._claim(qid)
+        except LedgerOutcomeUnknown:
+            self._claims.remember(qid, True)
+            raise
+        in_doubt = self._claims.take(qid) is not None or self._pending.peek(qid) is not None
+        if claimed:
+            return True
+        if in_doubt:
+            return False
+        raise reused_id()
+
+    def charge(
+        self, query_id: str, units: Iterable[str], cost: float, *, retry: bool = False
+    ) -> ChargeResult:
         """Debit ``cost`` from every unit in ``units``, or from none of them.
 
         Granted charges append one audit row per (distinct) unit. A charge of
@@ -169,12 +212,24 @@ class Ledger(StrictKeywords, ABC):
         raised :class:`LedgerOutcomeUnknown`. If that charge was recorded, the
         retry records nothing new and returns ``retry=True``; if not, it is
         charged now.
+
+        ``retry=True`` is for an app's accepted retry of a query that released
+        nothing (:mod:`dprag_core.query_ids`): a charge already recorded under
+        ``query_id`` stands. Its units are granted again without a new debit
+        (``retry=True``), any other unit is reported lacking (an id is charged
+        once); with nothing recorded under the id, it is charged as usual.
         """
         qid = check_id("query_id", query_id)
         cost_units = to_units("cost", cost)
         unit_list = check_units(units)
         if not unit_list:
             return ChargeResult(True, ())
+        if retry:
+            held = {u for u, c in self._recorded(qid) if c == cost_units}
+            if held:
+                self._pending.take(qid)  # its outcome is known now: recorded
+                dropped = tuple(u for u in unit_list if u not in held)
+                return ChargeResult(not dropped, dropped, retry=True)
         attempt = (tuple(unit_list), cost_units)
         try:
             outcome, lacking = self._charge(qid, unit_list, cost_units)
@@ -276,6 +331,15 @@ class Ledger(StrictKeywords, ABC):
         ``("recorded", [])`` when it was recorded with exactly these units and
         this cost, else raise :func:`reused_id`'s error.
         """
+
+    @abstractmethod
+    def _claim(self, query_id: str) -> bool:
+        """Record ``query_id`` atomically: True, or False (nothing new) when it is already
+        recorded, claimed or in the audit log."""
+
+    @abstractmethod
+    def _recorded(self, query_id: str) -> list[tuple[str, int]]:
+        """The (unit, cost) audit rows of ``query_id`` (empty when it charged nothing)."""
 
     @abstractmethod
     def _status(self, min_cost: int) -> LedgerStatus:

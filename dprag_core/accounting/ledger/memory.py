@@ -38,7 +38,19 @@ class InMemoryLedger(Ledger):
         self._spent = 0
         self._refusals = 0
         self._charged: dict[str, list[tuple[str, int]]] = {}
+        self._claimed: set[str] = set()
         self._lock = threading.Lock()
+
+    def _claim(self, query_id: str) -> bool:
+        with self._lock:
+            if query_id in self._claimed or query_id in self._charged:
+                return False
+            self._claimed.add(query_id)
+            return True
+
+    def _recorded(self, query_id: str) -> list[tuple[str, int]]:
+        with self._lock:
+            return list(self._charged.get(query_id, ()))
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
         with self._lock:

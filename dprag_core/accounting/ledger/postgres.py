@@ -53,7 +53,9 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # The whole charge runs server-side in one statement (one round trip, one
 # transaction), as the schema owner (SECURITY DEFINER, fixed search_path). It
 # refuses a bad cost, reads the per-unit budget from the store, and takes a
-# transaction lock on the query id. Inside a sub-transaction it appends the
+# transaction lock on the query id. Without units it is a claim (Ledger.claim):
+# the id is recorded in the queries table unless it is there or in the audit
+# log already. Inside a sub-transaction it appends the
 # audit rows, then one upsert inserts the missing units, locks every unit row
 # in unit order and debits it; a unit left below zero lacked the cost: DPLAC
 # rolls the sub-transaction back (audit rows and inserted units too), counts
@@ -75,6 +77,18 @@ BEGIN
     lacking := '{{}}';
     SELECT m.value INTO b FROM {meta} AS m WHERE m.key = 'budget';
     PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
+    -- no units: a claim, the query's id recorded before any of its charges (an id claimed
+    -- or charged before is reported as recorded)
+    IF cardinality(us) = 0 THEN
+        IF EXISTS (SELECT 1 FROM {queries} AS r WHERE r.query_id = q)
+                OR EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q) THEN
+            outcome := 'recorded';
+        ELSE
+            INSERT INTO {queries}(query_id, at) VALUES (q, extract(epoch FROM clock_timestamp()));
+            outcome := 'claimed';
+        END IF;
+        RETURN;
+    END IF;
     SELECT array_agg(a.unit ORDER BY a.unit), bool_and(a.cost = c) INTO done, same
         FROM {audit} AS a WHERE a.query_id = q;
     IF done IS NOT NULL THEN
@@ -123,7 +137,7 @@ def ledger_spec() -> PostgresSpec:
     """The per-unit ledger's tables and charge function.
 
     >>> sorted(ledger_spec().tables)
-    ['audit', 'units']
+    ['audit', 'queries', 'units']
     """
     return PostgresSpec(
         "per-unit ledger",
@@ -131,13 +145,16 @@ def ledger_spec() -> PostgresSpec:
             "units": "unit text PRIMARY KEY, remaining bigint NOT NULL",
             "audit": "seq bigserial PRIMARY KEY, query_id text NOT NULL, unit text NOT NULL,"
             " cost bigint NOT NULL, at double precision NOT NULL",
+            "queries": "query_id text PRIMARY KEY, at double precision NOT NULL",
         },
         (
             "CREATE INDEX IF NOT EXISTS {audit_query} ON {audit}(query_id)",
             *append_only("audit"),
+            *append_only("queries"),
         ),
         _LEDGER_CHARGE,
         "text, text[], bigint",
+        added=("queries",),
     )
 
 
@@ -211,6 +228,24 @@ class PostgresLedger(PostgresBacked, Ledger):
             return str(row[0]), list(row[1])
 
         return self._store.run(work, charge=True)
+
+    def _claim(self, query_id: str) -> bool:
+        def work(conn: psycopg.Connection[Any]) -> bool:
+            row = self._schema.call_charge(conn, (query_id, [], 0))
+            if row is None:
+                raise LedgerUnavailable(f"the {self._store.label} returned no outcome")
+            return bool(row[0] == "claimed")
+
+        return self._store.run(work, charge=True)
+
+    def _recorded(self, query_id: str) -> list[tuple[str, int]]:
+        def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:
+            rows = conn.execute(
+                self._sql("SELECT unit, cost FROM {audit} WHERE query_id = %s"), (query_id,)
+            ).fetchall()
+            return [(unit, int(cost)) for unit, cost in rows]
+
+        return self._store.run(work)
 
     def _remaining(self, units: list[str]) -> dict[str, int]:
         def work(conn: psycopg.Connection[Any]) -> dict[str, int]:

@@ -41,7 +41,15 @@ from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
 
 __all__ = ["SQLiteLedger"]
 
-_OBJECTS = ("meta", "units", "audit", "audit_query", "audit_no_update", "audit_no_delete")
+_OBJECTS = (
+    "meta",
+    "units",
+    "audit",
+    "audit_query",
+    "audit_no_update",
+    "audit_no_delete",
+    "queries",
+)
 _DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS units ("
@@ -54,12 +62,16 @@ _DDL = (
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
     "CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit"
     " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+    "CREATE TABLE IF NOT EXISTS queries (query_id TEXT PRIMARY KEY, at REAL NOT NULL)"
+    " WITHOUT ROWID",
     "INSERT OR IGNORE INTO meta(key, value) VALUES ('budget', ?), ('spent', 0), ('refusals', 0)",
 )
-_MIGRATE = (  # files written before the catalog (and the refusal count) existed
+_MIGRATE = (  # stores written by an earlier version (no catalog, refusal count or claims)
     *_DDL[:-1],
     "INSERT OR IGNORE INTO meta(key, value) VALUES ('refusals', 0)",
 )
+_VERSION = 3
+"""Version 3: the ``queries`` table of claimed query ids (:meth:`Ledger.claim`)."""
 
 
 class SQLiteLedger(Ledger):
@@ -97,7 +109,13 @@ class SQLiteLedger(Ledger):
         if budget_per_unit is not None:
             given = to_units("budget_per_unit", budget_per_unit, positive=True)
         spec = SQLiteSpec(
-            "ledger", "per-unit ledger", _OBJECTS, _DDL, ((),) * 6 + ((given,),), _MIGRATE
+            "ledger",
+            "per-unit ledger",
+            _OBJECTS,
+            _DDL,
+            ((),) * 7 + ((given,),),
+            _MIGRATE,
+            version=_VERSION,
         )
         self._store, self.name = open_sqlite(
             path,
@@ -158,6 +176,21 @@ class SQLiteLedger(Ledger):
                 "UPDATE meta SET value = value + ? WHERE key = 'spent'", (cost * len(units),)
             )
         return "charged", []
+
+    def _claim(self, query_id: str) -> bool:
+        with self._store.write(charge=True) as conn:
+            if conn.execute(
+                "SELECT 1 FROM queries WHERE query_id = ?"
+                " UNION ALL SELECT 1 FROM audit WHERE query_id = ? LIMIT 1",
+                (query_id, query_id),
+            ).fetchone():
+                return False
+            conn.execute("INSERT INTO queries(query_id, at) VALUES (?, ?)", (query_id, time.time()))
+        return True
+
+    def _recorded(self, query_id: str) -> list[tuple[str, int]]:
+        rows = self._store.read("SELECT unit, cost FROM audit WHERE query_id = ?", (query_id,))
+        return [(unit, int(cost)) for unit, cost in rows]
 
     def _remaining(self, units: list[str]) -> dict[str, int]:
         rows = self._store.read(

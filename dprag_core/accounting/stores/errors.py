@@ -26,16 +26,16 @@ class LedgerUnavailable(RuntimeError):
 
     Raised by corpus budgets and per-unit ledgers alike (the name is kept for
     compatibility). The message names the store and never contains a DSN, a
-    password or an id: it is public (``public_message``), so a private section
-    (:func:`dprag_core.errors.guarded`) passes it on as a fresh copy of the same
-    type, and a caller can retry (:class:`LedgerOutcomeUnknown`: with the same
-    query id).
+    password or an id. An app raises it as itself only where it is raised
+    before a query's private section opens (the corpus charge, the ledger's
+    claim of the query id); raised inside (a per-unit charge that depends on
+    the retrieved documents), it leaves as the one fixed failure
+    (:func:`dprag_core.errors.guarded`), which a caller retries the same way
+    (:class:`LedgerOutcomeUnknown`: with the same query id).
 
     >>> issubclass(LedgerUnavailable, RuntimeError)
     True
     """
-
-    public_message = True
 
 
 class LedgerOutcomeUnknown(LedgerUnavailable):
@@ -65,19 +65,20 @@ def incomplete(label: str, absent: list[str]) -> LedgerUnavailable:
 
 
 class QueryIdReused(ValueError):
-    """A query id that was already charged, refused (public: it never quotes the id).
+    """A query id that was already recorded, refused (it never quotes the id).
 
-    A ``ValueError``: the caller's input, not the store, is at fault.
+    A ``ValueError``: the caller's input, not the store, is at fault. An app
+    decides reuse before a query's private section, from the record every
+    query writes there (:meth:`~dprag_core.accounting.ledger.Ledger.claim`,
+    the corpus charge), never from what the query then charged.
 
-    >>> issubclass(QueryIdReused, ValueError), QueryIdReused.public_message
-    (True, True)
+    >>> issubclass(QueryIdReused, ValueError)
+    True
     """
-
-    public_message = True
 
 
 def reused_id() -> QueryIdReused:
-    """The refusal of a query id that was already charged (never quoting the id).
+    """The refusal of a query id that was already recorded (never quoting the id).
 
     A query id buys at most one release: reusing one is accepted only as the
     retry of the same budget object's own charge whose outcome was unknown.
@@ -86,7 +87,7 @@ def reused_id() -> QueryIdReused:
     True
     """
     return QueryIdReused(
-        "query_id was already charged (by another process, an earlier granted charge or "
-        "before a restart): a query id buys at most one release; use a fresh id per query "
-        "(a retry after LedgerOutcomeUnknown must use the same budget object)"
+        "query_id was already recorded (by another process, an earlier query or before a "
+        "restart): a query id buys at most one release; use a fresh id per query (a retry "
+        "after a failure must use the same app or budget object)"
     )

@@ -73,7 +73,9 @@ class PostgresSpec:
     by :class:`PostgresSchema`); ``extra``: statements run after the tables
     (indexes, triggers), idempotent; ``charge_sql``: the ``CREATE OR REPLACE
     FUNCTION {charge}`` statement and ``charge_args`` its argument types;
-    ``migrate``: idempotent statements bringing an older schema up to date.
+    ``migrate``: idempotent statements bringing an older schema up to date;
+    ``added``: tables a later version added (a store without them is
+    outdated, and migrating creates them, not incomplete).
     """
 
     kind: str
@@ -82,6 +84,7 @@ class PostgresSpec:
     charge_sql: str
     charge_args: str
     migrate: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
 
 
 def append_only(table: str) -> tuple[str, str]:
@@ -212,7 +215,7 @@ class PostgresSchema:
 
     def _check_present(self, label: str, present: set[str]) -> bool:
         """True when the store exists (maybe outdated); raises when it is partly missing."""
-        core = set(self.tables) - {"store"}  # a version-2 store has no identity table yet
+        core = set(self.tables) - {"store", *self.spec.added}  # tables an older store lacks
         if not present & core:
             return False
         missing = sorted(self.names()[k] for k in core - present)

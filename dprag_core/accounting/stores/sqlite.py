@@ -105,9 +105,11 @@ class SQLiteSpec:
     """One kind of store in a file: its catalog key, kind, objects and creation statements.
 
     ``ddl`` runs (with ``params``, one tuple per statement) in the creating
-    transaction; ``migrate`` runs when a store is listed in the catalog for the
-    first time (files written before the catalog existed). ``version`` is the
-    schema version recorded.
+    transaction; ``migrate`` (idempotent) runs when a store is listed in the
+    catalog for the first time (files written before the catalog existed) and
+    when a store listed with an older ``version`` is opened writable (read-only,
+    it is used as that version listed it). ``version`` is the schema version
+    recorded.
 
     >>> SQLiteSpec("ledger", "per-unit ledger", ("units",), ()).version
     2
@@ -128,6 +130,7 @@ class _Listed:
     name: str
     objects: tuple[str, ...]
     legacy: bool
+    version: int = 0
 
 
 # Stores written before the catalog existed, recognised by exact tables, columns and
@@ -317,10 +320,10 @@ class SQLiteStore:
     def _listed_in(conn: sqlite3.Connection, names: set[str]) -> dict[str, _Listed]:
         listed: dict[str, _Listed] = {}
         if CATALOG in names:
-            for key, kind, name, objects in conn.execute(
-                f"SELECT store, kind, name, objects FROM {CATALOG}"
+            for key, kind, name, objects, version in conn.execute(
+                f"SELECT store, kind, name, objects, version FROM {CATALOG}"
             ):
-                listed[key] = _Listed(kind, name, tuple(objects.split()), legacy=False)
+                listed[key] = _Listed(kind, name, tuple(objects.split()), False, int(version))
 
         def columns(table: str) -> tuple[str, ...]:
             return tuple(row[1] for row in conn.execute(f'PRAGMA table_info("{table}")'))
@@ -389,7 +392,13 @@ class SQLiteStore:
             if not self.read_only:
                 self._adopt(spec, found)
             return found.name
-        absent = [n for n in spec.objects if n not in found.objects or n not in self._names]
+        expected = spec.objects
+        if found.version < spec.version:  # listed by an earlier version
+            if self.read_only:
+                expected = tuple(n for n in spec.objects if n in found.objects)
+            else:
+                found = self._upgrade(spec, found)
+        absent = [n for n in expected if n not in found.objects or n not in self._names]
         if absent:
             raise incomplete(self.label, absent)
         return found.name
@@ -398,17 +407,37 @@ class SQLiteStore:
         with self.write() as conn:
             conn.execute(_CATALOG_DDL)
             row = conn.execute(
-                f"SELECT kind, name, objects FROM {CATALOG} WHERE store = ?", (spec.key,)
+                f"SELECT kind, name, objects, version FROM {CATALOG} WHERE store = ?",
+                (spec.key,),
             ).fetchone()
             if row is not None:  # another process created it meanwhile
                 self._names.update(row[2].split())
-                return _Listed(row[0], row[1], tuple(row[2].split()), legacy=False)
+                return _Listed(row[0], row[1], tuple(row[2].split()), False, int(row[3]))
             params = spec.params or ((),) * len(spec.ddl)
             for stmt, args in zip(spec.ddl, params, strict=True):
                 conn.execute(stmt, args)
             self._list(conn, spec, name)
         self._names.update(spec.objects)
-        self._listed[spec.key] = _Listed(spec.kind, name, spec.objects, legacy=False)
+        self._listed[spec.key] = _Listed(spec.kind, name, spec.objects, False, spec.version)
+        return self._listed[spec.key]
+
+    def _upgrade(self, spec: SQLiteSpec, found: _Listed) -> _Listed:
+        """Bring a store listed by an earlier version up to ``spec`` (its ``migrate``)."""
+        if any(n not in self._names for n in found.objects):
+            raise incomplete(self.label, [n for n in found.objects if n not in self._names])
+        with self.write() as conn:
+            row = conn.execute(
+                f"SELECT version FROM {CATALOG} WHERE store = ?", (spec.key,)
+            ).fetchone()
+            if row is not None and int(row[0]) < spec.version:  # not upgraded meanwhile
+                for stmt in spec.migrate:
+                    conn.execute(stmt)
+                conn.execute(
+                    f"UPDATE {CATALOG} SET objects = ?, version = ? WHERE store = ?",
+                    (" ".join(spec.objects), spec.version, spec.key),
+                )
+        self._names.update(spec.objects)
+        self._listed[spec.key] = _Listed(found.kind, found.name, spec.objects, False, spec.version)
         return self._listed[spec.key]
 
     def _adopt(self, spec: SQLiteSpec, found: _Listed) -> None:
@@ -420,7 +449,7 @@ class SQLiteStore:
             for stmt in spec.migrate:
                 conn.execute(stmt)
             self._list(conn, spec, found.name)
-        self._listed[spec.key] = _Listed(spec.kind, found.name, spec.objects, legacy=False)
+        self._listed[spec.key] = _Listed(spec.kind, found.name, spec.objects, False, spec.version)
 
     @staticmethod
     def _list(conn: sqlite3.Connection, spec: SQLiteSpec, name: str) -> None:
