@@ -249,8 +249,14 @@ class HFTokenSession:
         static batch with fewer than n - 1 free slots grows before the lookahead
         (decided by n alone, not by where the rows stop), and attention over more
         (closed) slots rounds differently in the last bits (about 1e-7 in
-        float32) until the other session grows too, as between any two cache
-        lengths. Each row's tokens are those of greedy decoding of that row alone.
+        float32) than a session that did not look ahead, as between any two cache
+        lengths; the keys and values written until that session grows too carry
+        the difference on (AVX2 kernels: 20 of 960 log-probabilities off by up to
+        4.8e-7 after both had grown; AVX-512 kernels happened to agree again).
+        Whether a batch grows is a function of public numbers (n, the tokens
+        appended), so two sessions over neighbouring corpora grow at the same
+        steps and each row stays bit-identical whatever the other rows hold.
+        Each row's tokens are those of greedy decoding of that row alone.
         Its time grows with j, which depends on every row: like the prefill's time
         (the documents' lengths), timing is outside the threat model (the
         adversary sees answers, docs/design.md §1).
