@@ -36,6 +36,7 @@ import dprag_core.models.hf as hf
 import dprag_core.models.hf_cache as hf_cache
 from dprag_core.eval.workbench import load_models
 from dprag_core.models import hf_static
+from dprag_core.models.envelope import DEFAULT_PROMPT_WIDTH
 from dprag_core.models.hf import HFTokenModel
 
 QUESTION = "Question: Which treatment is used for flu?\nAnswer:"
@@ -105,7 +106,7 @@ def test_a_longer_prompt_keeps_its_last_tokens() -> None:
     """Past ``prompt_width`` only the row's own last tokens count (its question and cue)."""
     weights = _reader()
     narrow, full = HFTokenModel(*weights, prompt_width=16), HFTokenModel(*weights)
-    assert narrow.prompt_width == 16 and full.prompt_width == hf.DEFAULT_PROMPT_WIDTH
+    assert narrow.prompt_width == 16 and full.prompt_width == DEFAULT_PROMPT_WIDTH
     longer = f"Context:\nPatient E has a rash.\n{OWN}"
     assert narrow.prompt_ids(longer)[-16:] == narrow.prompt_ids(OWN)[-16:]
 
