@@ -34,14 +34,19 @@ depend on another's documents. Every session is therefore laid out in a
 *public* shape: B rows (m voters + the public row) left-padded to the model's
 ``prompt_width``, a public parameter (:data:`DEFAULT_PROMPT_WIDTH` tokens, or
 half the model's positions if fewer, unless set), whatever the documents.
-With every shape public, each output row is the same deterministic function
-of its own row's inputs (matrix products reduce within a row; attention is
-per row and head; padded positions are masked), so a row's logits are
-bit-identical whatever the other rows hold
+With every shape public, and every forward on the masked attention kernel
+(the eager layout keeps one slot closed for every row,
+:func:`~dprag_core.models.hf_cache.with_closed_slot`: transformers would drop an
+all-ones mask, and the unmasked kernel rounds differently), each output row is
+the same deterministic function of its own row's inputs (matrix products reduce
+within a row; attention is per row and head; padded positions are masked), so a
+row's logits are bit-identical whatever the other rows hold
 (``tests/models/test_batch_invariance.py`` perturbs them on every engine that
-runs on CPU). A prompt longer than ``prompt_width`` keeps its last
-``prompt_width`` tokens (the question and the answer cue end every prompt): a
-function of the row's own prompt, so the argument holds. Set ``prompt_width``
+runs on CPU, also with AVX2 kernels forced: ``tests/models/test_cpu_kernels.py``).
+A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
+(the question and the answer cue end every prompt; the one rule of every
+engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
+so the argument holds. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the static engines' prefill
 computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
@@ -525,7 +530,10 @@ class HFTextModel:
 
     Runs the same cached engine as :class:`HFTokenModel`, each row taking its own
     argmax token, until every row has emitted EOS or ``max_new_tokens`` is reached.
-    Greedy, no sampling warpers; returns only the new text of each prompt.
+    Greedy, no sampling warpers; returns only the new text of each prompt. Each
+    prompt keeps its last ``prompt_width`` tokens (the token model's public
+    width), and ``max_new_tokens`` must fit its ``answer_room`` (``ValueError``
+    otherwise, for every prompt alike).
 
     >>> HFTextModel(model, tokenizer).generate(["Question: hi\\nAnswer:"])  # doctest: +SKIP
     ['...']
