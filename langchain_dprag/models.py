@@ -61,12 +61,7 @@ class LangChainTextModel:
     applies and ``max_new_tokens`` is ignored.
 
     ``max_prompt_bytes`` (public, default 16384): every prompt keeps its last that
-    many UTF-8 bytes, whole characters (:func:`~dprag_core.models.envelope.keep_last_bytes`;
-    the question ends every prompt). A provider refuses a prompt over its context
-    window, and that refusal would say that a long document was retrieved; with
-    the cut, a prompt is at most ``max_prompt_bytes`` tokens (one token per byte at
-    most, for byte-level BPE and byte-fallback tokenizers) plus the chat
-    template's own: set it below the model's context minus ``max_new_tokens``.
+    many UTF-8 bytes (:mod:`dprag_core.models.envelope` says why, and how to choose it).
 
     >>> from langchain_core.language_models import FakeListLLM
     >>> LangChainTextModel(FakeListLLM(responses=["a", "b"])).generate(["x", "y"])

@@ -46,12 +46,7 @@ class LlamaIndexTextModel:
     common per-call keyword for it.
 
     ``max_prompt_bytes`` (public, default 16384): every prompt keeps its last that
-    many UTF-8 bytes, whole characters (:func:`~dprag_core.models.envelope.keep_last_bytes`;
-    the question ends every prompt). A provider refuses a prompt over its context
-    window, and that refusal would say that a long document was retrieved; with
-    the cut, a prompt is at most ``max_prompt_bytes`` tokens (one token per byte at
-    most, for byte-level BPE and byte-fallback tokenizers) plus the chat
-    template's own: set it below the model's context minus ``max_new_tokens``.
+    many UTF-8 bytes (:mod:`dprag_core.models.envelope` says why, and how to choose it).
 
     >>> from llama_index.core.llms import MockLLM
     >>> model = LlamaIndexTextModel(MockLLM(max_tokens=1), max_concurrency=2)

@@ -18,12 +18,15 @@ every engine, in process and on a server:
   when it is built (:func:`check_answer_room`), and a model whose context is
   not above its width is refused when it is built; nothing is discovered per
   query.
-- **Text-only models** (a hosted API behind LangChain or LlamaIndex) take text,
-  not token ids: a prompt keeps its last ``max_prompt_bytes`` UTF-8 bytes, cut
-  at a character boundary (:func:`keep_last_bytes`). A byte-level tokenizer
-  (GPT, Llama 3, Qwen) or one with byte fallback (Llama 2, Mistral) makes at
-  most one token per byte, so such a prompt is at most ``max_prompt_bytes``
-  tokens plus the chat template's own.
+- **Text-only models** (a hosted API behind LangChain or LlamaIndex:
+  ``LangChainTextModel``, ``LlamaIndexTextModel``) take text, not token ids: a
+  prompt keeps its last ``max_prompt_bytes`` UTF-8 bytes, cut at a character
+  boundary (:func:`keep_last_bytes`). A provider refuses a prompt over its
+  context window, and that refusal would say that a long document was
+  retrieved. A byte-level tokenizer (GPT, Llama 3, Qwen) or one with byte
+  fallback (Llama 2, Mistral) makes at most one token per byte, so such a prompt
+  is at most ``max_prompt_bytes`` tokens plus the chat template's own: set it
+  below the model's context window minus the answer's ``max_new_tokens``.
 
 >>> keep_last([[1, 2, 3], [4]], 2)
 [[2, 3], [4]]
