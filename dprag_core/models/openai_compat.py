@@ -21,10 +21,10 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
   width is refused when the model is built, and a mechanism whose answer would
   not fit when it is built (:func:`~dprag_core.models.envelope.check_answer_room`).
   So no prompt is ever refused for its length, whatever the documents hold;
-- **the request schedule**: with ``lookahead_tokens=1`` (the default) nothing is
-  kept from one decision to the next, and every decision sends every row in ONE
-  request asking for the tokens it needs (1, or a word's public ``n``): the
-  requests are a function of the released answer and public parameters only;
+- **the request schedule**: with ``lookahead_tokens=1`` (the default) every
+  decision sends every row in ONE request asking for the tokens it needs (1, or
+  a word's public ``n``), whatever the rows buffered before: the requests are a
+  function of the released answer and public parameters only;
 - **speculative voting** (``lookahead_tokens`` > 1): a session keeps, for each
   row, a buffer of the row's own greedy continuation. ``greedy()`` reads each
   row's next buffered token; ``step(token)`` moves the rows whose buffered token
@@ -248,8 +248,8 @@ class OpenAICompatModel(TokenizerCodec):
     the in-process engine's rule; :meth:`from_pretrained` reads them beside the
     tokenizer); ``eos_token_ids`` replaces the set. ``lookahead_tokens``: how many
     tokens a refill request asks for per row (speculative voting, module
-    docstring). The default 1 keeps nothing between decisions and sends every row
-    at every decision: requests that depend on the released answer and public
+    docstring). The default 1 sends every row at every decision, whatever the rows
+    buffered before: requests that depend on the released answer and public
     parameters only, for token and word units alike, and the server's own pace
     when voters disagree (instruct models, many voters; more would make the
     server compute tokens that are thrown away and wait for them); raise it where
