@@ -32,8 +32,9 @@ voter's logits moved (by ~1e-5 on the reader, fp32, CPU) when *another*
 voter's documents changed length, so at a near-tie one voter's vote could
 depend on another's documents. Every session is therefore laid out in a
 *public* shape: B rows (m voters + the public row) left-padded to the model's
-``prompt_width``, a public parameter (:data:`~dprag_core.models.envelope.DEFAULT_PROMPT_WIDTH` tokens, or
-half the model's positions if fewer, unless set), whatever the documents.
+``prompt_width``, a public parameter
+(:data:`~dprag_core.models.envelope.DEFAULT_PROMPT_WIDTH` tokens, or half the
+model's positions if fewer, unless set), whatever the documents.
 With every shape public, and every forward on the masked attention kernel
 (the eager layout keeps one slot closed for every row,
 :func:`~dprag_core.models.hf_cache.with_closed_slot`: transformers would drop an
