@@ -46,16 +46,21 @@ import torch  # noqa: E402
 from dprag_core.eval.synthetic import SyntheticCorpus, make_corpus  # noqa: E402
 from dprag_core.eval.workbench import load_models  # noqa: E402
 from dprag_core.models.hf import HFTokenModel, _left_pad  # noqa: E402
-from dprag_core.models.hf_cache import DynamicBackend, prefill_padded  # noqa: E402
+from dprag_core.models.hf_cache import (  # noqa: E402
+    DynamicBackend,
+    prefill_padded,
+    with_closed_slot,
+)
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE  # noqa: E402
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 class PaddedBackend(DynamicBackend):
-    """The eager backend with the padded batched prefill (the baseline)."""
+    """The eager backend with the padded batched prefill (the baseline), same layout."""
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
         logits, self._cache = prefill_padded(self._call, ids, mask)

@@ -40,6 +40,7 @@ from typing import Any
 
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 
+from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
 from dprag_core.quiet_logs import muted_logs
 from dprag_core.validation import positive_int, strict_init
 from langchain_dprag._wrappers import acomplete, complete, sealed, unwrap
@@ -59,6 +60,9 @@ class LangChainTextModel:
     (``"max_tokens"`` for most chat APIs); when ``None`` the model's own setting
     applies and ``max_new_tokens`` is ignored.
 
+    ``max_prompt_bytes`` (public, default 16384): every prompt keeps its last that
+    many UTF-8 bytes (:mod:`dprag_core.models.envelope` says why, and how to choose it).
+
     >>> from langchain_core.language_models import FakeListLLM
     >>> LangChainTextModel(FakeListLLM(responses=["a", "b"])).generate(["x", "y"])
     ['a', 'b']
@@ -71,6 +75,7 @@ class LangChainTextModel:
         *,
         max_concurrency: int | None = None,
         max_tokens_param: str | None = None,
+        max_prompt_bytes: int = DEFAULT_PROMPT_BYTES,
     ) -> None:
         self._plan = unwrap(model)  # refuses what cannot be sealed
         self.model = model
@@ -78,6 +83,11 @@ class LangChainTextModel:
             None if max_concurrency is None else positive_int("max_concurrency", max_concurrency)
         )
         self.max_tokens_param = max_tokens_param
+        self.max_prompt_bytes = positive_int("max_prompt_bytes", max_prompt_bytes)
+
+    def _cut(self, prompts: Sequence[str]) -> list[str]:
+        """Each prompt's last ``max_prompt_bytes`` bytes (the public width)."""
+        return [keep_last_bytes(p, self.max_prompt_bytes) for p in prompts]
 
     def _kwargs(self, max_new_tokens: int) -> dict[str, Any]:
         positive_int("max_new_tokens", max_new_tokens)
@@ -86,14 +96,14 @@ class LangChainTextModel:
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One completion per user-message prompt (``max_concurrency`` threads at a time)."""
         kwargs = self._kwargs(max_new_tokens)
-        plan, prompts = sealed(self._plan), list(prompts)
+        plan, prompts = sealed(self._plan), self._cut(prompts)
         with muted_logs(), ContextThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             return list(pool.map(lambda p: complete(plan, p, kwargs), prompts))
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Like :meth:`generate`, with asyncio concurrency (``max_concurrency`` at a time)."""
         kwargs = self._kwargs(max_new_tokens)
-        plan = sealed(self._plan)
+        plan, prompts = sealed(self._plan), self._cut(prompts)
         limit = asyncio.Semaphore(self.max_concurrency or len(prompts) or 1)
 
         async def one(prompt: str) -> str:

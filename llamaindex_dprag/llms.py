@@ -31,6 +31,7 @@ from typing import Any
 from llama_index.core.llms import LLM
 
 from dprag_core.errors import aguarded, guarded
+from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
 from dprag_core.validation import positive_int, strict_init
 from llamaindex_dprag._quiet import private_section
 
@@ -45,6 +46,9 @@ class LlamaIndexTextModel:
     leaves the limit to the LLM's own configuration, since LlamaIndex has no
     common per-call keyword for it.
 
+    ``max_prompt_bytes`` (public, default 16384): every prompt keeps its last that
+    many UTF-8 bytes (:mod:`dprag_core.models.envelope` says why, and how to choose it).
+
     >>> from llama_index.core.llms import MockLLM
     >>> model = LlamaIndexTextModel(MockLLM(max_tokens=1), max_concurrency=2)
     >>> model.generate(["a", "b"])
@@ -58,6 +62,7 @@ class LlamaIndexTextModel:
         *,
         max_concurrency: int = 4,
         max_tokens_kwarg: str | None = None,
+        max_prompt_bytes: int = DEFAULT_PROMPT_BYTES,
     ) -> None:
         if not isinstance(llm, LLM):
             raise TypeError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}")
@@ -66,6 +71,11 @@ class LlamaIndexTextModel:
         self.llm = llm
         self.max_concurrency = positive_int("max_concurrency", max_concurrency)
         self.max_tokens_kwarg = max_tokens_kwarg
+        self.max_prompt_bytes = positive_int("max_prompt_bytes", max_prompt_bytes)
+
+    def _cut(self, prompts: Sequence[str]) -> list[str]:
+        """Each prompt's last ``max_prompt_bytes`` bytes (the public width)."""
+        return [keep_last_bytes(p, self.max_prompt_bytes) for p in prompts]
 
     def _kwargs(self, max_new_tokens: int) -> dict[str, Any]:
         return {} if self.max_tokens_kwarg is None else {self.max_tokens_kwarg: max_new_tokens}
@@ -73,7 +83,7 @@ class LlamaIndexTextModel:
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One completion per prompt, in order (concurrent when ``max_concurrency > 1``)."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-        prompts = list(prompts)
+        prompts = self._cut(prompts)
         with private_section():
             if self.max_concurrency == 1 or len(prompts) <= 1:
                 kwargs = self._kwargs(max_new_tokens)
@@ -83,7 +93,7 @@ class LlamaIndexTextModel:
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Async :meth:`generate`: ``acomplete`` calls, ``max_concurrency`` at a time."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
-        prompts = list(prompts)
+        prompts = self._cut(prompts)
         with private_section():
             return await aguarded(lambda: self._agenerate(prompts, max_new_tokens))
 

@@ -1,8 +1,11 @@
 """Deterministic completion servers for the OpenAI-compatible client's tests (no network).
 
 Both speak llama.cpp's native ``POST /completion`` (token-id prompts, every
-generated id back, ``stop_type``) through an ``httpx.MockTransport`` and record
-every request, so a test can compare what the client sent:
+generated id back, ``stop_type``) and ``GET /props`` (the context of one slot,
+``n_ctx``) through an ``httpx.MockTransport``, and record every completion
+request, so a test can compare what the client sent. Like llama.cpp, a server
+refuses a prompt of ``n_ctx`` tokens or more (HTTP 400) and stops a row whose
+prompt and answer fill the context (``stop_type`` "limit", fewer tokens):
 
 - :class:`ScriptedServer`: each row's greedy token is a fixed function of the
   row's own token ids (its prompt picks an answer script by keyword; a row whose
@@ -38,8 +41,8 @@ __all__ = ["ModelServer", "Recorded", "ScriptedServer", "served"]
 class _Server:
     """A native /completion endpoint over ``next_token(ids)``; records each request."""
 
-    def __init__(self, eos: int) -> None:
-        self.eos = eos
+    def __init__(self, eos: int, n_ctx: int = 4096) -> None:
+        self.eos, self.n_ctx = eos, n_ctx
         self.requests: list[dict[str, Any]] = []
         self.sent_bytes = 0
 
@@ -48,7 +51,7 @@ class _Server:
 
     def complete(self, prompt: list[int], count: int) -> list[int]:
         ids, out = list(prompt), []
-        while len(out) < count:
+        while len(out) < count and len(ids) < self.n_ctx:
             out.append(self.next_token(ids))
             ids.append(out[-1])
             if out[-1] == self.eos:
@@ -56,10 +59,14 @@ class _Server:
         return out
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"default_generation_settings": {"n_ctx": self.n_ctx}})
         assert request.url.path == "/completion"
         body = json.loads(request.content)
         self.requests.append(body)
         self.sent_bytes += len(request.content)
+        if any(len(prompt) >= self.n_ctx for prompt in body["prompt"]):
+            return httpx.Response(400, json={"error": {"type": "exceed_context_size_error"}})
         results = []
         for index, prompt in enumerate(body["prompt"]):
             tokens = self.complete(prompt, body["max_tokens"])
@@ -79,9 +86,15 @@ class ScriptedServer(_Server):
     """
 
     def __init__(
-        self, tokenizer: Any, scripts: Mapping[str, str], *, eos: int, wander: int = 14
+        self,
+        tokenizer: Any,
+        scripts: Mapping[str, str],
+        *,
+        eos: int,
+        wander: int = 14,
+        n_ctx: int = 4096,
     ) -> None:
-        super().__init__(eos)
+        super().__init__(eos, n_ctx)
         self.tokenizer, self.wander = tokenizer, wander
         self.scripts = {
             k: tokenizer.encode(v, add_special_tokens=False) for k, v in scripts.items()
@@ -104,8 +117,8 @@ class ScriptedServer(_Server):
 class ModelServer(_Server):
     """Greedy tokens of a transformers causal LM, each from a fresh forward of the whole row."""
 
-    def __init__(self, model: Any, *, eos: int) -> None:
-        super().__init__(eos)
+    def __init__(self, model: Any, *, eos: int, n_ctx: int = 4096) -> None:
+        super().__init__(eos, n_ctx)
         self.model = model
 
     def next_token(self, ids: list[int]) -> int:
@@ -117,7 +130,8 @@ class ModelServer(_Server):
 def served(
     server: _Server, tokenizer: Any, *, lookahead_tokens: int, **kw: Any
 ) -> OpenAICompatModel:
-    """An OpenAICompatModel on ``server`` (llama.cpp protocol, no tokenizer check)."""
+    """An OpenAICompatModel on ``server`` (llama.cpp protocol, no tokenizer check; its
+    context read from the server's /props)."""
     endpoint = CompletionsEndpoint(
         "http://server.test/v1", model="m", transport=httpx.MockTransport(server)
     )

@@ -42,6 +42,7 @@ from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import LookaheadSession, TokenModel, TokenSession
 from dprag_core.models.checks import check_lookahead_model, check_token_model
+from dprag_core.models.envelope import check_answer_room
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -115,7 +116,7 @@ class VotingMechanism(StreamingMechanism):
         self.model = check_token_model(model)
         self.m = positive_int("m", m)
         self.k = positive_int("k", k)
-        self.max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        self.max_new_tokens = check_answer_room(self.model, max_new_tokens)
         self.template = check_template("template", template, ("context", "question"))
         self.public_template = check_template("public_template", public_template, ("question",))
         if unit not in UNITS:

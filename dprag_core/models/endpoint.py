@@ -66,6 +66,7 @@ from dprag_core.quiet_logs import muted_logs
 from dprag_core.validation import nonnegative_finite, positive_finite, positive_int, strict_init
 
 __all__ = [
+    "CONTEXT_SOURCES",
     "SERVER_OPTIONS",
     "TOKENIZE",
     "Completion",
@@ -73,6 +74,7 @@ __all__ = [
     "EndpointError",
     "Server",
     "parse_completions",
+    "parse_context",
     "parse_native",
 ]
 
@@ -98,6 +100,16 @@ TOKENIZE: Mapping[str, tuple[str, str, Mapping[str, Any]]] = {
 }
 """Per server kind: the tokenizer endpoint (under the server's root), its text field and
 extra fields; each answers ``{"tokens": [ids]}``. An ``"openai"`` server offers none."""
+
+CONTEXT_SOURCES: Mapping[str, tuple[Literal["root", "base"], str]] = {
+    "llama.cpp": ("root", "/props"),
+    "vllm": ("base", "/models"),
+    "sglang": ("base", "/models"),
+}
+"""Per server kind: where the server states the context of one request, under its root or
+under ``base_url``: llama.cpp's ``/props`` (``default_generation_settings.n_ctx``: one
+slot's cells), vLLM's and SGLang's model list (``max_model_len`` of the served model). An
+``"openai"`` server states none."""
 
 _STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
 
@@ -205,6 +217,38 @@ def _in_order(by_index: Mapping[int, Completion], rows: int) -> list[Completion]
     if sorted(by_index) != list(range(rows)):
         raise EndpointError(f"the server returned result indices other than 0..{rows - 1}")
     return [by_index[i] for i in range(rows)]
+
+
+def parse_context(body: object, *, model: str) -> int | None:
+    """The context, in tokens, a server's ``/props`` or model list states (None: not stated).
+
+    llama.cpp: ``default_generation_settings.n_ctx``; vLLM and SGLang: ``max_model_len``
+    of the entry of ``data`` whose ``id`` is ``model`` (or of the only entry).
+
+    >>> parse_context({"default_generation_settings": {"n_ctx": 1024}}, model="m")
+    1024
+    >>> parse_context({"data": [{"id": "m", "max_model_len": 4096}]}, model="m")
+    4096
+    >>> parse_context({"data": []}, model="m") is None
+    True
+    """
+    if not isinstance(body, Mapping):
+        return None
+    found: object = None
+    settings = body.get("default_generation_settings")
+    if isinstance(settings, Mapping):
+        found = settings.get("n_ctx")
+    models = body.get("data")
+    if isinstance(models, list):
+        entries = [e for e in models if isinstance(e, Mapping)]
+        named = [e for e in entries if e.get("id") == model] or (
+            entries if len(entries) == 1 else []
+        )
+        if named:
+            found = named[0].get("max_model_len")
+    if isinstance(found, bool) or not isinstance(found, int) or found < 1:
+        return None
+    return found
 
 
 def parse_completions(body: object, rows: int) -> list[Completion]:
@@ -319,8 +363,8 @@ class CompletionsEndpoint:
         }
         rows = len(body["prompt"])
         if self.server == "llama.cpp":
-            return parse_native(self._post_url(self.root + "/completion", body), rows)
-        return parse_completions(self._post_url(self.base_url + "/completions", body), rows)
+            return parse_native(self._send(self.root + "/completion", body), rows)
+        return parse_completions(self._send(self.base_url + "/completions", body), rows)
 
     def tokenize(self, text: str) -> list[int]:
         """The server's own token ids of ``text`` (its tokenizer endpoint, :data:`TOKENIZE`).
@@ -332,7 +376,7 @@ class CompletionsEndpoint:
             raise EndpointError(f"server={self.server!r} offers no tokenizer endpoint")
         path, field, extra = TOKENIZE[self.server]
         body = {"model": self.model, field: text, **extra}
-        tokens = self._post_url(self.root + path, body, stage="tokenize request")
+        tokens = self._send(self.root + path, body, stage="tokenize request")
         tokens = tokens.get("tokens") if isinstance(tokens, Mapping) else None
         if not isinstance(tokens, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in tokens
@@ -340,8 +384,20 @@ class CompletionsEndpoint:
             raise EndpointError(f"the server's {path} returned no list of token ids")
         return [int(t) for t in tokens]
 
-    def _post_url(
-        self, url: str, body: Mapping[str, Any], *, stage: str = "completions request"
+    def context_length(self) -> int:
+        """The tokens one request may hold (prompt and completion), as the server states it
+        (:data:`CONTEXT_SOURCES`); an :class:`EndpointError` saying why when it cannot."""
+        if self.server not in CONTEXT_SOURCES:
+            raise EndpointError(f"server={self.server!r} states no context length")
+        under, path = CONTEXT_SOURCES[self.server]
+        url = (self.root if under == "root" else self.base_url) + path
+        found = parse_context(self._send(url, None, stage="context request"), model=self.model)
+        if found is None:
+            raise EndpointError(f"the server's {path} states no context length")
+        return found
+
+    def _send(
+        self, url: str, body: Mapping[str, Any] | None, *, stage: str = "completions request"
     ) -> Any:
         failure = ""
         for attempt in range(self.retries + 1):
@@ -354,11 +410,15 @@ class CompletionsEndpoint:
                 break
         raise EndpointError(f"{stage} failed with {failure}")
 
-    def _attempt(self, url: str, body: Mapping[str, Any]) -> tuple[str, int | None, Any]:
-        """(failure, status, parsed body): failure is '' on success; no exception escapes."""
+    def _attempt(self, url: str, body: Mapping[str, Any] | None) -> tuple[str, int | None, Any]:
+        """(failure, status, parsed body): failure is '' on success; no exception escapes.
+        A POST of ``body``, or a GET when it is None."""
         try:
             with muted_logs():
-                response = self._client.post(url, json=body)
+                if body is None:
+                    response = self._client.get(url)
+                else:
+                    response = self._client.post(url, json=body)
         except Exception as exc:  # httpx errors hold the request, and its body
             return type(exc).__name__, None, None
         if response.status_code != 200:

@@ -32,16 +32,22 @@ voter's logits moved (by ~1e-5 on the reader, fp32, CPU) when *another*
 voter's documents changed length, so at a near-tie one voter's vote could
 depend on another's documents. Every session is therefore laid out in a
 *public* shape: B rows (m voters + the public row) left-padded to the model's
-``prompt_width``, a public parameter (:data:`DEFAULT_PROMPT_WIDTH` tokens, or
-half the model's positions if fewer, unless set), whatever the documents.
-With every shape public, each output row is the same deterministic function
-of its own row's inputs (matrix products reduce within a row; attention is
-per row and head; padded positions are masked), so a row's logits are
-bit-identical whatever the other rows hold
+``prompt_width``, a public parameter
+(:data:`~dprag_core.models.envelope.DEFAULT_PROMPT_WIDTH` tokens, or half the
+model's positions if fewer, unless set), whatever the documents.
+With every shape public, and every forward on the masked attention kernel
+(the eager layout keeps one slot closed for every row,
+:func:`~dprag_core.models.hf_cache.with_closed_slot`: transformers would drop an
+all-ones mask, and the unmasked kernel rounds differently), each output row is
+the same deterministic function of its own row's inputs (matrix products reduce
+within a row; attention is per row and head; padded positions are masked), so a
+row's logits are bit-identical whatever the other rows hold
 (``tests/models/test_batch_invariance.py`` perturbs them on every engine that
-runs on CPU). A prompt longer than ``prompt_width`` keeps its last
-``prompt_width`` tokens (the question and the answer cue end every prompt): a
-function of the row's own prompt, so the argument holds. Set ``prompt_width``
+runs on CPU, also with AVX2 kernels forced: ``tests/models/test_cpu_kernels.py``).
+A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
+(the question and the answer cue end every prompt; the one rule of every
+engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
+so the argument holds. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the static engines' prefill
 computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
@@ -76,6 +82,11 @@ except ImportError as missing:
 
 from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens
+from dprag_core.models.envelope import (
+    check_answer_room,
+    keep_last,
+    public_width,
+)
 from dprag_core.models.hf_cache import CacheBackend, DynamicBackend, ModelCall, check_rewindable
 from dprag_core.models.hf_static import (
     StaticBackend,
@@ -108,9 +119,6 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-DEFAULT_PROMPT_WIDTH = 256
-
-
 def _left_pad(
     rows: list[list[int]], pad: int, device: torch.device, width: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,8 +129,7 @@ def _left_pad(
     """
     ids = torch.full((len(rows), width), pad, dtype=torch.long, device=device)
     mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
-    for i, row in enumerate(rows):
-        kept = row[-width:]
+    for i, kept in enumerate(keep_last(rows, width)):
         ids[i, width - len(kept) :] = torch.tensor(kept, dtype=torch.long, device=device)
         mask[i, width - len(kept) :] = 1
     return ids, mask
@@ -154,6 +161,19 @@ class HFTokenSession:
         self._backend: CacheBackend = owner._spec.backend(owner)
         self._set_logits(self._backend.prefill(ids, mask))
         self._first: _FirstStep | None = None
+        self._appended = 0  # tokens step/extend appended to every row (public: the release)
+
+    def _make_room(self, tokens: int) -> None:
+        """Count ``tokens`` more positions per row, refused (ValueError) past the model's
+        answer room: decided by public numbers (the width, the tokens appended), never by
+        a row's own length, so a long prompt cannot make one query fail and not another."""
+        room = self._owner.answer_room
+        if room is not None and self._appended + tokens > room:
+            raise ValueError(
+                f"an answer may hold at most {room} tokens on this model (its context, "
+                f"{self._owner.context_length} positions, minus prompt_width "
+                f"{self._owner.prompt_width}): lower max_new_tokens or prompt_width"
+            )
 
     def _set_logits(self, logits: torch.Tensor) -> None:
         """The new next-token logits, cut to the real tokens (padded logit rows excluded)."""
@@ -191,7 +211,9 @@ class HFTokenSession:
         tok = int(token)
         if not 0 <= tok < self._owner.vocab_size:
             raise ValueError(f"token must be in [0, {self._owner.vocab_size}), got {token!r}")
+        self._make_room(1)
         self.step_rows(torch.full((self.batch_size, 1), tok, dtype=torch.long, device=self._device))
+        self._appended += 1
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append the same ``tokens`` to every row: one [B, w] forward (w = len(tokens)).
@@ -205,6 +227,8 @@ class HFTokenSession:
         logits are kept, bit for bit what the [B, 1] forward would give.
         """
         ids = check_token_ids(tokens, self._owner.vocab_size)
+        self._make_room(len(ids))
+        self._appended += len(ids)
         first, self._first = self._first, None
         if len(ids) == 1 and first is not None and bool((first.tokens == ids[0]).all()):
             self._backend.restore(first.saved)
@@ -231,8 +255,14 @@ class HFTokenSession:
         static batch with fewer than n - 1 free slots grows before the lookahead
         (decided by n alone, not by where the rows stop), and attention over more
         (closed) slots rounds differently in the last bits (about 1e-7 in
-        float32) until the other session grows too, as between any two cache
-        lengths. Each row's tokens are those of greedy decoding of that row alone.
+        float32) than a session that did not look ahead, as between any two cache
+        lengths; the keys and values written until that session grows too carry
+        the difference on (AVX2 kernels: 20 of 960 log-probabilities off by up to
+        4.8e-7 after both had grown; AVX-512 kernels happened to agree again).
+        Whether a batch grows is a function of public numbers (n, the tokens
+        appended), so two sessions over neighbouring corpora grow at the same
+        steps and each row stays bit-identical whatever the other rows hold.
+        Each row's tokens are those of greedy decoding of that row alone.
         Its time grows with j, which depends on every row: like the prefill's time
         (the documents' lengths), timing is outside the threat model (the
         adversary sees answers, docs/design.md §1).
@@ -242,6 +272,7 @@ class HFTokenSession:
         ((1, 3), array([64]))
         """
         limit = positive_int("n", n)
+        self._make_room(limit - 1)  # the n - 1 steps it may take, however many it takes
         backend = self._backend
         self._logits = backend.reserve(limit - 1, self._logits)
         saved = backend.save()
@@ -367,23 +398,10 @@ ENGINES: Mapping[str, EngineSpec] = {
 }
 
 
-def _check_prompt_width(width: int | None, config: Any) -> int:
-    """``width`` if it is a positive int that leaves the model room to answer; for None,
-    :data:`DEFAULT_PROMPT_WIDTH` or half the model's positions if that is less (public)."""
+def _positions(config: Any) -> int | None:
+    """The model's ``max_position_embeddings`` (None when it states none)."""
     limit = getattr(config, "max_position_embeddings", None)
-    if width is None:
-        return (
-            DEFAULT_PROMPT_WIDTH
-            if not isinstance(limit, int)
-            else min(DEFAULT_PROMPT_WIDTH, limit // 2)
-        )
-    width = positive_int("prompt_width", width)
-    if isinstance(limit, int) and width >= limit:
-        raise ValueError(
-            f"prompt_width must be in [1, {limit - 1}] (below the model's "
-            f"max_position_embeddings={limit}, leaving room for the answer), got {width}"
-        )
-    return width
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 class HFTokenModel(TokenizerCodec):
@@ -427,7 +445,10 @@ class HFTokenModel(TokenizerCodec):
         )
         self._vocab, self._eos = self.special.vocab_size, self.special.eos_token_ids
         self.pad_token_id = self.special.pad_token_id
-        self.prompt_width = _check_prompt_width(prompt_width, model.config)
+        self.context_length = _positions(model.config)
+        self.prompt_width = public_width(
+            prompt_width, context=self.context_length, source="model's max_position_embeddings"
+        )
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {engine!r}")
         self._spec = ENGINES[engine]
@@ -462,6 +483,12 @@ class HFTokenModel(TokenizerCodec):
             name_or_path, dtype=tdtype, attn_implementation="sdpa"
         )
         return cls(model.to(device), tokenizer, engine=engine, prompt_width=prompt_width)
+
+    @property
+    def answer_room(self) -> int | None:
+        """New tokens a row may take after a full-width prompt: ``context_length -
+        prompt_width`` (None when the model states no ``max_position_embeddings``)."""
+        return None if self.context_length is None else self.context_length - self.prompt_width
 
     def check_lookahead(self) -> None:
         """Refuse, before any query, a model whose sessions cannot look ahead exactly.
@@ -504,7 +531,10 @@ class HFTextModel:
 
     Runs the same cached engine as :class:`HFTokenModel`, each row taking its own
     argmax token, until every row has emitted EOS or ``max_new_tokens`` is reached.
-    Greedy, no sampling warpers; returns only the new text of each prompt.
+    Greedy, no sampling warpers; returns only the new text of each prompt. Each
+    prompt keeps its last ``prompt_width`` tokens (the token model's public
+    width), and ``max_new_tokens`` must fit its ``answer_room`` (``ValueError``
+    otherwise, for every prompt alike).
 
     >>> HFTextModel(model, tokenizer).generate(["Question: hi\\nAnswer:"])  # doctest: +SKIP
     ['...']
@@ -561,6 +591,7 @@ class HFTextModel:
         """
         limit = positive_int("max_new_tokens", max_new_tokens)
         tm = self.token_model
+        check_answer_room(tm, limit)
         session = tm.prefill(prompts)
         device = tm.device
         eos = torch.tensor(sorted(tm.eos_token_ids), dtype=torch.long, device=device)

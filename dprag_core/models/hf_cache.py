@@ -29,6 +29,16 @@ same greedy tokens (``benchmarks/prefill.py``); with two threads on a CPU that
 other jobs oversubscribed it took 2.5x longer (its many small kernels wait at
 each kernel's thread barrier). The static engines keep the batched forward.
 
+**One closed slot.** The eager layout has one slot more than ``prompt_width``,
+in front, closed for every row (:func:`with_closed_slot`). transformers skips
+the attention mask when a forward's mask is all ones, and SDPA's unmasked and
+masked kernels round differently: without that slot, when every row reached
+``prompt_width`` (DPVote and VoteRAG have no short public row) a decode step
+ran unmasked, and one voter's shorter prompt switched the whole batch to the
+masked kernel, moving the other rows' logits by 1e-5 (SmolLM2). With it every
+forward is masked, so the kernel never depends on the rows. (The static
+engines build their masks themselves and always pass them.)
+
 >>> from transformers import LlamaConfig, LlamaForCausalLM
 >>> tiny = LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=8,
 ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)
@@ -53,6 +63,7 @@ __all__ = [
     "check_rewindable",
     "prefill_padded",
     "prefill_rows",
+    "with_closed_slot",
 ]
 
 
@@ -163,6 +174,24 @@ def _right_aligned(parts: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
+def with_closed_slot(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids`` and ``mask`` [B, W] with one more slot in front, closed for every row.
+
+    transformers drops the attention mask of a forward whose 2D mask is all ones
+    (SDPA's unmasked kernel instead of the masked one): with every row at the full
+    width, whether it did depended on whether *some other* row was shorter, and the
+    two kernels round differently (SmolLM2: a row's logits moved by 1e-5). With a
+    slot that no row ever attends to, the mask is never all ones and every forward
+    takes the masked kernel, whatever the rows hold (module docstring).
+
+    >>> ids, mask = with_closed_slot(torch.tensor([[5, 6]]), torch.tensor([[1, 1]]))
+    >>> ids.tolist(), mask.tolist()
+    ([[0, 5, 6]], [[0, 1, 1]])
+    """
+    closed = torch.zeros_like(ids[:, :1])
+    return torch.cat([closed, ids], dim=1), torch.cat([torch.zeros_like(mask[:, :1]), mask], dim=1)
+
+
 def check_rewindable(cache: DynamicCache) -> None:
     """Refuse (ValueError) an eager cache a lookahead cannot cut back: every layer must be
     full attention (``DynamicLayer``; a sliding window or a recurrent state cannot be
@@ -227,7 +256,9 @@ class DynamicBackend:
         on other devices, or for a model whose cache it cannot lay out, one batched forward
         (:func:`prefill_padded`: on a GPU, B sequential forwards were not measured against
         it). Both depend on the device and the prompts' public shape only, never on the
-        votes. Row r's next position is n_r."""
+        votes. The layout gets one slot in front that no row attends to
+        (:func:`with_closed_slot`). Row r's next position is n_r."""
+        ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
         rows = prefill_rows(self._call, ids, mask) if self._device.type == "cpu" else None

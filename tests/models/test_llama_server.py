@@ -11,6 +11,7 @@ reason, where the binary has not been built.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -190,16 +192,114 @@ def test_private_text_reaches_no_log(models: Any, caplog: pytest.LogCaptureFixtu
 
 
 def test_a_refused_request_is_a_clean_error(models: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A prompt longer than a slot's context, sent past the model (whose sessions cut every
+    prompt to its width, so they never send one): HTTP 400, and nothing of the prompt."""
     _, _, served = models
     caplog.set_level(logging.DEBUG)
+    too_long = served.encode(f"{CANARY} " * 2000)
+    assert len(too_long) > served.context_length
     with pytest.raises(EndpointError, match="HTTP 400") as direct:
-        served.prefill([f"{CANARY} " * 2000]).greedy()  # longer than a slot's context
+        served.endpoint.complete([too_long], max_tokens=1)
     assert str(direct.value) == "completions request failed with HTTP 400"
     assert direct.value.__cause__ is None and direct.value.__context__ is None
     # as the pipeline runs it: under the guard, no frame below it is reachable
     with pytest.raises(PrivateDataError) as guarded_error:
-        guarded(lambda: served.prefill([f"{CANARY} " * 2000]).greedy())
+        guarded(lambda: served.endpoint.complete([too_long], max_tokens=1))
     assert CANARY not in reachable_text(guarded_error.value) and CANARY not in caplog.text
+
+
+class Recording(httpx.HTTPTransport):
+    """An HTTP transport that records each completion request's rows and max_tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[list[int], int]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/completion":
+            body = json.loads(request.content)
+            self.sent.append(([len(row) for row in body["prompt"]], body["max_tokens"]))
+        return super().handle_request(request)
+
+
+LONG_RECORD = "Alice Martin, a long record of many visits and treatments. " * 350
+
+
+def _served_run(server_url: str, name: str, question: str, docs: list[ScoredDocument]) -> Any:
+    """A query on a model whose transport records what the server receives."""
+    transport = Recording()
+    served = OpenAICompatModel.from_pretrained(
+        server_url, str(reader_path()), model="reader", transport=transport
+    )
+    *_, answer = MECHANISMS[name](served).stream(question, docs, rng=1234)
+    assert isinstance(answer, DPAnswer)
+    return answer, transport.sent, served
+
+
+def _decisions(answer: DPAnswer) -> int:
+    """The decisions a token-voting answer took: one per released token, and the end."""
+    ended = answer.details["stop_reason"] in {"eos", "null_token"}
+    return int(answer.details["tokens_generated"]) + ended
+
+
+@pytest.mark.parametrize("name", ["VoteRAG", "DPVote"])
+def test_a_long_document_changes_nothing_the_server_receives_beyond_the_width(
+    server_url: str, models: Any, name: str
+) -> None:
+    """D and D + x (x: a record of about 9800 reader tokens, the nearest, in place of a
+    voter's record): every request is a function of the released answer (one per decision,
+    every row, one token), every row within the width and the answer so far, and x's row
+    cut to the width (it once made every query fail with HTTP 400, its neighbour
+    answering). VoteRAG releases one answer from both, so the requests are the same."""
+    local = models[0]
+    question, docs = _cases()[0]
+    long = ScoredDocument(id="x", text=LONG_RECORD + docs[0].text, score=1.0)
+    assert len(local.encode(long.text)) > 9000
+    runs = [_served_run(server_url, name, question, d) for d in (docs, [long, *docs[1:]])]
+    served = runs[0][2]
+    assert served.context_length == 1024 and served.prompt_width == 256
+    for answer, sent, _ in runs:
+        assert answer.text  # answered, both
+        assert [(len(rows), count) for rows, count in sent] == [(M, 1)] * _decisions(answer)
+        for step, (rows, count) in enumerate(sent):
+            assert max(rows) <= served.prompt_width + step and max(rows) + count <= 1024
+    assert max(runs[1][1][0][0]) == served.prompt_width > max(runs[0][1][0][0])  # x: cut
+    if name == "VoteRAG":
+        assert runs[0][0].text == runs[1][0].text and len(runs[0][1]) == len(runs[1][1])
+
+
+def test_without_the_cut_the_long_document_fails_on_the_server(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The positive control: prompts sent whole (as before issue 36), D answers and
+    D + x fails with the server's HTTP 400."""
+    import dprag_core.models.openai_compat as openai_compat
+
+    monkeypatch.setattr(openai_compat, "keep_last", lambda rows, width: [list(r) for r in rows])
+    question, docs = _cases()[0]
+    assert _served_run(server_url, "VoteRAG", question, docs)[0].text
+    long = ScoredDocument(id="x", text=LONG_RECORD + docs[0].text, score=1.0)
+    with pytest.raises(EndpointError, match="HTTP 400"):
+        _served_run(server_url, "VoteRAG", question, [long, *docs[1:]])
+
+
+def test_a_context_below_the_width_is_refused_when_built(server_url: str) -> None:
+    """The context is read from the server (/props: 1024 per slot here): a width that
+    leaves no room, or an answer longer than the room, is refused before any query."""
+
+    def build(**kw: Any) -> OpenAICompatModel:
+        return OpenAICompatModel.from_pretrained(
+            server_url, str(reader_path()), model="reader", **kw
+        )
+
+    with pytest.raises(ValueError, match=r"prompt_width must be in \[1, 1023\]"):
+        build(prompt_width=1024)
+    with pytest.raises(ValueError, match="prompt_width must be"):
+        build(prompt_width=600, context_length=512)  # a declared context, the user's word
+    narrow = build(prompt_width=1000)
+    assert narrow.answer_room == 24
+    with pytest.raises(ValueError, match=r"max_new_tokens must be in \[1, 24\]"):
+        DPVote(narrow, m=M, k=1, epsilon=40.0, delta=1e-4, epsilon_token=8.0, max_new_tokens=48)
 
 
 def test_the_server_benchmark_runs(server_url: str) -> None:

@@ -3,7 +3,15 @@
 For the eager and static engines on tiny models: a lookahead of n tokens equals,
 row by row, greedy decoding of that row alone; after it, ``greedy()``,
 ``logprobs`` and every later step equal (bit for bit) those of a twin session
-that never looked ahead, also when the lookahead makes a static batch grow.
+that never looked ahead. When the lookahead makes a static batch grow, the
+session computes on a longer cache than its twin until the twin grows too, and
+the keys and values written meanwhile differ in the last bits: from then on the
+greedy tokens agree and the log-probabilities within 1e-5, on every kernel family
+(on AVX-512 kernels they happened to agree bit for bit again once the twin grew;
+with AVX2 kernels forced, 20 of 960 stayed off by up to 4.8e-7). Which batch a
+session holds is decided by public numbers, so two sessions over neighbouring
+corpora grow at the same steps (tests/models/test_batch_invariance.py).
+tests/models/test_cpu_kernels.py runs this file again with AVX2 kernels forced.
 The CUDA-graph engines are checked the same way where a GPU is present.
 The OpenAI-compatible session is tests/models/test_openai_compat.py (a mock
 server) and tests/models/test_llama_server.py (a real one).
@@ -74,16 +82,18 @@ def _lengths(*sessions: HFTokenSession) -> set[int]:
 
 
 def _assert_same(looked: HFTokenSession, twin: HFTokenSession, seen: set[bool]) -> None:
-    """Same greedy tokens; same log-probabilities, bit for bit on caches of one length.
+    """Same greedy tokens; same log-probabilities, bit for bit while the caches have
+    always had one length (``seen`` records each check's: True for one, False for two).
 
     A lookahead that grew a static batch leaves the session on a longer cache
     than its twin until the twin grows too: attention over more (closed) slots
-    rounds differently in the last bits, as any two cache lengths do.
+    rounds differently in the last bits, as any two cache lengths do, and the keys
+    and values written meanwhile carry that difference on (module docstring).
     """
     np.testing.assert_array_equal(looked.greedy(), twin.greedy())
     same_length = len(_lengths(looked, twin)) <= 1
     seen.add(same_length)
-    if same_length:
+    if same_length and False not in seen:
         np.testing.assert_array_equal(looked.logprobs, twin.logprobs)
     else:
         np.testing.assert_allclose(looked.logprobs, twin.logprobs, atol=1e-5, rtol=0)
@@ -155,7 +165,7 @@ def test_a_lookahead_that_grows_the_batch(
     assert False in _same_as_twin(tm, n=9, rounds=6)  # each lookahead grows the batch
 
 
-def test_after_a_growing_lookahead_the_twin_catches_up_bit_for_bit(
+def test_after_a_growing_lookahead_the_twin_grows_too_and_agrees(
     tiny_hf_models: dict[str, Any], tiny_tokenizer: Any, small_buckets: None
 ) -> None:
     tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer, engine="static")
@@ -171,10 +181,10 @@ def test_after_a_growing_lookahead_the_twin_catches_up_bit_for_bit(
         token = int(twin.greedy()[i % len(PROMPTS)])
         looked.step(token)
         twin.step(token)
-    assert len(_lengths(looked, twin)) == 1
-    _assert_same(looked, twin, seen)
+    assert len(_lengths(looked, twin)) == 1  # the twin grew too
+    _assert_same(looked, twin, seen)  # tokens equal, log-probabilities within rounding
     assert seen == {True, False}
-    looked.lookahead(2)  # within the batch now: bit for bit at once
+    looked.lookahead(2)  # within the batch now: the session as it was
     _assert_same(looked, twin, seen)
     _check_static_state(looked)
 

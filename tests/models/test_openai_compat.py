@@ -25,6 +25,7 @@ from dprag_core.models.endpoint import CompletionsEndpoint, EndpointError, parse
 from dprag_core.models.openai_compat import TOKENIZER_PROBE, OpenAICompatModel
 
 CANARY = "CANARY-7f3a9c-private-record"
+CONTEXT = 4096  # the context the tests declare (the mock handlers answer no /props)
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
@@ -55,7 +56,11 @@ def _model(tokenizer: Any, handler: Handler, **kw: Any) -> OpenAICompatModel:
     """The step-by-step protocol (lookahead_tokens=1: one request per step, as before
     speculative voting; tests/models/test_speculative.py covers the buffers)."""
     return OpenAICompatModel(
-        _endpoint(handler, **kw), tokenizer, check_tokenizer=False, lookahead_tokens=1
+        _endpoint(handler, **kw),
+        tokenizer,
+        check_tokenizer=False,
+        lookahead_tokens=1,
+        context_length=CONTEXT,
     )
 
 
@@ -184,13 +189,18 @@ def test_tokenizer_check(tokenizer: Any) -> None:
 
         return handler
 
-    OpenAICompatModel(_endpoint(served(local)), tokenizer)
+    OpenAICompatModel(_endpoint(served(local)), tokenizer, context_length=CONTEXT)
     with pytest.raises(ValueError, match="same checkpoint"):
-        OpenAICompatModel(_endpoint(served(local[:-1])), tokenizer)
+        OpenAICompatModel(_endpoint(served(local[:-1])), tokenizer, context_length=CONTEXT)
     # no /tokenize (or an error, a stall): refused unless the user says so
     with pytest.raises(EndpointError, match="check_tokenizer=False"):
         OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer)
-    OpenAICompatModel(_endpoint(lambda r: httpx.Response(404)), tokenizer, check_tokenizer=False)
+    OpenAICompatModel(
+        _endpoint(lambda r: httpx.Response(404)),
+        tokenizer,
+        check_tokenizer=False,
+        context_length=CONTEXT,
+    )
 
 
 @pytest.mark.parametrize(
@@ -230,6 +240,7 @@ def test_a_stopped_server_is_a_clean_error(tokenizer: Any) -> None:
         CompletionsEndpoint("http://127.0.0.1:9/v1", model="reader", retries=0),
         tokenizer,
         check_tokenizer=False,  # (with the check, the model is refused when built)
+        context_length=CONTEXT,
     )
     with pytest.raises(EndpointError, match="ConnectError") as info:
         dead.prefill([f"Context: {CANARY}"]).greedy()

@@ -27,6 +27,7 @@ from dprag_core.models.endpoint import CompletionsEndpoint, EndpointError
 from dprag_core.models.openai_compat import TOKENIZER_PROBE, OpenAICompatModel
 
 CANARY = "CANARY-5e81-private-record"
+CONTEXT = 4096  # the context the tests declare (these servers answer no /props)
 Reply = Callable[[str, dict[str, Any]], tuple[int, Any]]
 
 
@@ -82,7 +83,9 @@ def _tokens(ids: Any, stop: str = "limit") -> Reply:
 
 def _model(url: str, tokenizer: Any, **kw: Any) -> OpenAICompatModel:
     endpoint = CompletionsEndpoint(f"{url}/v1", model="reader", retries=0, **kw)
-    return OpenAICompatModel(endpoint, tokenizer, check_tokenizer=False, lookahead_tokens=4)
+    return OpenAICompatModel(
+        endpoint, tokenizer, check_tokenizer=False, lookahead_tokens=4, context_length=CONTEXT
+    )
 
 
 @pytest.mark.parametrize(
@@ -148,13 +151,15 @@ def test_a_tokenizer_that_cannot_be_verified_is_refused(
         with pytest.raises(EndpointError, match=f"{reason}.*check_tokenizer=False") as info:
             OpenAICompatModel(endpoint, tokenizer)
         assert CANARY not in reachable_text(info.value)
-        OpenAICompatModel(endpoint, tokenizer, check_tokenizer=False)  # the user's word
+        OpenAICompatModel(endpoint, tokenizer, check_tokenizer=False, context_length=CONTEXT)
 
 
 def test_a_verified_tokenizer_passes_and_a_wrong_one_is_refused(tokenizer: Any) -> None:
     local = tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)
     with http_server(_tokenize(200, tokens=local)) as (url, _):
-        OpenAICompatModel(CompletionsEndpoint(f"{url}/v1", model="reader"), tokenizer)
+        OpenAICompatModel(
+            CompletionsEndpoint(f"{url}/v1", model="reader"), tokenizer, context_length=CONTEXT
+        )
     with (
         http_server(_tokenize(200, tokens=local[1:])) as (url, _),
         pytest.raises(ValueError, match="same checkpoint"),
