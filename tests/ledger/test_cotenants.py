@@ -387,7 +387,10 @@ def test_the_serving_roles_status_shows_its_stores_among_others(
     """Issue 35's item 4: several stores in the schema, one of them not the serving role's."""
     t = tenants
     t.init()
-    t.corpus(t.owner, table="other", total=Budget(3.0), create=True).close()  # not granted
+    monkeypatch.setenv("DPRAG_LEDGER_DSN", t.dsn(t.owner))
+    init = ["ledger", "init", "--schema", t.schema, "--table", "other", "--corpus-epsilon", "3"]
+    assert main([*init, "--corpus-delta", "0"]) == 0  # a store not granted to the serving role
+    assert "ready: corpus budget" in capsys.readouterr().out
     acc, led = t.corpus(t.app), t.ledger(t.app)
     assert acc.charge(Budget(0.25), query_id="q1")
     assert led.charge("q1", ["a", "b"], 0.5).granted

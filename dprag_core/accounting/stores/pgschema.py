@@ -49,6 +49,8 @@ from dprag_core.accounting.stores.pgtrust import (
     check_schema,
     check_schema_name,
     ensure_schema,
+    not_safe,
+    owned_by_another,
 )
 from dprag_core.accounting.stores.postgres import (
     INIT_HINT,
@@ -378,13 +380,9 @@ class PostgresSchema:
                 (legacy, names[suffix]),
             ).fetchone()
             if row is None or not row[1]:
-                who = "?" if row is None else row[0]
-                raise LedgerUnavailable(
-                    f"the {label} is not safe to use: table {legacy}.{names[suffix]} (an "
-                    f"earlier version's store) is owned by role {who!r}, not by the role "
-                    "running this step: another role created it or took it over; check what it "
-                    "recorded and remove it (as a superuser)"
-                )
+                table = f"table {legacy}.{names[suffix]} (an earlier version's store)"
+                who = f"role {'?' if row is None else row[0]!r}"
+                raise not_safe(label, owned_by_another(table, who, "the role running this step"))
             conn.execute(
                 sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
                     sql.Identifier(legacy, names[suffix]), sql.Identifier(self.schema)

@@ -45,7 +45,14 @@ from dprag_core.accounting.stores.postgres import psycopg_module
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEFAULT_SCHEMA", "check_schema", "check_schema_name", "ensure_schema"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "check_schema",
+    "check_schema_name",
+    "ensure_schema",
+    "not_safe",
+    "owned_by_another",
+]
 
 DEFAULT_SCHEMA = "dprag"
 """The schema a PostgreSQL store lives in unless ``schema=`` names another."""
@@ -146,8 +153,28 @@ def check_schema(conn: psycopg.Connection[Any], schema: str, label: str, *, crea
     who, grantee = names[int(role)]
     revoke = f"REVOKE CREATE ON SCHEMA {schema} FROM {grantee}"
     more = f" (and {len(rows) - 1} more such problems)" if len(rows) > 1 else ""
-    why = _why(str(what), str(obj), who, owner, revoke)
-    raise LedgerUnavailable(f"the {label} is not safe to use: {why}{more}")
+    raise not_safe(label, _why(str(what), str(obj), who, owner, revoke) + more)
+
+
+def not_safe(label: str, why: str) -> LedgerUnavailable:
+    """The refusal of a store another role could act on.
+
+    >>> str(not_safe("PostgreSQL corpus budget 'c'", "why"))
+    "the PostgreSQL corpus budget 'c' is not safe to use: why"
+    """
+    return LedgerUnavailable(f"the {label} is not safe to use: {why}")
+
+
+def owned_by_another(obj: str, who: str, expected: str) -> str:
+    """Why an object another role owns is refused.
+
+    >>> owned_by_another("table s.c_budget", "role 'mallory'", "the schema's owner 'o'")[:47]
+    "table s.c_budget is owned by role 'mallory', no"
+    """
+    return (
+        f"{obj} is owned by {who}, not by {expected}: another role created it or took it "
+        "over; check what it recorded and remove it (as a superuser)"
+    )
 
 
 def _why(what: str, obj: str, who: str, owner: str, revoke: str) -> str:
@@ -164,10 +191,7 @@ def _why(what: str, obj: str, who: str, owner: str, revoke: str) -> str:
             f"tables or functions; as its owner, {revoke}"
         )
     if what == "owns":
-        return (
-            f"{obj} is owned by {who}, not by the schema's owner {owner!r}: another role "
-            "created it or took it over; check what it recorded and remove it (as a superuser)"
-        )
+        return owned_by_another(obj, who, f"the schema's owner {owner!r}")
     if what == "trigger":
         return f"trigger {obj}, owned by {who}, not by the schema's owner {owner!r}"
     return (
