@@ -9,8 +9,8 @@ Measured side by side in one run:
    with SQLite's busy handler alone (the one before) and PostgreSQL, with 1
    process and with ``--procs`` processes x ``--charges`` charges of
    ``--units`` overlapping units each; the targets (SQLite p99 <= 50 ms and
-   PostgreSQL median <= 5 ms at 8 processes) and the machine's load average
-   are printed with them.
+   PostgreSQL median <= 5 ms at 8 processes) and the machine's ``uptime``
+   (its load average) are printed with them.
 2. The durable corpus budget (SQLiteCorpusAccountant, PostgresCorpusAccountant):
    ``--procs`` processes x ``--charges`` charges racing for one budget that
    fits a quarter of them; overspend must be 0 and exactly the budget granted.
@@ -22,8 +22,10 @@ Measured side by side in one run:
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
-scripts/postgres_for_tests.sh; ``--no-postgres`` skips it. ``--quick`` runs a
-small configuration (tests).
+scripts/postgres_for_tests.sh; ``--no-postgres`` skips it; the stores go to the
+schema ``dprag``. ``--quick`` runs a small configuration (tests). Figures
+taken while other work runs are noisy: ``uptime`` is printed at the start and
+at the end of every run.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from dprag_core.accounting.ledger import (
     SQLiteLedger,
 )
 from dprag_core.accounting.stores import sqlite as sqlite_store
+from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -254,7 +257,7 @@ def lock_wait(dsn: str, table: str) -> tuple[float, str]:
     led = PostgresLedger(dsn, budget_per_unit=1.0, table=table, create=True)
     led.charge("first", ["held"], 0.1)
     with psycopg.connect(dsn) as holder:
-        holder.execute(f"SELECT 1 FROM {table}_units FOR UPDATE")  # and then idle
+        holder.execute(f"SELECT 1 FROM {DEFAULT_SCHEMA}.{table}_units FOR UPDATE")  # then idle
         t0 = time.perf_counter()
         try:
             led.charge("blocked", ["held"], 0.1)
@@ -264,6 +267,14 @@ def lock_wait(dsn: str, table: str) -> tuple[float, str]:
         waited = time.perf_counter() - t0
     led.close()
     return waited, outcome
+
+
+def uptime() -> str:
+    """``uptime``'s line (the load average of the last 1, 5 and 15 minutes)."""
+    try:
+        return subprocess.run(["uptime"], check=True, capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def postgres_dsn() -> str:
@@ -293,7 +304,7 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp()
     kinds = ["sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"]
-    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"uptime at the start: {uptime()}")
     tables: list[str] = []
     dsn = ""
     if not args.no_postgres:
@@ -338,11 +349,10 @@ def main() -> None:
         if pg
         else ""
     )
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     verdict = "met" if q["p99"] <= 50 else "MISSED"
     print(
-        f"targets at {n} processes: sqlite p99 <= 50 ms {verdict} ({q['p99']:.1f})"
-        f"{pg_target}; load average now: {load}"
+        f"targets at {n} processes, {args.units} units per charge: sqlite p99 <= 50 ms "
+        f"{verdict} ({q['p99']:.1f}){pg_target}; uptime now: {uptime()}"
     )
 
     print(f"\n2. corpus budget: {args.procs} processes x {args.charges} charges on one budget")
@@ -367,6 +377,7 @@ def main() -> None:
         )
     if tables:
         drop_tables(dsn, tables)
+    print(f"\nuptime at the end: {uptime()}")
 
 
 def drop_tables(dsn: str, tables: list[str]) -> None:
@@ -375,10 +386,10 @@ def drop_tables(dsn: str, tables: list[str]) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
-            for suffix in ("audit", "units", "meta", "budget", "charges"):
-                conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix} CASCADE")
+            for suffix in ("audit", "units", "meta", "store", "budget", "charges"):
+                conn.execute(f"DROP TABLE IF EXISTS {DEFAULT_SCHEMA}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
-                conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")
+                conn.execute(f"DROP FUNCTION IF EXISTS {DEFAULT_SCHEMA}.{table}_{fn} CASCADE")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ the environment variable ``DPRAG_LEDGER_DSN``; a DSN is never printed):
   with ``--corpus-delta`` (0 for a pure budget, said explicitly) or
   ``--budget-per-unit``; ``--name`` records its identity; on PostgreSQL
   ``--grant-to ROLE`` gives a serving role the runtime rights (charge and
-  read, nothing else; the role is checked before anything is created).
+  read, nothing else; the role is checked before anything is created) and
+  ``--schema`` names the schema the stores live in (default ``dprag``; no
+  other role may create in it, docs/ledgers.md).
 * ``status``: total, spent, what is left, queries, refusals, last charge;
   for a per-unit ledger the units charged and exhausted and a histogram of
   their spend; ``--json`` for scripts, ``--plot FILE.png`` for the spend over
@@ -50,6 +52,7 @@ from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.ledger import Ledger, PostgresLedger, SQLiteLedger
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import postgres_stores
+from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.accounting.stores.postgres import PostgresStore
 from dprag_core.accounting.stores.sqlite import SQLiteStore
 from dprag_core.budget import Budget
@@ -81,6 +84,8 @@ def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:
     if path:
         if args.dsn:
             raise SystemExit(f"dprag ledger {action}: give --sqlite or --dsn, not both")
+        if _schema(args) != DEFAULT_SCHEMA:
+            raise SystemExit(f"dprag ledger {action}: --schema is for PostgreSQL")
         return "sqlite", str(path)
     dsn = args.dsn or os.environ.get("DPRAG_LEDGER_DSN", "")
     if not dsn:
@@ -88,6 +93,10 @@ def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:
             f"dprag ledger {action}: give --sqlite PATH or --dsn, or set DPRAG_LEDGER_DSN"
         )
     return "postgres", dsn
+
+
+def _schema(args: argparse.Namespace) -> str:
+    return str(getattr(args, "schema", None) or DEFAULT_SCHEMA)
 
 
 def ledger_init(args: argparse.Namespace) -> int:
@@ -123,6 +132,7 @@ def ledger_init(args: argparse.Namespace) -> int:
                 name=name,
                 create=True,
                 grant_to=grant_to,
+                schema=_schema(args),
             )
         what = f"per-unit ledger (budget_per_unit={args.budget_per_unit:g})"
     else:
@@ -133,7 +143,13 @@ def ledger_init(args: argparse.Namespace) -> int:
         else:
             table = args.table or "dprag_corpus"
             store = PostgresCorpusAccountant(
-                target, total=total, table=table, name=name, create=True, grant_to=grant_to
+                target,
+                total=total,
+                table=table,
+                name=name,
+                create=True,
+                grant_to=grant_to,
+                schema=_schema(args),
             )
         what = f"corpus budget (total epsilon={total.epsilon:g}, delta={total.delta:g})"
     granted = f"; runtime rights granted to {grant_to!r}" if grant_to else ""
@@ -162,7 +178,7 @@ def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
         listing = PostgresStore(target, None, label="PostgreSQL schema")
         chosen = [
             (k, prefix)
-            for k, prefix in postgres_stores(listing)
+            for k, prefix in postgres_stores(listing, _schema(args))
             if args.table is None or prefix == args.table
         ]
         listing.close()
@@ -179,9 +195,9 @@ def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
             )
         else:
             stores.append(
-                PostgresCorpusAccountant(target, table=prefix)
+                PostgresCorpusAccountant(target, table=prefix, schema=_schema(args))
                 if k == _CORPUS
-                else PostgresLedger(target, table=prefix)
+                else PostgresLedger(target, table=prefix, schema=_schema(args))
             )
     return stores
 
@@ -271,6 +287,11 @@ def _where(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sqlite", default=None, metavar="PATH", help="a SQLite store file")
     parser.add_argument("--dsn", default=None, help="libpq DSN (default: $DPRAG_LEDGER_DSN)")
     parser.add_argument("--table", default=None, help="table-name prefix of the store")
+    parser.add_argument(
+        "--schema",
+        default=None,
+        help=f"PostgreSQL schema of the stores (default: {DEFAULT_SCHEMA})",
+    )
 
 
 def add_ledger_command(

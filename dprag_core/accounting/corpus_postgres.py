@@ -36,6 +36,7 @@ from dprag_core.accounting.stores.pgschema import (
     append_only,
     open_postgres,
 )
+from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.accounting.stores.postgres import PostgresTimeouts
 from dprag_core.budget import Budget
 
@@ -115,7 +116,10 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
     given on opening. ``timeouts``: bounds on every wait. ``create``: create
     or migrate a missing or outdated schema (the owner's rights); without it
     (serving roles) one is refused. ``grant_to``: with ``create``, grant that
-    serving role the runtime rights.
+    serving role the runtime rights. ``schema``: the PostgreSQL schema the
+    store lives in, one of its own: no role but its owner may create or own
+    anything in it (checked at every open,
+    :mod:`~dprag_core.accounting.stores.pgtrust`).
 
     >>> PostgresCorpusAccountant("host=127.0.0.1 port=1",
     ...                          timeouts=PostgresTimeouts(connect=1))  # doctest: +ELLIPSIS
@@ -134,6 +138,7 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
         timeouts: PostgresTimeouts | None = None,
         create: bool = False,
         grant_to: str | None = None,
+        schema: str = DEFAULT_SCHEMA,
     ) -> None:
         if total is not None and not isinstance(total, Budget):
             raise TypeError(f"total must be a Budget, got {type(total).__name__}")
@@ -148,6 +153,7 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
             needs="total" if given is None else None,
             timeouts=timeouts,
             grant_to=grant_to,
+            schema=schema,
             settings=[(_SETTINGS, given or (0, 0))],
         )
         stored = self._store.run(self._stored_total)
@@ -155,7 +161,9 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
         super().__init__(
             stored,
             label=self._store.label,
-            status_command=f"dprag ledger status --table {table} (the DSN in $DPRAG_LEDGER_DSN)",
+            status_command=f"dprag ledger status --table {table}"
+            + ("" if schema == DEFAULT_SCHEMA else f" --schema {schema}")
+            + " (the DSN in $DPRAG_LEDGER_DSN)",
         )
 
     def _stored_total(self, conn: psycopg.Connection[Any]) -> tuple[int, int]:

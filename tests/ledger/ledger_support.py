@@ -17,6 +17,7 @@ from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccounta
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.ledger import AuditEntry, Ledger, PostgresLedger, SQLiteLedger
 from dprag_core.accounting.stores.amounts import SCALE
+from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 
 POSTGRES_DSN = os.environ.get("DPRAG_TEST_POSTGRES_DSN", "")
@@ -37,15 +38,15 @@ def dsn_with(**changes: Any) -> str:
     return make_conninfo(POSTGRES_DSN, **changes)
 
 
-def drop_postgres_tables(table: str) -> None:
+def drop_postgres_tables(table: str, schema: str = DEFAULT_SCHEMA) -> None:
     """Drop a test ledger's tables whatever budget it was created with."""
     import psycopg
 
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
         for suffix in ("audit", "units", "meta", "store", "budget", "charges"):
-            conn.execute(f"DROP TABLE IF EXISTS {table}_{suffix} CASCADE")
+            conn.execute(f"DROP TABLE IF EXISTS {schema}.{table}_{suffix} CASCADE")
         for fn in ("append_only", "charge"):
-            conn.execute(f"DROP FUNCTION IF EXISTS {table}_{fn} CASCADE")
+            conn.execute(f"DROP FUNCTION IF EXISTS {schema}.{table}_{fn} CASCADE")
 
 
 def open_ledger(kind: str, target: str, budget: float, *, create: bool = False) -> Ledger:

@@ -58,10 +58,10 @@ def stores(runtime_role: str) -> Iterator[tuple[str, str, str]]:
     owner = dsn_with(options=f"-c search_path={schema}")
     app = dsn_with(user=runtime_role, options=f"-c search_path={schema}")
     PostgresCorpusAccountant(
-        owner, total=Budget(1.0, 1e-6), table="c", create=True, grant_to=runtime_role
+        owner, total=Budget(1.0, 1e-6), table="c", create=True, grant_to=runtime_role, schema=schema
     ).close()
     PostgresLedger(
-        owner, budget_per_unit=1.0, table="l", create=True, grant_to=runtime_role
+        owner, budget_per_unit=1.0, table="l", create=True, grant_to=runtime_role, schema=schema
     ).close()
     yield schema, owner, app
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
@@ -88,8 +88,8 @@ def test_the_serving_role_can_charge_but_never_refund_raise_or_write(
     import psycopg
 
     schema, owner, app = stores
-    acc = PostgresCorpusAccountant(app, table="c")  # the recorded total: nothing to restate
-    led = PostgresLedger(app, table="l")
+    acc = PostgresCorpusAccountant(app, table="c", schema=schema)  # the recorded total
+    led = PostgresLedger(app, table="l", schema=schema)
     assert acc.charge(Budget(0.5, 1e-7), query_id="q1")
     assert led.charge("q1", ["a"], 0.5).granted and led.charge("q2", ["x"], 1.0).granted
     before = _snapshot(owner, schema)
@@ -151,9 +151,11 @@ def test_unsafe_or_missing_grantees_are_refused_before_anything_is_created(
 ) -> None:
     import psycopg
 
-    _, owner, _ = stores
+    schema, owner, _ = stores
     with pytest.raises(ValueError, match="grant_to") as info:
-        PostgresLedger(owner, budget_per_unit=1.0, table="fresh", create=True, grant_to=role)
+        PostgresLedger(
+            owner, budget_per_unit=1.0, table="fresh", create=True, grant_to=role, schema=schema
+        )
     assert "nothing was created" in str(info.value) or role in ("public", "pg_monitor")
     with psycopg.connect(owner) as conn:
         assert conn.execute("SELECT to_regclass('fresh_meta')").fetchone() == (None,)
@@ -162,13 +164,14 @@ def test_unsafe_or_missing_grantees_are_refused_before_anything_is_created(
 def test_a_member_of_the_owner_is_refused(stores: tuple[str, str, str], runtime_role: str) -> None:
     import psycopg
 
-    _, owner, _ = stores
+    schema, owner, _ = stores
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
         conn.execute(f"GRANT {conn.info.user} TO {runtime_role}")
     with pytest.raises(ValueError, match="member of the owner"):
         PostgresCorpusAccountant(
-            owner, total=Budget(1.0), table="fresh", create=True, grant_to=runtime_role
-        )
+            owner, total=Budget(1.0), table="fresh", create=True, grant_to=runtime_role,
+            schema=schema,
+        )  # fmt: skip
 
 
 def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
@@ -176,7 +179,7 @@ def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
 ) -> None:
     import psycopg
 
-    _, owner, app = stores
+    schema, owner, app = stores
     with psycopg.connect(owner, autocommit=True) as conn:  # what version 2 left behind
         conn.execute(
             "CREATE FUNCTION l_charge(q text, us text[], c bigint, b bigint, at double precision)"
@@ -188,9 +191,13 @@ def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
         )
         conn.execute("UPDATE l_meta SET value = 2 WHERE key = 'schema'")
     with pytest.raises(LedgerUnavailable, match=r"outdated.*dprag ledger init"):
-        PostgresLedger(app, table="l")  # the serving role cannot migrate, and is told who can
-    PostgresLedger(owner, table="l", create=True, budget_per_unit=1.0).close()  # the owner
+        PostgresLedger(app, table="l", schema=schema)  # the serving role cannot migrate
+    PostgresLedger(owner, table="l", create=True, budget_per_unit=1.0, schema=schema).close()
     with psycopg.connect(owner) as conn:
-        overloads = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'l_charge'")
+        overloads = conn.execute(
+            "SELECT count(*) FROM pg_proc WHERE proname = 'l_charge'"
+            " AND pronamespace = to_regnamespace(%s)",
+            (schema,),
+        )
         assert overloads.fetchone() == (1,)
-    assert PostgresLedger(app, table="l").charge("after", ["a"], 0.25).granted
+    assert PostgresLedger(app, table="l", schema=schema).charge("after", ["a"], 0.25).granted

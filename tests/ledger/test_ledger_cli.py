@@ -74,6 +74,9 @@ def test_operator_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main([*init, "--budget-per-unit", "1"]) == 0
     assert "differs" in _fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"])
     assert "PostgreSQL" in _fails([*init, "--budget-per-unit", "1", "--grant-to", "app"])
+    assert "--schema is for PostgreSQL" in _fails(
+        ["ledger", "status", "--sqlite", db, "--schema", "s"]
+    )
     assert "choose one with --table" in _fails(["ledger", "export", "--sqlite", db])
     assert "no table 'nope'" in _fails(["ledger", "status", "--sqlite", db, "--table", "nope"])
     (tmp_path / "app.db").write_text("not a database")

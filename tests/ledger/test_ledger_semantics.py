@@ -17,7 +17,7 @@ from dprag_core.accounting.ledger import (
     PostgresTimeouts,
     SQLiteLedger,
 )
-from dprag_core.accounting.stores.amounts import SCALE
+from dprag_core.accounting.stores.amounts import SCALE, to_units
 
 
 def test_unknown_units_start_with_the_budget(make_ledger: LedgerFactory) -> None:
@@ -88,6 +88,20 @@ def test_empty_charge_is_granted_and_records_nothing(make_ledger: LedgerFactory)
     led = make_ledger(budget_per_unit=1.0)
     assert led.charge("q", [], 5.0).granted
     assert list(led.audit_log()) == []
+
+
+def test_repeated_units_in_one_charge_are_refused_by_every_backend(
+    make_ledger: LedgerFactory,
+) -> None:
+    """The backend itself, not only ``charge`` (which de-duplicates), refuses a repeated
+    unit: one debit and one audit row per unit, so the audit log is the budget's record."""
+    led = make_ledger(budget_per_unit=1.0)
+    with pytest.raises(ValueError, match="distinct units"):
+        led._charge("q", ["a"] * 100, to_units("cost", 0.6))
+    assert list(led.audit_log()) == [] and led.remaining(["a"]) == {"a": 1.0}
+    assert led.status().total_spent == 0.0 and led.total_spent() == 0.0
+    assert led.charge("q", ["a"] * 100, 0.6).granted  # de-duplicated: one debit, one row
+    assert [e.unit for e in led.audit_log()] == ["a"] and led.total_spent() == 0.6
 
 
 @pytest.mark.parametrize("cost", [-0.1, float("nan"), float("inf")])

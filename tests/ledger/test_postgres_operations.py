@@ -176,16 +176,17 @@ def test_a_runtime_role_charges_and_reads_but_cannot_rewrite_history(
         acc = PostgresCorpusAccountant(as_app, total=Budget(2.0), table=corpus, create=False)
         acc.charge(Budget(0.5), query_id="q1")
         assert acc.queries == 1
-        # create=True needs no owner rights on a complete schema
-        PostgresLedger(as_app, budget_per_unit=1.0, table=table, create=True).close()
+        # create=True is the owner's step: the serving role is refused, the owner named
+        with pytest.raises(LedgerUnavailable, match="schema dprag is owned by role 'dprag'"):
+            PostgresLedger(as_app, budget_per_unit=1.0, table=table, create=True)
         with psycopg.connect(as_app, autocommit=True) as conn:
             for attack in (
-                f"DELETE FROM {table}_audit",
-                f"UPDATE {table}_units SET remaining = 1000000000000",
-                f"ALTER TABLE {table}_audit DISABLE TRIGGER ALL",
-                f"TRUNCATE {table}_audit",
-                f"UPDATE {corpus}_budget SET spent_epsilon = 0",
-                f"DELETE FROM {corpus}_charges",
+                f"DELETE FROM dprag.{table}_audit",
+                f"UPDATE dprag.{table}_units SET remaining = 1000000000000",
+                f"ALTER TABLE dprag.{table}_audit DISABLE TRIGGER ALL",
+                f"TRUNCATE dprag.{table}_audit",
+                f"UPDATE dprag.{corpus}_budget SET spent_epsilon = 0",
+                f"DELETE FROM dprag.{corpus}_charges",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(attack)

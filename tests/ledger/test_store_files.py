@@ -354,9 +354,9 @@ def test_postgres_read_only_access_reads_and_never_charges(table: str, runtime_r
         Budget(0.5), query_id="q1"
     )
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        conn.execute(f"GRANT USAGE ON SCHEMA public TO {runtime_role}")
+        conn.execute(f"GRANT USAGE ON SCHEMA dprag TO {runtime_role}")
         for suffix in ("meta", "store", "budget", "charges"):
-            conn.execute(f"GRANT SELECT ON {table}_{suffix} TO {runtime_role}")
+            conn.execute(f"GRANT SELECT ON dprag.{table}_{suffix} TO {runtime_role}")
     for dsn, refusal in (
         (dsn_with(user=runtime_role), "lacks a right"),
         (dsn_with(options="-c default_transaction_read_only=on"), "read-only here"),

@@ -58,6 +58,7 @@ __all__ = [
     "Ledger",
     "check_units",
     "histogram_bin",
+    "require_distinct",
     "same_charge",
 ]
 
@@ -111,6 +112,24 @@ def check_units(units: Iterable[str]) -> list[str]:
     if not isinstance(units, Iterable):
         raise TypeError(f"units must be an iterable of unit-id strings, got {type(units).__name__}")
     return sorted({check_id("units", u) for u in units})
+
+
+def require_distinct(units: list[str]) -> list[str]:
+    """``units`` as given, when no unit repeats: a charge debits each unit once and writes
+    one audit row for it (the audit log is the budget's own record).
+
+    :meth:`Ledger.charge` de-duplicates; a backend's ``_charge`` refuses repeats.
+
+    >>> require_distinct(["a", "b"])
+    ['a', 'b']
+    >>> require_distinct(["a", "a"])
+    Traceback (most recent call last):
+    ...
+    ValueError: the charge was refused: a charge needs distinct units
+    """
+    if len(set(units)) != len(units):
+        raise ValueError("the charge was refused: a charge needs distinct units")
+    return units
 
 
 def same_charge(recorded: Iterable[tuple[str, int]], units: list[str], cost: int) -> bool:

@@ -16,7 +16,12 @@ import threading
 import time
 from collections.abc import Iterator
 
-from dprag_core.accounting.ledger.base import Ledger, histogram_bin, same_charge
+from dprag_core.accounting.ledger.base import (
+    Ledger,
+    histogram_bin,
+    require_distinct,
+    same_charge,
+)
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import from_units
 from dprag_core.accounting.stores.errors import reused_id
@@ -53,6 +58,7 @@ class InMemoryLedger(Ledger):
             return list(self._charged.get(query_id, ()))
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
+        require_distinct(units)
         with self._lock:
             if query_id in self._charged:
                 if same_charge(self._charged[query_id], units, cost):

@@ -43,6 +43,7 @@ from dprag_core.accounting.stores.pgschema import (
     append_only,
     open_postgres,
 )
+from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.accounting.stores.postgres import PostgresTimeouts
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 
 # The whole charge runs server-side in one statement (one round trip, one
 # transaction), as the schema owner (SECURITY DEFINER, fixed search_path). It
-# refuses a bad cost, reads the per-unit budget from the store, and takes a
+# refuses a bad cost and repeated units (one audit row per debit: the audit log
+# is the budget's own record), reads the per-unit budget from the store, and takes a
 # transaction lock on the query id. Without units it is a claim (Ledger.claim):
 # the id is recorded in the queries table unless it is there or in the audit
 # log already. Inside a sub-transaction it appends the
@@ -74,6 +76,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'DPBAD',
             MESSAGE = 'a charge needs a query id, units and a cost in [0, 1e18]';
     END IF;
+    IF (SELECT count(DISTINCT x.u) FROM unnest(us) AS x(u)) <> cardinality(us) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a charge needs distinct units';
+    END IF;
     lacking := '{{}}';
     SELECT m.value INTO b FROM {meta} AS m WHERE m.key = 'budget';
     PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
@@ -92,7 +97,7 @@ BEGIN
     SELECT array_agg(a.unit ORDER BY a.unit), bool_and(a.cost = c) INTO done, same
         FROM {audit} AS a WHERE a.query_id = q;
     IF done IS NOT NULL THEN
-        IF same AND done = (SELECT array_agg(DISTINCT x.u ORDER BY x.u) FROM unnest(us) AS x(u))
+        IF same AND done = (SELECT array_agg(x.u ORDER BY x.u) FROM unnest(us) AS x(u))
         THEN
             outcome := 'recorded';
             RETURN;
@@ -103,15 +108,14 @@ BEGIN
         -- the audit rows first: the unit rows below stay locked until the commit, so
         -- nothing else runs while they are held
         INSERT INTO {audit}(query_id, unit, cost, at)
-            SELECT DISTINCT q, x.u, c, extract(epoch FROM clock_timestamp())
-            FROM unnest(us) AS x(u);
+            SELECT q, x.u, c, extract(epoch FROM clock_timestamp()) FROM unnest(us) AS x(u);
         -- one statement inserts the new units, locks every unit row in unit order (so
         -- overlapping charges queue instead of deadlocking) and debits it; a unit left
         -- below zero lacked the cost: the sub-transaction rolls all of it back (the
         -- audit rows too)
         WITH debited AS (
             INSERT INTO {units} AS u (unit, remaining)
-                SELECT DISTINCT x.u, b - c FROM unnest(us) AS x(u) ORDER BY 1
+                SELECT x.u, b - c FROM unnest(us) AS x(u) ORDER BY 1
             ON CONFLICT (unit) DO UPDATE SET remaining = u.remaining - c
             RETURNING u.unit, u.remaining
         )
@@ -171,7 +175,10 @@ class PostgresLedger(PostgresBacked, Ledger):
     (:class:`~dprag_core.accounting.stores.postgres.PostgresTimeouts`).
     ``create``: create or migrate a missing or outdated schema (the owner's
     rights); without it (serving roles) one is refused. ``grant_to``: with
-    ``create``, grant that serving role the runtime rights.
+    ``create``, grant that serving role the runtime rights. ``schema``: the
+    PostgreSQL schema the store lives in, one of its own: no role but its
+    owner may create or own anything in it (checked at every open,
+    :mod:`~dprag_core.accounting.stores.pgtrust`).
 
     >>> PostgresLedger("host=127.0.0.1 port=1",
     ...                timeouts=PostgresTimeouts(connect=1))  # doctest: +ELLIPSIS
@@ -190,6 +197,7 @@ class PostgresLedger(PostgresBacked, Ledger):
         timeouts: PostgresTimeouts | None = None,
         create: bool = False,
         grant_to: str | None = None,
+        schema: str = DEFAULT_SCHEMA,
     ) -> None:
         given = None
         if budget_per_unit is not None:
@@ -204,6 +212,7 @@ class PostgresLedger(PostgresBacked, Ledger):
             needs="budget_per_unit" if given is None else None,
             timeouts=timeouts,
             grant_to=grant_to,
+            schema=schema,
             settings=[(_SETTINGS, (given,))],
         )
         self.label = self._store.label

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dprag_core.accounting.ledger.base import Ledger, same_charge
+from dprag_core.accounting.ledger.base import Ledger, require_distinct, same_charge
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
@@ -139,7 +139,7 @@ class SQLiteLedger(Ledger):
         return self._store.path
 
     def _charge(self, query_id: str, units: list[str], cost: int) -> tuple[str, list[str]]:
-        payload = json.dumps(units)
+        payload = json.dumps(require_distinct(units))
         with self._store.write(charge=True) as conn:
             recorded = conn.execute(
                 "SELECT unit, cost FROM audit WHERE query_id = ?", (query_id,)

@@ -3,17 +3,24 @@
 A store is a set of tables under one prefix (``{table}_meta``,
 ``{table}_store`` and its own), a ``SECURITY DEFINER`` charge function
 (``{table}_charge``, owned by the schema owner, fixed ``search_path``) and an
-append-only trigger function. ``{table}_store`` records the store's kind and
-identity (``name``); ``{table}_meta`` its schema version.
+append-only trigger function, all in one PostgreSQL schema that no other
+role can create in (``schema=``, default ``dprag``; checked at every open by
+:mod:`~dprag_core.accounting.stores.pgtrust`). ``{table}_store`` records the
+store's kind and identity (``name``); ``{table}_meta`` its schema version.
 
-* **Inspection** reads ``pg_class`` and ``pg_proc`` of the role's current
-  schema in one statement (one snapshot): a store being created by another
-  session is seen whole or not at all.
+* **Inspection** reads ``pg_class`` and ``pg_proc`` of the store's schema in
+  one statement (one snapshot): a store being created by another session is
+  seen whole or not at all.
+* **Calls** name the charge function with its schema and cast every argument
+  to the function's own types, so no overload planted elsewhere (a literal
+  0 would otherwise arrive as ``smallint`` and pick one) is ever chosen.
 * **Creation and migration** (``create=True``, the owner's job) hold a
   session-level advisory lock on the prefix and start their transaction after
   taking it, so N sessions creating or migrating the same store at once all
   succeed: one creates, the others find it made. A partly missing store is
-  never repaired (that would reset budgets).
+  never repaired (that would reset budgets). A store an earlier version kept
+  in the DSN's own schema (``public``, or the DSN's ``search_path``) is moved
+  into the store's schema, once its objects are found to be the owner's.
 * **Least privilege.** The serving role gets ``USAGE`` on the schema,
   ``SELECT`` on the tables and ``EXECUTE`` on the charge function, nothing
   else. The charge function takes only the query id and the cost; it refuses
@@ -37,6 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 from dprag_core.accounting.stores.amounts import check_table, open_options
 from dprag_core.accounting.stores.errors import LedgerUnavailable, incomplete, reused_id
+from dprag_core.accounting.stores.pgtrust import (
+    DEFAULT_SCHEMA,
+    check_schema,
+    check_schema_name,
+    ensure_schema,
+    not_safe,
+    owned_by_another,
+)
 from dprag_core.accounting.stores.postgres import (
     INIT_HINT,
     PostgresStore,
@@ -58,11 +73,15 @@ __all__ = [
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 3
-"""Version 3: identity table, refusal counts, charge functions without caller-chosen budgets."""
+SCHEMA_VERSION = 4
+"""Version 4: a schema of the store's own, owner-checked at every open; schema-qualified,
+typed charge calls; a ledger charge refuses repeated units. (3: identity table, refusal
+counts, charge functions without caller-chosen budgets.)"""
 
 _LOCK_TAG = "dprag-schema:"
 _ROLE = re.compile(r"[a-z_][a-z0-9_]*")
+_UNQUALIFIED = frozenset({"audit_query"})  # an index is named without its (its table's) schema
+_CATALOG_TYPES = {"bigint": "int8"}  # the names under which pg_catalog knows these types
 
 
 @dataclass(frozen=True)
@@ -102,22 +121,27 @@ def append_only(table: str) -> tuple[str, str]:
     )
 
 
-def postgres_stores(store: PostgresStore) -> list[tuple[str, str]]:
-    """(kind, table prefix) of every dprag store in the role's current schema, by prefix."""
+def postgres_stores(store: PostgresStore, schema: str = DEFAULT_SCHEMA) -> list[tuple[str, str]]:
+    """(kind, table prefix) of every dprag store in ``schema`` this role may read, by prefix.
+
+    Stores granted to other roles are left out (a serving role sees its own).
+    """
 
     def work(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
         sql = psycopg_module().sql
         found = []
         for (relname,) in conn.execute(
-            "SELECT c.relname FROM pg_class AS c"
-            " WHERE c.relnamespace = to_regnamespace(current_schema()) AND c.relkind = 'r'"
-            " AND right(c.relname, 6) = '_store' AND (SELECT count(*) FROM pg_attribute AS a"
+            "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relkind = 'r' AND right(c.relname, 6) = '_store'"
+            " AND has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')"
+            " AND (SELECT count(*) FROM pg_attribute AS a"
             "   WHERE a.attrelid = c.oid AND a.attname IN ('id', 'kind', 'name')) = 3"
-            " ORDER BY 1"
+            " ORDER BY 1",
+            (schema,),
         ).fetchall():
             prefix = relname[: -len("_store")]
             row = conn.execute(
-                sql.SQL("SELECT kind FROM {} WHERE id = 1").format(sql.Identifier(relname))
+                sql.SQL("SELECT kind FROM {} WHERE id = 1").format(sql.Identifier(schema, relname))
             ).fetchone()
             if row is not None and _ROLE.fullmatch(prefix):
                 found.append((str(row[0]), prefix))
@@ -147,16 +171,17 @@ def check_role(role: object) -> str:
 class PostgresSchema:
     """Names, inspection, creation, migration and grants of one prefixed store.
 
-    >>> from dprag_core.accounting.stores.postgres import PostgresTimeouts
     >>> spec = PostgresSpec("corpus budget", {"budget": "id integer"}, (), "", "text")
-    >>> sorted(PostgresSchema("c", spec).tables)
-    ['budget', 'meta', 'store']
+    >>> schema = PostgresSchema("c", spec)
+    >>> sorted(schema.tables), schema.schema
+    (['budget', 'meta', 'store'], 'dprag')
     """
 
-    def __init__(self, table: str, spec: PostgresSpec) -> None:
+    def __init__(self, table: str, spec: PostgresSpec, schema: str = DEFAULT_SCHEMA) -> None:
         self.table = check_table(table)
+        self.schema = check_schema_name(schema)
         self.spec = spec
-        self._composed: dict[tuple[str, str | None], Any] = {}
+        self._composed: dict[tuple[str, str], Any] = {}
         self.tables = {
             "meta": "key text PRIMARY KEY, value bigint NOT NULL",
             "store": "id integer PRIMARY KEY CHECK (id = 1), kind text NOT NULL,"
@@ -175,43 +200,75 @@ class PostgresSchema:
         return names
 
     def sql(self, text: str, schema: str | None = None) -> Any:
-        """``text`` with ``{suffix}`` placeholders as identifiers (schema-qualified if given).
+        """``text`` with ``{suffix}`` placeholders as identifiers, named with their schema.
 
-        Composed once per text (a charge runs the same statement every time).
+        ``schema``: another schema than the store's (an earlier version's
+        location). Composed once per text (a charge runs the same statement
+        every time).
         """
-        key = (text, schema)
+        key = (text, schema or self.schema)
         if key not in self._composed:
-            self._composed[key] = self._compose(text, schema)
+            self._composed[key] = self._compose(text, key[1])
         return self._composed[key]
 
-    def _compose(self, text: str, schema: str | None) -> Any:
+    def _compose(self, text: str, schema: str) -> Any:
         sql = psycopg_module().sql
         ids = {
-            k: sql.Identifier(schema, v) if schema else sql.Identifier(v)
+            k: sql.Identifier(v) if k in _UNQUALIFIED else sql.Identifier(schema, v)
             for k, v in self.names().items()
         }
         return sql.SQL(text).format(tag=sql.Literal(self.table + ":"), **ids)
 
     # -- inspection --------------------------------------------------------------
 
-    def state(self, conn: psycopg.Connection[Any]) -> tuple[set[str], bool]:
-        """(suffixes of the tables present, whether the schema is current), from one snapshot."""
+    def state(
+        self, conn: psycopg.Connection[Any], schema: str | None = None
+    ) -> tuple[set[str], bool]:
+        """(suffixes of the tables present, whether the schema is current), from one snapshot.
+
+        ``schema``: look there instead of in the store's schema.
+        """
         names = self.names()
         row = conn.execute(
             "SELECT (SELECT coalesce(array_agg(c.relname), '{}') FROM pg_class AS c"
-            "   WHERE c.relnamespace = to_regnamespace(current_schema())"
+            "   JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE n.nspname = %s"
             "   AND c.relkind IN ('r', 'p') AND c.relname = ANY(%s)),"
             " (SELECT count(*) FROM pg_proc AS p"
-            "   WHERE p.pronamespace = to_regnamespace(current_schema()) AND p.proname = %s"
-            "   AND oidvectortypes(p.proargtypes) = %s)",
-            ([names[k] for k in self.tables], names["charge"], self.spec.charge_args),
+            "   JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+            "   AND p.proname = %s AND oidvectortypes(p.proargtypes) = %s)",
+            (
+                schema or self.schema,
+                [names[k] for k in self.tables],
+                schema or self.schema,
+                names["charge"],
+                self.spec.charge_args,
+            ),
         ).fetchone()
         found = set(row[0]) if row is not None else set()
         present = {k for k in self.tables if names[k] in found}
-        if present != set(self.tables) or row is None or not row[1]:
+        if (
+            schema not in (None, self.schema)
+            or present != set(self.tables)
+            or not row
+            or not row[1]
+        ):
             return present, False
         version = conn.execute(self.sql("SELECT value FROM {meta} WHERE key = 'schema'")).fetchone()
         return present, version is not None and version[0] >= SCHEMA_VERSION
+
+    def _located(
+        self, conn: psycopg.Connection[Any], dsn_schema: str | None
+    ) -> tuple[set[str], bool, str | None]:
+        """(tables present, current, earlier location), the store's schema looked at first.
+
+        When it holds none of the store's tables, an earlier version's store in
+        the DSN's own schema (``dsn_schema``) is reported, with its location.
+        """
+        present, current = self.state(conn)
+        if present or dsn_schema in (None, self.schema):
+            return present, current, None
+        found, _ = self.state(conn, dsn_schema)
+        return (found, False, dsn_schema) if found else (present, current, None)
 
     def _check_present(self, label: str, present: set[str]) -> bool:
         """True when the store exists (maybe outdated); raises when it is partly missing."""
@@ -241,8 +298,14 @@ class PostgresSchema:
         the runtime rights (needs ``create``).
         """
         role = None if grant_to is None else check_role(grant_to)
-        present, current = store.run(self.state)
-        if "store" in present:  # another kind of store under this prefix: say so first
+
+        def inspect(conn: psycopg.Connection[Any]) -> tuple[set[str], bool, str | None]:
+            # before any table is read; ``create`` is the owner's step: the schema must be its
+            check_schema(conn, self.schema, store.label, creating=create)
+            return self._located(conn, store.dsn_schema)
+
+        present, current, legacy = store.run(inspect)
+        if "store" in present and legacy is None:  # another kind of store here: say so first
             store.run(lambda conn: self._identity(conn, store.label, None))
         exists = self._check_present(store.label, present)
         if not current or role is not None:
@@ -251,7 +314,7 @@ class PostgresSchema:
                 raise LedgerUnavailable(
                     f"the {store.label} is {state}: {INIT_HINT}, or pass create=True as its owner"
                 )
-            store.run(lambda conn: self._create(conn, store.label, name, settings, role))
+            store.run(lambda conn: self._create(conn, store, name, settings, role))
         return store.run(lambda conn: self._identity(conn, store.label, name))
 
     def _identity(self, conn: psycopg.Connection[Any], label: str, name: str | None) -> str:
@@ -270,26 +333,72 @@ class PostgresSchema:
     def _create(
         self,
         conn: psycopg.Connection[Any],
-        label: str,
+        store: PostgresStore,
         name: str | None,
         settings: list[tuple[str, tuple[Any, ...]]],
         role: str | None,
     ) -> None:
-        """Create, migrate and grant under a session lock taken before the transaction."""
-        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (_LOCK_TAG + self.table,))
+        """Create, migrate and grant under a session lock taken before the transaction.
+
+        The schema is checked (:func:`check_schema`, as its owner) before
+        anything is written and again after, inside the same transaction.
+        """
+        label, lock = store.label, _LOCK_TAG + self.schema + "." + self.table
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (lock,))
         try:
             with conn.transaction():
                 if role is not None:
                     self._check_grantee(conn, role)
-                present, current = self.state(conn)
+                ensure_schema(conn, self.schema, label)
+                check_schema(conn, self.schema, label, creating=True)
+                present, current, legacy = self._located(conn, store.dsn_schema)
                 exists = self._check_present(label, present)
                 if not current:
+                    if legacy is not None:
+                        self._move(conn, legacy, present, label)
                     self._build(conn, exists, name, settings)
                 if role is not None:
                     self._grant(conn, role)
+                check_schema(conn, self.schema, label, creating=True)
         finally:
             with contextlib.suppress(Exception):  # a lost session has released it already
-                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (_LOCK_TAG + self.table,))
+                conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (lock,))
+
+    def _move(
+        self, conn: psycopg.Connection[Any], legacy: str, present: set[str], label: str
+    ) -> None:
+        """Move an earlier version's tables from ``legacy`` into the store's schema.
+
+        Only tables the current user owns move (another owner: refused, named);
+        the old functions are dropped (:meth:`_build` makes the new ones).
+        """
+        sql = psycopg_module().sql
+        names = self.names()
+        for suffix in sorted(present):
+            row = conn.execute(
+                "SELECT pg_get_userbyid(c.relowner), c.relowner = (SELECT r.oid FROM pg_roles AS r"
+                "   WHERE r.rolname = current_user)"
+                " FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = %s",
+                (legacy, names[suffix]),
+            ).fetchone()
+            if row is None or not row[1]:
+                table = f"table {legacy}.{names[suffix]} (an earlier version's store)"
+                who = f"role {'?' if row is None else row[0]!r}"
+                raise not_safe(label, owned_by_another(table, who, "the role running this step"))
+            conn.execute(
+                sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(
+                    sql.Identifier(legacy, names[suffix]), sql.Identifier(self.schema)
+                )
+            )
+        for (old,) in conn.execute(  # the old charge and trigger functions that are ours
+            "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+            " JOIN pg_namespace AS n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = %s AND p.proname IN (%s, %s)"
+            " AND p.proowner = (SELECT r.oid FROM pg_roles AS r WHERE r.rolname = current_user)",
+            (legacy, names["charge"], names["fn"]),
+        ).fetchall():
+            conn.execute(f"DROP FUNCTION {old} CASCADE")  # its triggers: _build remakes them
 
     def _build(
         self,
@@ -298,15 +407,12 @@ class PostgresSchema:
         name: str | None,
         settings: list[tuple[str, tuple[Any, ...]]],
     ) -> None:
-        row = conn.execute("SELECT current_schema()").fetchone()
-        if row is None or row[0] is None:
-            raise LedgerUnavailable("the PostgreSQL role has no current schema to create in")
-        schema = row[0]
         for suffix, body in self.tables.items():
             conn.execute(self.sql(f"CREATE TABLE IF NOT EXISTS {{{suffix}}} ({body})"))
         conn.execute(
             self.sql(
-                "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS"
+                "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql"
+                " SET search_path = pg_catalog, pg_temp AS"
                 " $$BEGIN RAISE EXCEPTION 'the audit log is append-only'; END$$"
             )
         )
@@ -320,7 +426,7 @@ class PostgresSchema:
                     "SELECT DISTINCT a.grantee::regrole::text FROM pg_class AS c,"
                     " aclexplode(c.relacl) AS a WHERE c.oid = to_regclass(%s)"
                     " AND a.privilege_type = 'SELECT' AND a.grantee NOT IN (0, c.relowner)",
-                    (self.names()["meta"],),
+                    (f'"{self.schema}"."{self.names()["meta"]}"',),
                 ).fetchall()
                 if _ROLE.fullmatch(r)
             ]
@@ -338,12 +444,12 @@ class PostgresSchema:
             conn.execute(self.sql(stmt))
         for (old,) in conn.execute(  # every other overload, e.g. version 2's (it took a budget)
             "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
-            " WHERE p.pronamespace = to_regnamespace(current_schema()) AND p.proname = %s"
-            " AND oidvectortypes(p.proargtypes) <> %s",
-            (self.names()["charge"], self.spec.charge_args),
+            " JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+            " AND p.proname = %s AND oidvectortypes(p.proargtypes) <> %s",
+            (self.schema, self.names()["charge"], self.spec.charge_args),
         ).fetchall():
             conn.execute(f"DROP FUNCTION {old}")
-        conn.execute(self.sql(self.spec.charge_sql, schema))
+        conn.execute(self.sql(self.spec.charge_sql))
         for fn in (f"{{charge}}({self.spec.charge_args})", "{fn}()"):
             conn.execute(self.sql(f"REVOKE ALL ON FUNCTION {fn} FROM PUBLIC"))
         for role in grantees:
@@ -358,15 +464,13 @@ class PostgresSchema:
 
     # -- least privilege ---------------------------------------------------------
 
-    @staticmethod
-    def _check_grantee(conn: psycopg.Connection[Any], role: str) -> None:
+    def _check_grantee(self, conn: psycopg.Connection[Any], role: str) -> None:
         row = conn.execute(
             "SELECT r.rolsuper, r.rolname = current_user,"
             " pg_has_role(r.rolname, current_user, 'MEMBER'),"
-            " r.oid = (SELECT n.nspowner FROM pg_namespace AS n"
-            "          WHERE n.nspname = current_schema())"
+            " r.oid = (SELECT n.nspowner FROM pg_namespace AS n WHERE n.nspname = %s)"
             " FROM pg_roles AS r WHERE r.rolname = %s",
-            (role,),
+            (self.schema, role),
         ).fetchone()
         if row is None:
             raise ValueError(
@@ -395,8 +499,7 @@ class PostgresSchema:
         """Give ``role`` exactly the runtime rights: read the tables, call the charge."""
         sql = psycopg_module().sql
         who = sql.Identifier(role)
-        row = conn.execute("SELECT current_schema()").fetchone()
-        schema = sql.Identifier(row[0] if row is not None else "public")
+        schema = sql.Identifier(self.schema)
         conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, who))
         for k in self.tables:
             conn.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(self.sql(f"{{{k}}}"), who))
@@ -411,16 +514,34 @@ class PostgresSchema:
     def call_charge(
         self, conn: psycopg.Connection[Any], values: tuple[Any, ...]
     ) -> tuple[Any, ...] | None:
-        """``SELECT * FROM charge(values)``: the one atomic charge (reused id: ``reused_id()``)."""
+        """``SELECT * FROM schema.charge(values)``: the one atomic charge, every argument
+        cast to the function's own type (reused id: ``reused_id()``; arguments the
+        function refuses, e.g. repeated units: ``ValueError`` with its fixed message)."""
         pg = psycopg_module()
-        args = ", ".join(["%s"] * len(values))
         try:
-            row = conn.execute(self.sql(f"SELECT * FROM {{charge}}({args})"), values).fetchone()
+            row = conn.execute(self.sql(self._call), values).fetchone()
         except pg.Error as exc:
-            if getattr(exc, "sqlstate", None) == "DPREU":
+            state = getattr(exc, "sqlstate", None)
+            if state == "DPREU":
                 raise reused_id() from None
+            if state == "DPBAD":
+                raise ValueError(f"the charge was refused: {exc.diag.message_primary}") from None
             raise
         return None if row is None else tuple(row)
+
+    @property
+    def _call(self) -> str:
+        """The charge call's text: ``SELECT * FROM {charge}(%s::pg_catalog.text, ...)``.
+
+        >>> spec = PostgresSpec("corpus budget", {}, (), "", "text, bigint, bigint")
+        >>> PostgresSchema("c", spec)._call
+        'SELECT * FROM {charge}(%s::pg_catalog.text, %s::pg_catalog.int8, %s::pg_catalog.int8)'
+        """
+        casts = (
+            "%s::pg_catalog." + _CATALOG_TYPES.get(t.strip(), t.strip())
+            for t in self.spec.charge_args.split(",")
+        )
+        return f"SELECT * FROM {{charge}}({', '.join(casts)})"
 
     def drop(self, store: PostgresStore) -> None:
         """Drop every table and function of this store (tests and teardown only)."""
@@ -430,7 +551,9 @@ class PostgresSchema:
                 for k in self.tables:
                     conn.execute(self.sql(f"DROP TABLE IF EXISTS {{{k}}} CASCADE"))
                 conn.execute(self.sql("DROP FUNCTION IF EXISTS {fn} CASCADE"))
-                conn.execute(self.sql("DROP FUNCTION IF EXISTS {charge}"))
+                conn.execute(
+                    self.sql(f"DROP FUNCTION IF EXISTS {{charge}}({self.spec.charge_args})")
+                )
 
         store.run(work)
 
@@ -482,12 +605,14 @@ def open_postgres(
     timeouts: PostgresTimeouts | None,
     grant_to: str | None,
     settings: list[tuple[str, tuple[Any, ...]]],
+    schema: str = DEFAULT_SCHEMA,
 ) -> tuple[PostgresSchema, PostgresStore, str]:
     """A PostgreSQL budget's constructor, once: options checked, the schema opened.
 
     ``needs``: the parameter creating requires and the caller left out;
-    ``settings``: the rows written when the store is created. Returns the
-    schema, the store and the store's recorded name.
+    ``settings``: the rows written when the store is created; ``schema``:
+    the PostgreSQL schema the store lives in. Returns the store's layout
+    (:class:`PostgresSchema`), the store and the store's recorded name.
 
     >>> from dprag_core.accounting.ledger import PostgresLedger  # its constructor calls it
     >>> PostgresLedger("postgresql://app@db/app")  # doctest: +SKIP
@@ -495,7 +620,7 @@ def open_postgres(
     checked, create, _ = open_options(name=name, create=create, needs=needs)
     if grant_to is not None and not create:
         raise ValueError("grant_to needs create=True (granting is the schema owner's step)")
-    schema = PostgresSchema(table, spec)
+    layout = PostgresSchema(table, spec, schema)
     store = PostgresStore(dsn, timeouts, label=f"PostgreSQL {spec.kind} {table!r}")
-    found = schema.open(store, create=create, name=checked, settings=settings, grant_to=grant_to)
-    return schema, store, found
+    found = layout.open(store, create=create, name=checked, settings=settings, grant_to=grant_to)
+    return layout, store, found

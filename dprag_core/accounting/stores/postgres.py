@@ -14,7 +14,11 @@ setting is ``timeouts=``). Every connection sets
   whose client has gone, instead of letting it commit later;
 * TCP keepalives and ``tcp_user_timeout``: a dead peer is noticed;
 * a client-side deadline (``statement + 2`` seconds): a server that stops
-  answering (paused, partitioned) gets its socket closed by this client.
+  answering (paused, partitioned) gets its socket closed by this client;
+* ``search_path = pg_catalog, pg_temp``: a name in dprag's statements never
+  resolves to an object another role planted in a schema the DSN searches
+  (every store object is named with its own schema,
+  :mod:`~dprag_core.accounting.stores.pgtrust`).
 
 A connection lost while a charge is in flight raises
 :class:`~dprag_core.accounting.stores.errors.LedgerOutcomeUnknown`: the server
@@ -48,6 +52,17 @@ __all__ = ["INIT_HINT", "PostgresStore", "PostgresTimeouts", "psycopg_module"]
 T = TypeVar("T")
 _RETRIES = 20
 _GRACE = 2.0
+# Once per connection, one round trip: the DSN's first schema (where stores of earlier
+# versions were kept), then a search path no other role can plant a name in (pg_temp,
+# this session's own, last), and on PostgreSQL 14+ the dead-client check.
+_SESSION_BEFORE_14 = (
+    "SELECT pg_catalog.current_schema(),"
+    " pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)"
+)
+_SESSION = (
+    _SESSION_BEFORE_14
+    + ", pg_catalog.set_config('client_connection_check_interval', '1000', false)"
+)
 INIT_HINT = "run `dprag ledger init` (docs/ledgers.md) as the schema owner"
 
 
@@ -227,6 +242,8 @@ class PostgresStore:
         self.__dsn = dsn
         self.timeouts = timeouts
         self.label = label
+        self.dsn_schema: str | None = None
+        """The schema the DSN's own search path puts first (known once connected)."""
         self._local = threading.local()
 
     def conn(self) -> psycopg.Connection[Any]:
@@ -242,12 +259,14 @@ class PostgresStore:
             if own:  # the DSN's own options stay; the bounds are added after them
                 params["options"] = f"{own} {params['options']}"
             conn = pg.connect(self.__dsn, autocommit=True, **params)
-            if conn.info.server_version >= 140000:
-                conn.execute("SET client_connection_check_interval = 1000")
+            row = conn.execute(
+                _SESSION if conn.info.server_version >= 140000 else _SESSION_BEFORE_14
+            ).fetchone()
         except pg.Error:
             raise LedgerUnavailable(
                 f"the {self.label} is unreachable (check the DSN and that the server is up)"
             ) from None
+        self.dsn_schema = None if row is None or row[0] is None else str(row[0])
         local.conn, local.pid = conn, os.getpid()
         return conn
 
