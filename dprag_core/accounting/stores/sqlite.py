@@ -356,15 +356,15 @@ class SQLiteStore:
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
 
-    def listed(self) -> list[tuple[str, str]]:
-        """(kind, catalog key) of every store this file holds, sorted by key.
+    def listed(self) -> list[tuple[str, str, str]]:
+        """(kind, catalog key, name) of every store this file holds, sorted by kind and key.
 
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "e.db")
         >>> SQLiteStore(path, busy_timeout=1.0, label="file", create=True).listed()
         []
         """
-        return sorted((s.kind, key) for key, s in self._listed.items())
+        return sorted((s.kind, key, s.name) for key, s in self._listed.items())
 
     def open(self, spec: SQLiteSpec, *, create: bool, name: str | None) -> str:
         """Open (or, with ``create``, create) the store ``spec``; return its recorded name.
