@@ -105,7 +105,9 @@ def test_a_second_store_of_one_name_is_refused_naming_the_first(
 def test_opening_by_name_reaches_the_store_wherever_it_was_created(tmp_path: Path) -> None:
     path = tmp_path / "srv" / "budgets.db"
     path.parent.mkdir()
-    acc = SQLiteCorpusAccountant(path, total=Budget(3.0), table="notes", name="records", create=True)
+    acc = SQLiteCorpusAccountant(
+        path, total=Budget(3.0), table="notes", name="records", create=True
+    )
     acc.charge(Budget(1.0))
     again = SQLiteCorpusAccountant(name="records", table="notes")
     assert (again.path, again.spent_epsilon) == (path, 1.0)
@@ -114,7 +116,7 @@ def test_opening_by_name_reaches_the_store_wherever_it_was_created(tmp_path: Pat
     with pytest.raises(LedgerUnavailable, match="create=True") as info:
         SQLiteCorpusAccountant(name="nobody")
     assert str(Path(os.environ[BUDGET_DIR_ENV]) / "nobody.db") in str(info.value)
-    with pytest.raises(TypeError, match="give path .* or name"):
+    with pytest.raises(TypeError, match=r"give path .* or name"):
         SQLiteCorpusAccountant(total=Budget(1.0), create=True)
 
 
@@ -241,9 +243,9 @@ def test_cli_errors_speak_in_flags_not_python_keywords(
         _fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--name", "x y"]),
         _fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--table", "Bad"]),
         _fails(["ledger", "status", "--sqlite", db, "--table", "nope"]),
-        _fails(["ledger", "init", "--sqlite", str(tmp_path / "c.db"), "--name", "records",
-                "--corpus-epsilon", "2", "--corpus-delta", "0"]),  # fmt: skip
-    ]
+        _fails(["ledger", "init", "--sqlite", str(tmp_path / "c.db"), "--corpus-epsilon", "2",
+                "--corpus-delta", "0", "--name", "records"]),  # a second budget of the name
+    ]  # fmt: skip
     assert "dprag ledger init" in messages[0] and "--corpus-epsilon 3" in messages[1]
     assert "--budget-per-unit" in messages[2] and messages[3].count("--name") == 1
     for message in messages:
