@@ -19,10 +19,8 @@ def test_quickstart_answers_right(
     mechanism: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
 ) -> None:
-    state = str(tmp_path / "state.db")
-    argv = [str(EXAMPLE), "--mechanism", mechanism, "--state", state, "--seed", "0"]
+    argv = [str(EXAMPLE), "--mechanism", mechanism, "--seed", "0"]  # its budget: conftest.py's
     monkeypatch.setattr(sys, "argv", argv)
     example = runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out

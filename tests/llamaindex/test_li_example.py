@@ -23,12 +23,9 @@ def load_example() -> Any:
 
 
 @pytest.mark.parametrize("mechanism", ["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"])
-def test_quickstart_answers_right(
-    mechanism: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    example = load_example()
-    state = str(tmp_path / "state.db")
-    example.main(["--mechanism", mechanism, "--state", state, "--seed", "0"])
+def test_quickstart_answers_right(mechanism: str, capsys: pytest.CaptureFixture[str]) -> None:
+    example = load_example()  # its budget: this test's own budget directory (conftest.py)
+    example.main(["--mechanism", mechanism, "--seed", "0"])
     out = capsys.readouterr().out
     assert example.FACT.support == 16
     answer = re.search(r"^answer: (.*)$", out, re.M)
