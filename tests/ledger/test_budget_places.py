@@ -250,3 +250,26 @@ def test_cli_errors_speak_in_flags_not_python_keywords(
     assert "--budget-per-unit" in messages[2] and messages[3].count("--name") == 1
     for message in messages:
         assert not PYTHON_WORDS.search(message), message
+
+
+def test_a_moved_budget_is_found_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget_home: Path
+) -> None:
+    """docs/ledgers.md's recipe: back up, delete the old file, init the copy."""
+    import sqlite3
+
+    monkeypatch.delenv("DPRAG_LEDGER_DSN", raising=False)
+    budget = SQLiteCorpusAccountant(name="records", total=Budget(5.0, 1e-5), create=True)
+    budget.charge(Budget(2.0, 1e-6))
+    old, new = budget.path, tmp_path / "disk2" / "records.db"
+    new.parent.mkdir()
+    with sqlite3.connect(old) as source, sqlite3.connect(new) as copy:
+        source.backup(copy)
+    budget.close()
+    for leftover in old.parent.glob("records.db*"):
+        leftover.unlink()
+    init = ["ledger", "init", "--sqlite", str(new), "--name", "records"]
+    assert main([*init, "--corpus-epsilon", "5", "--corpus-delta", "1e-5"]) == 0
+    moved = SQLiteCorpusAccountant(name="records")
+    assert (moved.path, moved.spent_epsilon, moved.spent_delta) == (new, 2.0, 1e-6)
+    assert not old.exists()
