@@ -41,7 +41,7 @@ in traces.
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
 >>> budget = SQLiteCorpusAccountant(
-...     "budget.db", total=Budget(10.0, 1e-5), create=True)  # doctest: +SKIP
+...     name="records", total=Budget(10.0, 1e-5), create=True)  # doctest: +SKIP
 >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget)  # doctest: +SKIP
 >>> chain.invoke("Which drug treats migraine?").answer  # doctest: +SKIP
 """
@@ -368,7 +368,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     retriever_honours_k: StrictBool = False
     """Your promise that ``retriever.invoke(q, k=k)`` returns the store's first min(k, N)."""
     accountant: CorpusAccountant | None = None
-    """E.g. ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5), create=True)``."""
+    """E.g. ``SQLiteCorpusAccountant(name="records", total=Budget(10, 1e-5), create=True)``."""
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
     """The longest question accepted, in tokens of the mechanism's model."""
     rng: RngLike = None
