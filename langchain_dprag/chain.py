@@ -230,8 +230,20 @@ class _Form:
 
 
 def query_id_of(run_manager: CallbackManagerForChainRun, config: RunnableConfig) -> str:
-    """The query id: ``configurable[QUERY_ID_KEY]`` if given, else the chain run's ``run_id``."""
-    chosen = (config.get("configurable") or {}).get(QUERY_ID_KEY)
+    """The query id: ``configurable[QUERY_ID_KEY]`` if given, else the chain run's ``run_id``.
+
+    Another ``dprag_``-prefixed ``configurable`` key is refused before the charge
+    (a misspelt ``dprag_query_idd`` silently read as "no id" would lose the
+    retry-once protection), naming the key dprag reads.
+    """
+    configurable = config.get("configurable") or {}
+    unknown = sorted(k for k in configurable if k.startswith("dprag_") and k != QUERY_ID_KEY)
+    if unknown:
+        raise ValueError(
+            f"configurable key {unknown[0]!r} is not one dprag reads: the query id's key is "
+            f"{QUERY_ID_KEY!r} (the only dprag_ key of configurable)"
+        )
+    chosen = configurable.get(QUERY_ID_KEY)
     return str(run_manager.run_id) if chosen is None else chosen
 
 

@@ -95,7 +95,7 @@ class Block:
 
     @property
     def command(self) -> str | None:
-        """"python" or "bash" for a command block, else None."""
+        """ "python" or "bash" for a command block, else None."""
         return LANGUAGES.get(self.language)
 
 
@@ -204,3 +204,30 @@ def run(chosen: list[Block], folder: Path, *, timeout: float = 1500) -> Session:
         started = _STARTED.findall(done.stderr)
         session.failed = started[-1] if started else "(before the first block)"
     return session
+
+
+def documented_commands(example: Path) -> list[str]:
+    """The commands an example's docstring documents, in its order: its usage line
+    (``python examples/x.py --mechanism a  # or b, c``) once per mechanism it names."""
+    usage = re.search(
+        r"^\s+(python \S+ --mechanism) (\w+)\s+#\s*(?:or )?([\w, ]+)$",
+        example.read_text(encoding="utf-8"),
+        re.M,
+    )
+    assert usage, f"{example.name}: no usage line 'python ... --mechanism a  # or b, c'"
+    names = [usage.group(2), *re.findall(r"\w+", usage.group(3))]
+    return [f"{usage.group(1)} {name}" for name in names]
+
+
+def run_command(
+    command: str, folder: Path, *, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """One shell command, as a reader types it, in ``folder`` (:func:`environment`)."""
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=folder,
+        env=environment(folder),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
