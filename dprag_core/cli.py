@@ -1,14 +1,17 @@
-"""The ``dprag`` command.
+"""The dprag command: the offline demo, and the ledger commands.
 
-``dprag demo`` runs offline: it generates a synthetic private corpus of
-fictional patients (invented diseases and treatments no model knows), indexes
-it with MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions
-with non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
-MuRAG through
-:class:`~dprag_core.pipeline.PrivateRAG`, printing each answer with its
-(epsilon, delta) and its time. The DP mechanisms share one durable corpus-level
-accountant; MuRAG charges its per-patient ledger. ``--model`` takes any
-transformers model name or path (default: the project's reader LM).
+dprag demo runs offline: it generates a synthetic private corpus of fictional
+patients (invented diseases and treatments no model knows), indexes it with
+MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions with
+non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
+MuRAG through PrivateRAG, printing each answer with its (epsilon, delta) and
+its time. The DP mechanisms share one durable corpus-level accountant; MuRAG
+charges its per-patient ledger; both live in a temporary folder, removed at
+the end (the corpus is made anew by every run). --model takes any transformers
+model name or path (default: the project's reader LM). dprag ledger creates,
+shows and exports budgets.
+
+(This docstring is the command's --help text: plain text, no markup.)
 """
 
 from __future__ import annotations

@@ -75,8 +75,8 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
     ``create``: create the budget (and the file, mode 0600) if it does not
     exist; without it a missing file or budget is refused, so a typo or a
     relative path opened from another directory never starts a fresh budget.
-    Creating refuses a relative path, and a second corpus budget of the same
-    name on this host (a corpus has one budget). ``total``: the
+    Creating refuses a relative path, and, when ``name`` is given, a second
+    corpus budget of that name on this host (a corpus has one budget). ``total``: the
     corpus budget, needed to create; when opening, None reads the recorded
     one and any other total raises ``ValueError`` (a budget is never reset or
     enlarged). ``table``: table-name prefix, to keep several budgets in one

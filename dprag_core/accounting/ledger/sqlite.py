@@ -71,10 +71,11 @@ class SQLiteLedger(Ledger):
     found from any working directory (beside the corpus budget of the same
     name: :mod:`~dprag_core.accounting.stores.places`). ``create``: create
     the ledger (and the file, mode 0600) if it does not exist; without it a
-    missing file or ledger is refused; creating refuses a relative path and a
-    second per-unit ledger of the same name on this host. ``budget_per_unit``: needed to
-    create; when opening, None reads the recorded one and any other value
-    than the recorded one raises ``ValueError``. ``name``: the ledger's
+    missing file or ledger is refused; creating refuses a relative path and,
+    when ``name`` is given, a second per-unit ledger of that name on this
+    host. ``budget_per_unit``: needed to create; when opening, None reads
+    the recorded one and any other value than the recorded one raises
+    ``ValueError``. ``name``: the ledger's
     identity, recorded at creation (default ``"ledger"``) and checked when
     given on opening. ``read_only``: open for reading only (also automatic
     for a file this process cannot write). The file may also hold

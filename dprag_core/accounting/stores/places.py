@@ -11,13 +11,15 @@ give each one a fresh budget. So:
   --name records``) lives in :func:`budget_dir`: ``$DPRAG_BUDGET_DIR``, else
   ``$XDG_DATA_HOME/dprag``, else ``~/.local/share/dprag`` (created owner-only,
   0700), in the file ``<name>.db``, whatever the working directory.
-* **One store per name.** Every store created with ``create=True`` is
-  registered under its kind and name (its identity: ``name=``, by default
-  its table) in the directory's ``names/`` register, with its absolute path
-  and table. Creating a store of that kind and name anywhere else on the host
-  is refused, naming the one that exists, as long as that file exists
-  (deleting a budget's file is the one way to retire it). Opening by name
-  reaches the registered store wherever it was created.
+* **One store per name.** A store created with ``create=True`` and a
+  ``name`` (the corpus's identity) is registered under its kind and name in
+  the directory's ``names/`` register, with its absolute path and table.
+  Creating a store of that kind and name anywhere else on the host is
+  refused, naming the one that exists, as long as that file exists (deleting
+  a budget's file is the one way to retire it). Opening by name reaches the
+  registered store wherever it was created. A store created without a name
+  (at an absolute path) names no corpus, so nothing is registered or checked
+  for it: name your corpus's budget.
 * **No relative path is created.** ``create=True`` with a relative path is
   refused before anything is written (:func:`creatable_path`).
 

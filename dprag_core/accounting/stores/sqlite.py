@@ -598,8 +598,9 @@ def open_sqlite(
 
     ``path`` None: the store named ``name`` in the per-user budget directory
     (:mod:`~dprag_core.accounting.stores.places`: registered, else
-    ``<name>.db``). Creating refuses a relative path and a second store of the
-    same kind and name on this host (``places.claim``). ``what`` names the
+    ``<name>.db``). Creating refuses a relative path, and, when a ``name`` is
+    given, a second store of the same kind and name on this host
+    (``places.claim``). ``what`` names the
     store in messages (the label adds the file's path); ``needs``: the
     parameter creating requires and the caller left out. Returns the store and
     the store's recorded name.
@@ -637,8 +638,7 @@ def open_sqlite(
         )
         return store, store.open(spec, create=create, name=checked)
 
-    if not create or read_only:
+    if not create or read_only or checked is None:  # no name given: no corpus identity
         return opened()
-    identity = checked or spec.key.rsplit(":", 1)[-1]
-    with places.claim(spec.kind, identity, file.absolute(), spec.key):
+    with places.claim(spec.kind, checked, file.absolute(), spec.key):
         return opened()
