@@ -231,3 +231,36 @@ def run_command(
         text=True,
         timeout=timeout,
     )
+
+
+def run_example_in_order(
+    example: Path, folder: Path, lines: tuple[str, ...], printed: tuple[str, ...] = ()
+) -> list[str]:
+    """Run ``example``'s documented commands in order in ``folder``: each succeeds, each
+    answer line (``lines``: ``"answer"``, ...) names the treatment that 16 records of the
+    examples' corpus support, each run prints ``printed``, and no record is ever printed.
+    Returns the commands."""
+    from dprag_core.eval.metrics import match
+    from dprag_core.eval.synthetic import make_corpus
+
+    corpus = make_corpus(n_diseases=4, max_support=16, seed=0)
+    gold = corpus.questions_of("treatment")[0]
+    commands = documented_commands(example)
+    for command in commands:
+        done = run_command(command, folder)
+        assert done.returncode == 0, f"{command}:\n{done.stderr[-3000:]}"
+        for line in lines:
+            said = re.search(rf"^{line}: (.*)$", done.stdout, re.M)
+            assert said and match(said.group(1), gold.answer), (command, done.stdout)
+        assert re.search(r"^epsilon=\d[\d.e+-]* delta=\d", done.stdout, re.M), done.stdout
+        assert all(text in done.stdout for text in printed), done.stdout
+        for record in corpus.records:
+            assert record.text not in done.stdout and record.text not in done.stderr
+    return commands
+
+
+def refused_in_one_line(command: str, folder: Path) -> str:
+    """Run ``command`` past its budget: exit 1, no traceback; return its one-line refusal."""
+    done = run_command(command, folder)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ledger_support import fails_in_one_line as fails
 
 from dprag_core.accounting import SQLiteCorpusAccountant
 from dprag_core.accounting.ledger import LedgerUnavailable, SQLiteLedger
@@ -191,19 +192,11 @@ def test_an_unusable_budget_directory_is_a_clear_error(
     (tmp_path / "file").write_text("not a directory")
     monkeypatch.setenv(BUDGET_DIR_ENV, str(tmp_path / "file" / "dprag"))
     with pytest.raises(LedgerUnavailable, match=f"cannot be written .*{BUDGET_DIR_ENV}"):
-        SQLiteCorpusAccountant(tmp_path / "b.db", total=Budget(1.0), create=True)
+        SQLiteCorpusAccountant(tmp_path / "b.db", total=Budget(1.0), name="records", create=True)
     assert not (tmp_path / "b.db").exists()
     monkeypatch.setenv(BUDGET_DIR_ENV, "relative/dir")
     with pytest.raises(ValueError, match=f"{BUDGET_DIR_ENV} must be an absolute path"):
         SQLiteCorpusAccountant(name="records", total=Budget(1.0), create=True)
-
-
-def _fails(argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    message = str(info.value.code)
-    assert info.value.code not in (0, None) and "\n" not in message
-    return message
 
 
 def test_the_cli_finds_a_store_by_name_from_any_directory(
@@ -220,11 +213,11 @@ def test_the_cli_finds_a_store_by_name_from_any_directory(
     assert main(["ledger", "status", "--name", "records"]) == 0
     assert "(exhausted)" in capsys.readouterr().out
     # a second budget of the name, at a relative path here: refused, in the CLI's words
-    message = _fails(["ledger", "init", "--sqlite", "b.db", "--name", "records",
+    message = fails(["ledger", "init", "--sqlite", "b.db", "--name", "records",
                       "--corpus-epsilon", "2", "--corpus-delta", "0"])  # fmt: skip
     assert "already exists" in message and "--name 'records'" in message
     assert not (tmp_path / "b" / "b.db").exists()
-    assert "no store named 'nobody'" in _fails(["ledger", "status", "--name", "nobody"])
+    assert "no store named 'nobody'" in fails(["ledger", "status", "--name", "nobody"])
 
 
 PYTHON_WORDS = re.compile(r"\b\w+=(True|False|'|\"|[A-Z]|$|\s)|create=|total=|budget_per_unit")
@@ -239,13 +232,13 @@ def test_cli_errors_speak_in_flags_not_python_keywords(
     assert main([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--name", "records"]) == 0
     assert main([*init, "--budget-per-unit", "1"]) == 0
     messages = [
-        _fails(["ledger", "status", "--sqlite", str(tmp_path / "none.db")]),  # missing file
-        _fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"]),  # another total
-        _fails([*init, "--budget-per-unit", "2"]),  # another budget per unit
-        _fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--name", "x y"]),
-        _fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--table", "Bad"]),
-        _fails(["ledger", "status", "--sqlite", db, "--table", "nope"]),
-        _fails(["ledger", "init", "--sqlite", str(tmp_path / "c.db"), "--corpus-epsilon", "2",
+        fails(["ledger", "status", "--sqlite", str(tmp_path / "none.db")]),  # missing file
+        fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"]),  # another total
+        fails([*init, "--budget-per-unit", "2"]),  # another budget per unit
+        fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--name", "x y"]),
+        fails([*init, "--corpus-epsilon", "2", "--corpus-delta", "0", "--table", "Bad"]),
+        fails(["ledger", "status", "--sqlite", db, "--table", "nope"]),
+        fails(["ledger", "init", "--sqlite", str(tmp_path / "c.db"), "--corpus-epsilon", "2",
                 "--corpus-delta", "0", "--name", "records"]),  # a second budget of the name
     ]  # fmt: skip
     assert "dprag ledger init" in messages[0] and "--corpus-epsilon 3" in messages[1]
