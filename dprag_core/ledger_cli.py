@@ -151,6 +151,7 @@ def ledger_init(args: argparse.Namespace) -> int:
     if kind == "sqlite" and args.budget_per_unit is not None and args.table:
         raise SystemExit("dprag ledger init: a SQLite file holds one per-unit ledger: drop --table")
     store: Store
+    dsn = target or ""  # (used on PostgreSQL only, where _target always gives one)
     if args.budget_per_unit is not None:
         table = args.table or "dprag_ledger"
         if kind == "sqlite":
@@ -159,7 +160,7 @@ def ledger_init(args: argparse.Namespace) -> int:
             )
         else:
             store = PostgresLedger(
-                target,
+                dsn,
                 budget_per_unit=args.budget_per_unit,
                 table=table,
                 name=name,
@@ -175,7 +176,7 @@ def ledger_init(args: argparse.Namespace) -> int:
         else:
             table = args.table or "dprag_corpus"
             store = PostgresCorpusAccountant(
-                target, total=total, table=table, name=name, create=True, grant_to=grant_to
+                dsn, total=total, table=table, name=name, create=True, grant_to=grant_to
             )
         what = (
             f"corpus budget (total epsilon={amount(total.epsilon)}, "
@@ -247,7 +248,7 @@ def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
                 if k == _CORPUS
                 else PostgresLedger(where, table=prefix)
             )
-    stores = [s for s in stores if args.name is None or s.name == args.name]
+    stores = [s for s in stores if args.name is None or getattr(s, "name", None) == args.name]
     if not stores:
         which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
         named = f" named {args.name!r}" if args.name else ""

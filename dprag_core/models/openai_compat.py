@@ -264,10 +264,10 @@ class OpenAICompatModel(TokenizerCodec):
         from transformers import AutoTokenizer
 
         own = inspect.signature(cls.from_pretrained).parameters
-        endpoint = inspect.signature(CompletionsEndpoint.__init__).parameters
+        passed_on = inspect.signature(CompletionsEndpoint.__init__).parameters
         valid = [
             name
-            for name, p in (*own.items(), *endpoint.items())
+            for name, p in (*own.items(), *passed_on.items())
             if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and name != "self")
         ]
         check_keywords("OpenAICompatModel.from_pretrained", endpoint_options, valid)
