@@ -124,7 +124,7 @@ def _target(args: argparse.Namespace, action: str) -> tuple[str, str | None]:
     dsn = args.dsn or os.environ.get("DPRAG_LEDGER_DSN", "")
     if dsn:
         return "postgres", dsn
-    if args.name:
+    if getattr(args, "name", None):
         return "sqlite", None
     raise SystemExit(
         f"dprag ledger {action}: give --name (a store in the per-user budget directory), "
@@ -135,7 +135,7 @@ def _target(args: argparse.Namespace, action: str) -> tuple[str, str | None]:
 def ledger_init(args: argparse.Namespace) -> int:
     """Run ``dprag ledger init`` (the owner's step): create or migrate one store."""
     kind, target = _target(args, "init")
-    name, grant_to = args.name, args.grant_to
+    name, grant_to = getattr(args, "name", None), args.grant_to
     if (args.budget_per_unit is None) == (args.corpus_epsilon is None):
         raise SystemExit(
             "dprag ledger init: give exactly one of --budget-per-unit (a per-unit ledger) "
