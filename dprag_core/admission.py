@@ -52,8 +52,9 @@ DEFAULT_MAX_QUESTION_TOKENS = 512
 """Longest question accepted by default, in tokens of the mechanism's model."""
 
 HOW_TO_SET_A_BUDGET = (
-    'SQLiteCorpusAccountant("budget.db", total=Budget(epsilon, delta), create=True) for a '
-    "budget that survives restarts and is shared by the processes of one host, "
+    'SQLiteCorpusAccountant(name="<corpus>", total=Budget(epsilon, delta), create=True) for '
+    "a budget that survives restarts, is found by its name from any folder and is shared by "
+    "the processes of one host, "
     "PostgresCorpusAccountant "
     "for several hosts, or InMemoryCorpusAccountant(Budget(epsilon, delta)) in a notebook "
     "or a test only"

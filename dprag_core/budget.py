@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dprag_core.validation import positive_finite, probability, strict_init
+from dprag_core.validation import nonnegative_finite, probability, strict_init
 
-__all__ = ["FIT_SLACK", "Budget", "PrivacyBudgetExhausted"]
+__all__ = ["FIT_SLACK", "Budget", "PrivacyBudgetExhausted", "positive_budget"]
 
 FIT_SLACK = 1e-12
 """Relative slack for 'fits within a budget' checks: 100 steps of 0.1 fit in 10."""
@@ -25,7 +25,9 @@ FIT_SLACK = 1e-12
 class Budget:
     """An (epsilon, delta) differential-privacy guarantee or allowance.
 
-    ``epsilon`` must be finite and > 0; ``delta`` must lie in [0, 1).
+    ``epsilon`` must be finite and >= 0 (0: nothing left, as an exhausted
+    budget's ``remaining`` says; a total, a cost and a calibration target
+    must be > 0, and their users refuse 0); ``delta`` must lie in [0, 1).
     Addition is basic sequential composition. A misspelt keyword is refused
     with the nearest valid one.
 
@@ -41,7 +43,7 @@ class Budget:
     delta: float = 0.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", positive_finite("epsilon", self.epsilon))
+        object.__setattr__(self, "epsilon", nonnegative_finite("epsilon", self.epsilon))
         object.__setattr__(self, "delta", probability("delta", self.delta))
 
     def __add__(self, other: Budget) -> Budget:
@@ -59,6 +61,21 @@ class Budget:
 
 
 Budget.__init__ = strict_init(Budget.__init__)  # type: ignore[method-assign]
+
+
+def positive_budget(name: str, value: object) -> Budget:
+    """``value`` as a Budget with epsilon > 0 (a total, a cost, a calibration target).
+
+    >>> positive_budget("total", Budget(0.0))
+    Traceback (most recent call last):
+    ...
+    ValueError: total.epsilon must be > 0, got 0.0
+    """
+    if not isinstance(value, Budget):
+        raise TypeError(f"{name} must be a Budget, got {type(value).__name__}")
+    if value.epsilon <= 0:
+        raise ValueError(f"{name}.epsilon must be > 0, got {value.epsilon!r}")
+    return value
 
 
 class PrivacyBudgetExhausted(RuntimeError):

@@ -1,23 +1,27 @@
-"""The ``dprag`` command.
+"""The dprag command: the offline demo, and the ledger commands.
 
-``dprag demo`` runs offline: it generates a synthetic private corpus of
-fictional patients (invented diseases and treatments no model knows), indexes
-it with MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions
-with non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
-MuRAG through
-:class:`~dprag_core.pipeline.PrivateRAG`, printing each answer with its
-(epsilon, delta) and its time. The DP mechanisms share one durable corpus-level
-accountant; MuRAG charges its per-patient ledger. ``--model`` takes any
-transformers model name or path (default: the project's reader LM).
-"""
+dprag demo runs offline: it generates a synthetic private corpus of fictional
+patients (invented diseases and treatments no model knows), indexes it with
+MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions with
+non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
+MuRAG through PrivateRAG, printing each answer with its (epsilon, delta) and
+its time. The DP mechanisms share one durable corpus-level accountant; MuRAG
+charges its per-patient ledger; both live in a temporary folder, removed at
+the end (the corpus is made anew by every run). --model takes any transformers
+model name or path (default: the project's reader LM). dprag ledger creates,
+shows and exports budgets.
+"""  # the command's --help text: plain text, no markup
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dprag_core.accounting.accountant import CorpusAccountant
@@ -29,6 +33,7 @@ from dprag_core.validation import argument_int, argument_number, missing_extra
 if TYPE_CHECKING:
     from dprag_core.algorithms.base import Mechanism
     from dprag_core.eval.synthetic import QAItem, SyntheticCorpus
+    from dprag_core.eval.workbench import CorpusIndex
 
 __all__ = ["main"]
 
@@ -132,21 +137,15 @@ def _fmt_eps(answer: DPAnswer) -> str:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        from tqdm import tqdm
+        import tqdm  # noqa: F401
     except ImportError as missing:
         raise missing_extra("dprag demo", missing, extra="demo") from missing
 
     from dprag_core.eval.embeddings import MiniLMEmbedder
-    from dprag_core.eval.metrics import match
     from dprag_core.eval.synthetic import make_corpus
     from dprag_core.eval.workbench import CorpusIndex, reader_path
-    from dprag_core.pipeline import PrivateRAG
-    from dprag_core.stop_reasons import shown_text
 
     corpus = make_corpus(n_diseases=10, max_support=2 * args.voters, seed=args.seed, world=0)
     print(
@@ -163,9 +162,25 @@ def _demo(args: argparse.Namespace) -> int:
     )
     questions = _pick_questions(corpus, args.questions)
     print(f"model: {args.model or reader_path()}")
-    state = args.state or os.path.join(tempfile.mkdtemp(prefix="dprag-demo-"), "budget.db")
+    if args.state:  # the user's own budget file: kept
+        return _answer_all(args, questions, index, str(Path(args.state).absolute()))
+    with tempfile.TemporaryDirectory(prefix="dprag-demo-") as folder:  # removed at the end
+        return _answer_all(args, questions, index, os.path.join(folder, "budget.db"))
+
+
+def _answer_all(
+    args: argparse.Namespace, questions: list[QAItem], index: CorpusIndex, state: str
+) -> int:
+    """Every question through every mechanism, the budget and the ledger kept in ``state``."""
+    from tqdm import tqdm
+
+    from dprag_core.eval.metrics import match
+    from dprag_core.pipeline import PrivateRAG
+    from dprag_core.stop_reasons import shown_text
+
     entries = _mechanisms(args, len(questions), state)
-    print(f"corpus budget and MuRAG's per-patient ledger: {state}")
+    where = "the file" if args.state else "a temporary file, removed at the end:"
+    print(f"corpus budget and MuRAG's per-patient ledger: {where} {state}")
     print(
         f"per-query epsilon {args.epsilon:g} for DPSparseVote, DPSV (words) (DPSparseVote "
         "deciding per word instead of per token), DP-KSA and MuRAG\n"

@@ -1,8 +1,11 @@
 """``dprag ledger``: create, inspect and export corpus budgets and per-unit ledgers.
 
-One home for both kinds of budget, on SQLite (``--sqlite PATH``) and
-PostgreSQL (``--dsn``, or, to keep it out of shell history and process lists,
-the environment variable ``DPRAG_LEDGER_DSN``; a DSN is never printed):
+One home for both kinds of budget, on SQLite and PostgreSQL. A store is
+found by ``--name`` alone (SQLite, in the per-user budget directory:
+``$DPRAG_BUDGET_DIR``, else ``~/.local/share/dprag``, from any working
+directory: :mod:`~dprag_core.accounting.stores.places`), by ``--sqlite PATH``,
+or on PostgreSQL by ``--dsn`` (or, to keep it out of shell history and process
+lists, the environment variable ``DPRAG_LEDGER_DSN``; a DSN is never printed):
 
 * ``init``: create (or migrate) a store, as its owner: ``--corpus-epsilon``
   with ``--corpus-delta`` (0 for a pure budget, said explicitly) or
@@ -18,17 +21,18 @@ the environment variable ``DPRAG_LEDGER_DSN``; a DSN is never printed):
 * ``history``: the last charges; ``export``: every audit row as CSV or JSON
   (``--output FILE``, written owner-only), for a compliance review.
 
-Stores are opened read-only by the viewing commands; ``--table`` picks a
-store by its table prefix and ``--ledger`` the SQLite file's per-unit ledger
-(default: every store found). An operator error is one line on stderr and a
-non-zero exit, never a traceback.
+Stores are opened read-only by the viewing commands; ``--name`` picks the
+stores of that name, ``--table`` a store by its table prefix and ``--ledger``
+the SQLite file's per-unit ledger (default: every store found). An operator
+error is one line on stderr and a non-zero exit, never a traceback, in the
+command's own words (its flags, never Python's keywords: :func:`cli_words`).
 
-    dprag ledger init --sqlite /var/lib/dprag/dprag.db --corpus-epsilon 50 \\
-        --corpus-delta 1e-5 --name records
+    dprag ledger init --name records --corpus-epsilon 50 --corpus-delta 1e-5
+    dprag ledger status --name records
     DPRAG_LEDGER_DSN=postgresql://owner@db/app dprag ledger init \\
         --table dprag_ledger --budget-per-unit 10 --grant-to dprag_app
-    dprag ledger status --sqlite /var/lib/dprag/dprag.db --plot spend.png
-    dprag ledger export --sqlite /var/lib/dprag/dprag.db --table corpus --format csv
+    dprag ledger status --sqlite /var/lib/dprag/records.db --plot spend.png
+    dprag ledger export --name records --table corpus --format csv
 
 >>> import argparse
 >>> sub = argparse.ArgumentParser().add_subparsers()
@@ -41,7 +45,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from dprag_core.accounting import (
@@ -50,6 +56,7 @@ from dprag_core.accounting import (
 )
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.ledger import Ledger, PostgresLedger, SQLiteLedger
+from dprag_core.accounting.stores import places
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import postgres_stores
 from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
@@ -57,6 +64,7 @@ from dprag_core.accounting.stores.postgres import PostgresStore
 from dprag_core.accounting.stores.sqlite import SQLiteStore
 from dprag_core.budget import Budget
 from dprag_core.ledger_report import (
+    amount,
     export_rows,
     plot_spend,
     status_json,
@@ -66,7 +74,7 @@ from dprag_core.ledger_report import (
 )
 from dprag_core.validation import argument_int, argument_number
 
-__all__ = ["add_ledger_command", "ledger_init"]
+__all__ = ["add_ledger_command", "cli_words", "ledger_init"]
 
 _CORPUS, _LEDGER = "corpus budget", "per-unit ledger"
 _OPERATOR_ERRORS = (ValueError, TypeError, LedgerUnavailable, OSError, ImportError)
@@ -78,21 +86,57 @@ _delta = argument_number("a number in [0, 1)", lambda v: 0 <= v < 1)
 _count = argument_int(0)
 
 
-def _target(args: argparse.Namespace, action: str) -> tuple[str, str]:
-    """("sqlite", path) or ("postgres", dsn), from the arguments or the environment."""
+_CLI_WORDS = (  # what the Python API's messages say -> what the command's user types
+    (r"pass create=True to create it", "create it with `dprag ledger init`"),
+    (r",? ?or pass create=True as its owner", ""),
+    (r"create=True", "`dprag ledger init`"),
+    (r"omit total= to open it as recorded", "`dprag ledger status` shows the recorded total"),
+    (
+        r"total Budget\(epsilon=([^,]+), delta=([^)]+)\)",
+        r"--corpus-epsilon \1 --corpus-delta \2",
+    ),
+    (r"\bbudget_per_unit\b", "--budget-per-unit"),
+    (r"\bgrant_to\b", "--grant-to"),
+    (r"\bpass table=('[^']*')", r"give --table \1"),
+    (r"\b(name|table)=('[^']*')", r"--\1 \2"),
+    (r"^(name|table) must", r"--\1 must"),
+)
+
+
+def cli_words(message: str) -> str:
+    """An error of the Python API in the words of ``dprag ledger`` (its flags, not keywords).
+
+    >>> cli_words("no corpus budget exists: pass create=True to create it")
+    'no corpus budget exists: create it with `dprag ledger init`'
+    >>> cli_words("total Budget(epsilon=3.0, delta=0.0) differs from the recorded one")
+    '--corpus-epsilon 3.0 --corpus-delta 0.0 differs from the recorded one'
+    """
+    for pattern, replacement in _CLI_WORDS:
+        message = re.sub(pattern, replacement, message)
+    return message
+
+
+def _target(args: argparse.Namespace, action: str) -> tuple[str, str | None]:
+    """("sqlite", absolute path), ("sqlite", None): the store named ``--name`` in the
+    budget directory, or ("postgres", dsn), from the arguments or the environment."""
     path = getattr(args, "sqlite", None)
     if path:
         if args.dsn:
             raise SystemExit(f"dprag ledger {action}: give --sqlite or --dsn, not both")
         if _schema(args) != DEFAULT_SCHEMA:
             raise SystemExit(f"dprag ledger {action}: --schema is for PostgreSQL")
-        return "sqlite", str(path)
+        return "sqlite", str(Path(path).absolute())
     dsn = args.dsn or os.environ.get("DPRAG_LEDGER_DSN", "")
-    if not dsn:
-        raise SystemExit(
-            f"dprag ledger {action}: give --sqlite PATH or --dsn, or set DPRAG_LEDGER_DSN"
-        )
-    return "postgres", dsn
+    if dsn:
+        return "postgres", dsn
+    if getattr(args, "name", None):
+        if _schema(args) != DEFAULT_SCHEMA:
+            raise SystemExit(f"dprag ledger {action}: --schema is for PostgreSQL")
+        return "sqlite", None
+    raise SystemExit(
+        f"dprag ledger {action}: give --name (a store in the per-user budget directory), "
+        "--sqlite PATH or --dsn, or set DPRAG_LEDGER_DSN"
+    )
 
 
 def _schema(args: argparse.Namespace) -> str:
@@ -118,6 +162,7 @@ def ledger_init(args: argparse.Namespace) -> int:
     if kind == "sqlite" and args.budget_per_unit is not None and args.table:
         raise SystemExit("dprag ledger init: a SQLite file holds one per-unit ledger: drop --table")
     store: Store
+    dsn = target or ""  # (used on PostgreSQL only, where _target always gives one)
     if args.budget_per_unit is not None:
         table = args.table or "dprag_ledger"
         if kind == "sqlite":
@@ -126,7 +171,7 @@ def ledger_init(args: argparse.Namespace) -> int:
             )
         else:
             store = PostgresLedger(
-                target,
+                dsn,
                 budget_per_unit=args.budget_per_unit,
                 table=table,
                 name=name,
@@ -134,7 +179,7 @@ def ledger_init(args: argparse.Namespace) -> int:
                 grant_to=grant_to,
                 schema=_schema(args),
             )
-        what = f"per-unit ledger (budget_per_unit={args.budget_per_unit:g})"
+        what = f"per-unit ledger (budget per unit epsilon={amount(args.budget_per_unit)})"
     else:
         total = Budget(args.corpus_epsilon, args.corpus_delta)
         if kind == "sqlite":
@@ -143,7 +188,7 @@ def ledger_init(args: argparse.Namespace) -> int:
         else:
             table = args.table or "dprag_corpus"
             store = PostgresCorpusAccountant(
-                target,
+                dsn,
                 total=total,
                 table=table,
                 name=name,
@@ -151,54 +196,83 @@ def ledger_init(args: argparse.Namespace) -> int:
                 grant_to=grant_to,
                 schema=_schema(args),
             )
-        what = f"corpus budget (total epsilon={total.epsilon:g}, delta={total.delta:g})"
+        what = (
+            f"corpus budget (total epsilon={amount(total.epsilon)}, "
+            f"delta={amount(total.delta, decimals=18)})"
+        )
     granted = f"; runtime rights granted to {grant_to!r}" if grant_to else ""
     print(f"ready: {what}, name {store.name!r}: {store.label}{granted}")
     store.close()
     return 0
 
 
+def _named_files(name: str, action: str) -> list[str]:
+    """The files that may hold the stores named ``name`` (registered, or the default one)."""
+    found = [places.registered(kind, name) for kind in (_CORPUS, _LEDGER)]
+    files = dict.fromkeys(str(r.path) for r in found if r is not None)
+    default = places.default_path(name)
+    if default.exists():
+        files[str(default)] = None
+    if not files:
+        raise SystemExit(
+            f"dprag ledger {action}: no store named {name!r} in the budget directory "
+            f"{str(places.budget_dir())!r} (create one with dprag ledger init --name {name}, "
+            "or set DPRAG_BUDGET_DIR to the directory that holds it)"
+        )
+    return list(files)
+
+
 def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
-    """The stores the viewing commands show, opened read-only (``--table``/``--ledger``)."""
+    """The stores the viewing commands show, opened read-only (``--name``/``--table``/
+    ``--ledger``)."""
     kind, target = _target(args, action)
     if kind == "sqlite":
-        found = SQLiteStore(
-            target, busy_timeout=10.0, label=f"budget file {target!r}", read_only=True
-        ).listed()
+        files = [target] if target is not None else _named_files(args.name, action)
         chosen = [
-            (k, key.split(":", 1)[-1])
-            for k, key in found
-            if (args.table is None and not args.ledger)
-            or (args.ledger and k == _LEDGER)
-            or (args.table is not None and key == f"corpus:{args.table}")
+            (file, k, key.split(":", 1)[-1])
+            for file in files
+            for k, key, name in SQLiteStore(
+                file, busy_timeout=10.0, label=f"budget file {file!r}", read_only=True
+            ).listed()
+            if (args.name is None or name == args.name)
+            and (
+                (args.table is None and not args.ledger)
+                or (args.ledger and k == _LEDGER)
+                or (args.table is not None and key == f"corpus:{args.table}")
+            )
         ]
     else:
         if args.ledger:
             raise SystemExit(f"dprag ledger {action}: --ledger is for SQLite; give --table")
+        assert target is not None  # a DSN
         listing = PostgresStore(target, None, label="PostgreSQL schema")
         chosen = [
-            (k, prefix)
+            (target, k, prefix)
             for k, prefix in postgres_stores(listing, _schema(args))
             if args.table is None or prefix == args.table
         ]
         listing.close()
-    if not chosen:
-        which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
-        raise SystemExit(f"dprag ledger {action}: no {which} found there (see dprag ledger init)")
     stores: list[Store] = []
-    for k, prefix in chosen:
+    for where, k, prefix in chosen:
         if kind == "sqlite":
             stores.append(
-                SQLiteCorpusAccountant(target, table=prefix, read_only=True)
+                SQLiteCorpusAccountant(where, table=prefix, read_only=True)
                 if k == _CORPUS
-                else SQLiteLedger(target, read_only=True)
+                else SQLiteLedger(where, read_only=True)
             )
         else:
             stores.append(
-                PostgresCorpusAccountant(target, table=prefix, schema=_schema(args))
+                PostgresCorpusAccountant(where, table=prefix, schema=_schema(args))
                 if k == _CORPUS
-                else PostgresLedger(target, table=prefix, schema=_schema(args))
+                else PostgresLedger(where, table=prefix, schema=_schema(args))
             )
+    stores = [s for s in stores if args.name is None or getattr(s, "name", None) == args.name]
+    if not stores:
+        which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
+        named = f" named {args.name!r}" if args.name else ""
+        raise SystemExit(
+            f"dprag ledger {action}: no {which}{named} found there (see dprag ledger init)"
+        )
     return stores
 
 
@@ -277,13 +351,14 @@ def _guarded(run: Any, action: str) -> Any:
         try:
             result: int = run(args)
         except _OPERATOR_ERRORS as exc:
-            raise SystemExit(f"dprag ledger {action}: {exc}") from None
+            raise SystemExit(f"dprag ledger {action}: {cli_words(str(exc))}") from None
         return result
 
     return guarded
 
 
-def _where(parser: argparse.ArgumentParser) -> None:
+def _where(parser: argparse.ArgumentParser, name_help: str) -> None:
+    parser.add_argument("--name", default=None, help=name_help)
     parser.add_argument("--sqlite", default=None, metavar="PATH", help="a SQLite store file")
     parser.add_argument("--dsn", default=None, help="libpq DSN (default: $DPRAG_LEDGER_DSN)")
     parser.add_argument("--table", default=None, help="table-name prefix of the store")
@@ -301,11 +376,14 @@ def add_ledger_command(
     ledger = sub.add_parser("ledger", help="create, inspect and export budgets and ledgers")
     actions = ledger.add_subparsers(dest="action", required=True)
     init = actions.add_parser("init", help="create or migrate a store (as its owner)")
-    _where(init)
+    _where(
+        init,
+        "the store's identity, one store per name on this host (default: its table); alone: "
+        "kept in the per-user budget directory ($DPRAG_BUDGET_DIR, else ~/.local/share/dprag)",
+    )
     init.add_argument("--budget-per-unit", type=_positive, default=None, help="per-unit epsilon")
     init.add_argument("--corpus-epsilon", type=_positive, default=None, help="corpus epsilon")
     init.add_argument("--corpus-delta", type=_delta, default=None, help="corpus delta (0: pure)")
-    init.add_argument("--name", default=None, help="the store's identity (default: its table)")
     init.add_argument("--grant-to", default=None, help="PostgreSQL role that may charge and read")
     init.set_defaults(func=_guarded(ledger_init, "init"))
     views = {
@@ -315,7 +393,7 @@ def add_ledger_command(
     }
     for action, (run, about) in views.items():
         view = actions.add_parser(action, help=about)
-        _where(view)
+        _where(view, "the stores of this name; alone: found in the per-user budget directory")
         view.add_argument("--ledger", action="store_true", help="the SQLite per-unit ledger")
         if action == "status":
             view.add_argument("--min-cost", type=float, default=0.0,

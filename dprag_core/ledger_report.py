@@ -1,7 +1,9 @@
 """What ``dprag ledger`` shows: a store's status as text or JSON, its history, a spend plot.
 
-Amounts are printed with ``%g`` from the store's exact integers, so an
-exhausted budget reads 0 (never 1e-300); times are UTC. Exports hold query
+Amounts are printed exactly as the store keeps them (epsilon to the
+pico-epsilon, delta to the atto-delta: :func:`amount`), never rounded: a spend
+of 2.500001999999 reads so, not 2.5, and an exhausted budget reads 0; times
+are UTC. Exports hold query
 ids and unit ids, so files are written owner-only (0600).
 
 >>> from dprag_core.accounting.status import BudgetStatus
@@ -33,7 +35,15 @@ from typing import Any
 from dprag_core.accounting.status import HISTOGRAM_BINS, BudgetStatus, LedgerStatus
 from dprag_core.validation import missing_extra
 
-__all__ = ["export_rows", "plot_spend", "status_json", "status_lines", "utc", "write_private"]
+__all__ = [
+    "amount",
+    "export_rows",
+    "plot_spend",
+    "status_json",
+    "status_lines",
+    "utc",
+    "write_private",
+]
 
 _BAR = 40
 
@@ -49,6 +59,21 @@ def utc(seconds: float | None) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="seconds")
 
 
+def amount(value: float, *, decimals: int = 12) -> str:
+    """``value`` to ``decimals`` places (a store's unit: 12 for epsilon, 18 for delta),
+    trailing zeros dropped: the stored integer exactly, never rounded to fewer digits.
+
+    >>> amount(2.500001999999), amount(50.0), amount(1e-5, decimals=18), amount(0.0)
+    ('2.500001999999', '50', '0.00001', '0')
+    """
+    text = f"{value:.{decimals}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def _pair(epsilon: float, delta: float) -> str:
+    return f"epsilon={amount(epsilon)}  delta={amount(delta, decimals=18)}"
+
+
 def status_lines(status: BudgetStatus | LedgerStatus) -> list[str]:
     """The status of one store, for a terminal."""
     refusals = "not counted by the version that wrote it" if status.refusals is None else ""
@@ -56,17 +81,16 @@ def status_lines(status: BudgetStatus | LedgerStatus) -> list[str]:
     if isinstance(status, BudgetStatus):
         done = "  (exhausted)" if status.exhausted else ""
         lines += [
-            f"  total        epsilon={status.total.epsilon:g}  delta={status.total.delta:g}",
-            f"  spent        epsilon={status.spent_epsilon:g}  delta={status.spent_delta:g}",
-            f"  remaining    epsilon={status.remaining_epsilon:g}"
-            f"  delta={status.remaining_delta:g}{done}",
+            f"  total        {_pair(status.total.epsilon, status.total.delta)}",
+            f"  spent        {_pair(status.spent_epsilon, status.spent_delta)}",
+            f"  remaining    {_pair(status.remaining_epsilon, status.remaining_delta)}{done}",
             f"  queries      {status.queries}",
         ]
     else:
         lines += [
-            f"  budget per unit  epsilon={status.budget_per_unit:g}",
+            f"  budget per unit  epsilon={amount(status.budget_per_unit)}",
             f"  units charged    {status.units} ({status.exhausted} exhausted)",
-            f"  spent in total   epsilon={status.total_spent:g}",
+            f"  spent in total   epsilon={amount(status.total_spent)}",
             f"  queries          {status.queries}",
         ]
     width = 12 if isinstance(status, BudgetStatus) else 16

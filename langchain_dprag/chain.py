@@ -44,7 +44,7 @@ in traces.
 >>> from dprag_core.algorithms.baselines import NonRAG  # doctest: +SKIP
 >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
 >>> budget = SQLiteCorpusAccountant(
-...     "budget.db", total=Budget(10.0, 1e-5), create=True)  # doctest: +SKIP
+...     name="records", total=Budget(10.0, 1e-5), create=True)  # doctest: +SKIP
 >>> chain = DPRAGChain(vectorstore=store, mechanism=mechanism, accountant=budget)  # doctest: +SKIP
 >>> chain.invoke("Which drug treats migraine?").answer  # doctest: +SKIP
 """
@@ -234,8 +234,20 @@ class _Form:
 
 
 def query_id_of(run_manager: CallbackManagerForChainRun, config: RunnableConfig) -> str:
-    """The query id: ``configurable[QUERY_ID_KEY]`` if given, else the chain run's ``run_id``."""
-    chosen = (config.get("configurable") or {}).get(QUERY_ID_KEY)
+    """The query id: ``configurable[QUERY_ID_KEY]`` if given, else the chain run's ``run_id``.
+
+    Another ``dprag_``-prefixed ``configurable`` key is refused before the charge
+    (a misspelt ``dprag_query_idd`` silently read as "no id" would lose the
+    retry-once protection), naming the key dprag reads.
+    """
+    configurable = config.get("configurable") or {}
+    unknown = sorted(k for k in configurable if k.startswith("dprag_") and k != QUERY_ID_KEY)
+    if unknown:
+        raise ValueError(
+            f"configurable key {unknown[0]!r} is not one dprag reads: the query id's key is "
+            f"{QUERY_ID_KEY!r} (the only dprag_ key of configurable)"
+        )
+    chosen = configurable.get(QUERY_ID_KEY)
     return str(run_manager.run_id) if chosen is None else chosen
 
 
@@ -388,7 +400,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """A public partition: search only the cells the question probes, exactly
     (documents added with ``langchain_dprag.cells.add_documents``; docs/design.md §11)."""
     accountant: CorpusAccountant | None = None
-    """E.g. ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5), create=True)``."""
+    """E.g. ``SQLiteCorpusAccountant(name="records", total=Budget(10, 1e-5), create=True)``."""
     max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS
     """The longest question accepted, in tokens of the mechanism's model."""
     rng: RngLike = None

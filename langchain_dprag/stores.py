@@ -355,6 +355,12 @@ def _qdrant_eq(payload_key: str, key: str, value: Any) -> Any:
 
 
 def _lancedb(store: Any) -> StoreReading:
+    if store.get_table() is None:  # nothing added yet: no table, no metric to read
+        refused = (
+            "it has no table yet (no texts were added), so its distance metric cannot be "
+            "read. Fix: add the texts first (LanceDB.from_texts, add_texts), then build the app"
+        )
+        return _fixed(StoreFacts("LanceDB (empty)", refused=refused), store.similarity_search)
     distance = clients.lance_distance(store.get_table(), store._vector_key)
     facts = StoreFacts(
         f"LanceDB (distance {distance!r})",

@@ -3,7 +3,7 @@
 These compose with a user's own retriever and synthesizer::
 
     retriever = index.as_retriever(similarity_top_k=50)
-    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5), create=True)
+    budget = SQLiteCorpusAccountant(name="records", total=Budget(10.0, 1e-5), create=True)
     nodes = DPThresholdPostprocessor(epsilon=1.0, score_range=(-1, 1), k=5,
                                      budget=budget).postprocess_nodes(retriever.retrieve(q))
 

@@ -2,7 +2,7 @@
 
 One line turns an index into a DP query engine::
 
-    budget = SQLiteCorpusAccountant("budget.db", total=Budget(10.0, 1e-5), create=True)
+    budget = SQLiteCorpusAccountant(name="records", total=Budget(10.0, 1e-5), create=True)
     engine = DPQueryEngine.from_index(index, mechanism=DPSparseVote(model, ...),
                                       budget=budget)
     response = engine.query("Which treatment did Alice receive?")
@@ -147,7 +147,7 @@ class EngineOptions(TypedDict, total=False):
     """The options :meth:`DPQueryEngine.from_index` and ``from_retriever`` share.
 
     ``budget``: the corpus budget (a :class:`CorpusAccountant`, e.g.
-    ``SQLiteCorpusAccountant("budget.db", total=Budget(10, 1e-5), create=True)``) each
+    ``SQLiteCorpusAccountant(name="records", total=Budget(10, 1e-5), create=True)``) each
     query's fixed cost is charged to; required for every mechanism with a
     per-query cost (MuRAG-style mechanisms charge their own per-unit ledger,
     non-private baselines nothing). ``similarity_top_k``: ``None`` asks the

@@ -87,7 +87,7 @@ class FakeSession:
 class FakeTokenModel:
     """See the module docstring; ``rules`` is a list of (substring, answer text)."""
 
-    def __init__(self, rules: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, rules: Sequence[tuple[str, str | bytes]]) -> None:
         self.rules = list(rules)
         self.sessions: list[FakeSession] = []
         self.prompts: list[list[str]] = []
@@ -111,8 +111,8 @@ class FakeTokenModel:
 
     def _answer(self, prompt: str) -> bytes:
         for needle, answer in self.rules:
-            if needle in prompt:
-                return answer.encode("utf-8")
+            if needle in prompt:  # a str answer as UTF-8, or any bytes as they are
+                return answer.encode("utf-8") if isinstance(answer, str) else answer
         return b""
 
     def check_lookahead(self) -> None:

@@ -14,6 +14,7 @@ from dprag_core import (
     InMemoryCorpusAccountant,
     PrivacyBudgetExhausted,
 )
+from dprag_core.accounting.calibration import per_token_epsilon
 from dprag_core.retrieval.above import retrieve_above
 from dprag_core.retrieval.documents import ScoredDocument
 
@@ -31,7 +32,6 @@ def test_import_is_light() -> None:
 @pytest.mark.parametrize(
     ("epsilon", "delta", "name"),
     [
-        (0, 0, "epsilon"),
         (-1, 0, "epsilon"),
         (float("nan"), 0, "epsilon"),
         (float("inf"), 0, "epsilon"),
@@ -43,6 +43,18 @@ def test_import_is_light() -> None:
 def test_budget_rejects_bad_values(epsilon: float, delta: float, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         Budget(epsilon, delta)
+
+
+def test_a_zero_budget_is_what_is_left_never_a_total_or_a_cost() -> None:
+    """Budget(0) is an exhausted budget's remaining; every total, cost and target refuses it."""
+    assert Budget(0.0).epsilon == 0.0 and not Budget(0.0).covers(Budget(1e-12))
+    acc = InMemoryCorpusAccountant(Budget(1.0))
+    acc.charge(Budget(1.0))
+    assert acc.remaining == Budget(0.0, 0.0)
+    with pytest.raises(ValueError, match=r"cost\.epsilon must be > 0"):
+        acc.charge(Budget(0.0))
+    with pytest.raises(ValueError, match=r"total\.epsilon must be > 0"):
+        per_token_epsilon(Budget(0.0), 4)
 
 
 def test_budget_adds_and_covers() -> None:

@@ -73,7 +73,7 @@ class Failing(ToyMechanism):
 
 
 def test_a_dp_mechanism_needs_a_budget() -> None:
-    with pytest.raises(ValueError, match=r'SQLiteCorpusAccountant\("budget.db"'):
+    with pytest.raises(ValueError, match=r'SQLiteCorpusAccountant\(name="<corpus>"'):
         PrivateRAG(ToyMechanism(), retriever)
     with pytest.raises(TypeError, match="accountant must be a CorpusAccountant, got Budget"):
         PrivateRAG(ToyMechanism(), retriever, accountant=Budget(5.0))  # type: ignore[arg-type]

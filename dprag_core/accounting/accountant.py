@@ -29,7 +29,7 @@ from abc import ABC, abstractmethod
 
 from dprag_core.accounting.stores.amounts import check_id
 from dprag_core.accounting.stores.errors import reused_id
-from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted
+from dprag_core.budget import FIT_SLACK, Budget, PrivacyBudgetExhausted, positive_budget
 from dprag_core.validation import StrictKeywords
 
 __all__ = ["CorpusAccountant", "InMemoryCorpusAccountant"]
@@ -41,9 +41,7 @@ def check_cost(cost: object) -> Budget:
     >>> check_cost(Budget(0.5)).epsilon
     0.5
     """
-    if not isinstance(cost, Budget):
-        raise TypeError(f"cost must be a Budget, got {type(cost).__name__}")
-    return cost
+    return positive_budget("cost", cost)
 
 
 def exhausted(
@@ -70,7 +68,7 @@ def exhausted(
     shows = f"; see it: {status_command}" if status_command else ""
     where = (
         f" in the {store} (the budget persists across runs and restarts by design: this corpus "
-        f"has spent it{shows}; a new corpus needs a new store, at another path or table)"
+        f"has spent it{shows}; a new corpus needs a budget of its own, under another name)"
         if store
         else ""
     )
@@ -127,9 +125,8 @@ class CorpusAccountant(StrictKeywords, ABC):
 
     @property
     def remaining(self) -> Budget:
-        """What is left, as a Budget (whose epsilon must be > 0: an exhausted budget reports
-        1e-300; a durable store's ``status()`` reports exactly 0)."""
-        eps = max(self.total.epsilon - self.spent_epsilon, 1e-300)
+        """What is left, as a Budget (an exhausted budget: epsilon 0)."""
+        eps = max(self.total.epsilon - self.spent_epsilon, 0.0)
         delta = max(self.total.delta - self.spent_delta, 0.0)
         return Budget(eps, delta)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dprag_core.accounting.composition import BOUNDS, composition_fits, max_compositions
 from dprag_core.accounting.search import boundary
-from dprag_core.budget import Budget
+from dprag_core.budget import Budget, positive_budget
 from dprag_core.validation import positive_int
 
 __all__ = ["per_token_epsilon"]
@@ -41,8 +41,7 @@ def per_token_epsilon(total: Budget, tokens: int, *, bounded_range: bool = False
     >>> round(per_token_epsilon(Budget(10.0, 1e-6), 1231, bounded_range=True), 4)
     0.1
     """
-    if not isinstance(total, Budget):
-        raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+    total = positive_budget("total", total)
     n = positive_int("tokens", tokens)
     if not isinstance(bounded_range, bool):
         raise TypeError(

@@ -56,7 +56,7 @@ from dprag_core.accounting.rdp import (
     pure_dp_rdp,
     rdp_to_dp,
 )
-from dprag_core.budget import FIT_SLACK, Budget
+from dprag_core.budget import FIT_SLACK, Budget, positive_budget
 from dprag_core.validation import positive_int, probability
 
 __all__ = [
@@ -77,12 +77,6 @@ BOUNDS = ("sequential", "advanced", "optimal", "rdp", "bounded_range_rdp")
 #: Counts are searched up to this value (a larger answer is reported as MAX_COUNT).
 MAX_COUNT = 10**9
 #: Relative slack of every "fits within a budget" comparison in the accounting.
-
-
-def _budget(name: str, value: object) -> Budget:
-    if not isinstance(value, Budget):
-        raise TypeError(f"{name} must be a Budget, got {type(value).__name__}")
-    return value
 
 
 def _flag(name: str, value: object) -> bool:
@@ -114,7 +108,7 @@ def sequential_composition(step: Budget, count: int) -> Budget:
     >>> sequential_composition(Budget(0.5, 1e-7), 4)
     Budget(epsilon=2.0, delta=4e-07)
     """
-    s = _budget("step", step)
+    s = positive_budget("step", step)
     c = positive_int("count", count)
     if c * s.delta >= 1:
         raise ValueError(f"count * step.delta must be < 1, got {c * s.delta!r}")
@@ -133,7 +127,7 @@ def advanced_composition(step: Budget, count: int, *, delta_slack: float) -> Bud
     >>> round(b.epsilon, 4), b.delta
     (9.9972, 1e-06)
     """
-    s = _budget("step", step)
+    s = positive_budget("step", step)
     c = positive_int("count", count)
     d = probability("delta_slack", delta_slack, allow_zero=False)
     total_delta = d + c * s.delta
@@ -192,7 +186,7 @@ def optimal_composition(step: Budget, count: int, *, delta: float) -> float:
     >>> round(optimal_composition(Budget(0.1), 346, delta=1e-6), 4)
     9.986
     """
-    s = _budget("step", step)
+    s = positive_budget("step", step)
     c = positive_int("count", count)
     d = probability("delta", delta)
     return _optimal_epsilon(s.epsilon, s.delta, c, d)
@@ -211,7 +205,7 @@ def rdp_composition(
     >>> round(rdp_composition(Budget(0.1), 1231, delta=1e-6, bounded_range=True), 4)
     9.998
     """
-    s = _budget("step", step)
+    s = positive_budget("step", step)
     c = positive_int("count", count)
     d = probability("delta", delta)
     br = _flag("bounded_range", bounded_range)
@@ -248,8 +242,8 @@ def composition_fits(bound: str, step: Budget, count: int, total: Budget) -> boo
     """
     if bound not in BOUNDS:
         raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}")
-    s = _budget("step", step)
-    t = _budget("total", total)
+    s = positive_budget("step", step)
+    t = positive_budget("total", total)
     c = positive_int("count", count)
     eps, delta = _composed(bound, s, c, t.delta)
     return eps <= t.epsilon * (1 + FIT_SLACK) and delta <= t.delta * (1 + FIT_SLACK)
@@ -295,8 +289,8 @@ def max_compositions(
     >>> r.count, r.bound
     (1231, 'bounded_range_rdp')
     """
-    s = _budget("step", step)
-    t = _budget("total", total)
+    s = positive_budget("step", step)
+    t = positive_budget("total", total)
     br = _flag("bounded_range", bounded_range)
     if not t.covers(s):
         raise ValueError(
@@ -322,7 +316,7 @@ def max_rdp_compositions(curve: ArrayLike, total: Budget) -> int:
     >>> max_rdp_compositions(pure_dp_rdp(0.1, DEFAULT_ORDERS), Budget(10.0, 1e-6))
     313
     """
-    t = _budget("total", total)
+    t = positive_budget("total", total)
     c = np.asarray(curve, dtype=np.float64)
     if c.shape != DEFAULT_ORDERS.shape or not np.all(c >= 0):
         raise ValueError(

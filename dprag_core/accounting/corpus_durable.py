@@ -91,10 +91,10 @@ class DurableCorpusAccountant(CorpusAccountant):
 
     @property
     def remaining(self) -> Budget:
-        """What is left, from one read of the store (epsilon at least 1e-300: see ``status``)."""
+        """What is left, from one read of the store (an exhausted budget: epsilon 0)."""
         eps, delta, _ = self._state()
-        left_eps = (self._total_eps - eps) / SCALE
-        return Budget(max(left_eps, 1e-300), max((self._total_delta - delta) / DELTA_SCALE, 0.0))
+        left_eps = max(self._total_eps - eps, 0) / SCALE
+        return Budget(left_eps, max(self._total_delta - delta, 0) / DELTA_SCALE)
 
     def can_afford(self, cost: Budget) -> bool:
         """True when ``cost`` fits in what remains now (a later charge may still be refused)."""

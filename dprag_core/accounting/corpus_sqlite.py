@@ -68,10 +68,15 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
     """A total corpus :class:`~dprag_core.budget.Budget` in a SQLite file.
 
     ``path``: the database file (it may be a
-    :class:`~dprag_core.accounting.ledger.SQLiteLedger`'s file). ``create``:
-    create the budget (and the file, mode 0600) if it does not exist; without
-    it a missing file or budget is refused, so a typo or a relative path
-    opened from another directory never starts a fresh budget. ``total``: the
+    :class:`~dprag_core.accounting.ledger.SQLiteLedger`'s file); None (give
+    ``name``): the budget of that name in the per-user budget directory
+    (``$DPRAG_BUDGET_DIR``, else ``~/.local/share/dprag``: found from any
+    working directory, :mod:`~dprag_core.accounting.stores.places`).
+    ``create``: create the budget (and the file, mode 0600) if it does not
+    exist; without it a missing file or budget is refused, so a typo or a
+    relative path opened from another directory never starts a fresh budget.
+    Creating refuses a relative path, and, when ``name`` is given, a second
+    corpus budget of that name on this host (a corpus has one budget). ``total``: the
     corpus budget, needed to create; when opening, None reads the recorded
     one and any other total raises ``ValueError`` (a budget is never reset or
     enlarged). ``table``: table-name prefix, to keep several budgets in one
@@ -82,16 +87,16 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
     cannot write, and it works on read-only media): reads work, charges raise
     ``LedgerUnavailable``.
 
-    >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "b.db")
-    >>> acc = SQLiteCorpusAccountant(path, total=Budget(2.0), create=True, name="records")
-    >>> acc.can_afford(Budget(2.0)), acc.remaining
-    (True, Budget(epsilon=2.0, delta=0.0))
+    >>> acc = SQLiteCorpusAccountant(name="records", total=Budget(2.0), create=True)
+    >>> acc.can_afford(Budget(2.0)), acc.remaining, acc.path.name
+    (True, Budget(epsilon=2.0, delta=0.0), 'records.db')
+    >>> SQLiteCorpusAccountant(name="records").total  # from any directory, any process
+    Budget(epsilon=2.0, delta=0.0)
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | None = None,
         *,
         total: Budget | None = None,
         table: str = "corpus",
@@ -120,7 +125,7 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
             raise LedgerUnavailable(f"the {self._store.label} records no total")
         stored = (int(rows[0][0]), int(rows[0][1]))
         self.check_total(total, stored, self._store.label)
-        command = f"dprag ledger status --sqlite {shlex.quote(str(Path(path).absolute()))}"
+        command = f"dprag ledger status --sqlite {shlex.quote(str(self.path.absolute()))}"
         super().__init__(
             stored, label=self._store.label, status_command=f"{command} --table {table}"
         )

@@ -28,7 +28,7 @@ from dp_accounting.pld.common import DifferentialPrivacyParameters
 
 from dprag_core.accounting.rdp import DEFAULT_ORDERS, bounded_range_rdp, rdp_to_dp
 from dprag_core.accounting.search import boundary
-from dprag_core.budget import FIT_SLACK, Budget
+from dprag_core.budget import FIT_SLACK, Budget, positive_budget
 from dprag_core.validation import positive_finite, positive_int
 
 __all__ = ["ICL_BOUNDS", "ICLParameters", "calibrate_icl", "icl_epsilon"]
@@ -112,8 +112,7 @@ def calibrate_icl(total: Budget, *, max_new_tokens: int, selection_epsilon: floa
     >>> calibrate_icl(Budget(2.0), max_new_tokens=10, selection_epsilon=1.0).epsilon_token
     0.1
     """
-    if not isinstance(total, Budget):
-        raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+    total = positive_budget("total", total)
     t = positive_int("max_new_tokens", max_new_tokens)
     e_sel = positive_finite("selection_epsilon", selection_epsilon)
     if e_sel >= total.epsilon:

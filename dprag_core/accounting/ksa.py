@@ -60,7 +60,7 @@ from dprag_core.accounting.rdp import (
     rdp_to_dp,
 )
 from dprag_core.accounting.search import boundary
-from dprag_core.budget import Budget
+from dprag_core.budget import Budget, positive_budget
 from dprag_core.validation import positive_finite, positive_int, probability
 
 __all__ = [
@@ -263,8 +263,7 @@ def calibrate_ksa(
     >>> p.epsilon_k, p.delta_ptr
     (1.0, 5e-05)
     """
-    if not isinstance(total, Budget):
-        raise TypeError(f"total must be a Budget, got {type(total).__name__}")
+    total = positive_budget("total", total)
     if total.delta <= 0:
         raise ValueError("total.delta must be > 0 for DP-KSA (PTR needs a failure probability)")
     ds = probability("delta_share", delta_share, allow_zero=False)

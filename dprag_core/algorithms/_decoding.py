@@ -3,7 +3,7 @@
 Shared by every token-level mechanism (baselines, the voting mechanisms, DP-ICL):
 released text is streamed as it is decoded; a character whose UTF-8 bytes are
 split over several tokens (byte-level BPE, byte fallback) is released once all
-its bytes have come.
+its bytes have come, and bytes that are no character are cut (never U+FFFD).
 """
 
 from __future__ import annotations
@@ -31,8 +31,12 @@ class IncrementalDecoder:
     complete every character they began; a character's bytes are never released
     in part. More than :data:`~dprag_core.models.codec.PENDING_TOKENS` pending
     tokens whose text still ends in U+FFFD hold invalid bytes, not a character in
-    progress: all but the last 3 are released, U+FFFD included (what decoding
-    the whole text shows for them).
+    progress: all but the last 3 are released. **Invalid bytes are cut**
+    wherever they are (a lead byte followed by text, a stray continuation
+    byte: what decoding shows as U+FFFD): a released chunk never holds U+FFFD.
+    Which bytes are invalid is a fixed function of the released tokens
+    (post-processing), so the text stays as private as the tokens; a voted
+    token sequence can hold any bytes, which is why this rule exists.
 
     At the end of an answer, :meth:`flush` releases the pending tokens if they
     complete their characters, else the most of them that do: the tokens of a
@@ -48,6 +52,9 @@ class IncrementalDecoder:
     >>> d = IncrementalDecoder(Bytes())
     >>> [d.push(b) for b in "p€".encode()[:2]], d.flush(), d.text
     (['p', ''], '', 'p')
+    >>> d = IncrementalDecoder(Bytes())
+    >>> [d.push(b) for b in b"n\\xe2 p"], d.text
+    (['n', '', ' ', 'p'], 'n p')
     """
 
     def __init__(self, model: Any) -> None:
@@ -63,7 +70,7 @@ class IncrementalDecoder:
 
     def _release(self, end: int, text: str) -> str:
         """Release ids[:end], whose window text is ``text``; move the window on."""
-        chunk = text[len(self._shown) :]
+        chunk = text[len(self._shown) :].replace(REPLACEMENT, "")
         if chunk:
             self._parts.append(chunk)
         self._mark, self._shown = end, text

@@ -3,9 +3,12 @@
 
 1. Retrieve N documents (``candidates_needed() = n_docs``); one response per
    privacy unit (its chunks joined) through any :class:`TextModel`, in one batch.
-2. Keyword histogram: each response's normalised words (lower-case, punctuation
-   and stop words removed, optionally without the question's own words), each
-   counted at most once per response. The extractor is pluggable.
+2. Keyword histogram: each response's words (punctuation and stop words
+   removed, optionally without the question's own words), each counted at most
+   once per response. A word keeps the case the response wrote it in, and each
+   written form is a keyword of its own (``Gleeblorazine`` is released as
+   written, never lower-cased); stop words and the question's words are matched
+   ignoring case, a public rule. The extractor is pluggable.
 3. FindBestK (ε_k) picks k̂; TopKWithPTR (σ, δ₁) decides whether the exact top-k̂
    keyword *set* may be released (:mod:`dprag_core.mechanisms.ksa`). The
    parameters are calibrated from the user's (ε, δ) by
@@ -14,12 +17,20 @@
    (alphabetical order: only the set is stable, not the count order), or the
    question alone (zero-shot) when PTR fails.
 
-**Guarantee** (:class:`DPKSA`): ``query_cost()`` = the calibrated (ε, δ), w.r.t.
+**Guarantee** (:class:`DPKSA`): ``query_cost()`` = the requested (ε, δ), w.r.t.
 add/remove of one privacy unit, *provided the retriever's top-N is counted in
 units* (one item per unit, or a unit's chunks all inside or all outside): then
-one unit changes at most one response. The released keywords are DP outputs
-and may appear verbatim in the answer: that is by design (they are words that
-at least k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
+one unit changes at most one response, hence every keyword's count by at most
+one. The noise is calibrated so that the certified bound
+(``parameters.achieved``, e.g. ε = 7.999999996 for a requested 8) is within the
+requested budget; the answer reports, and the budget is charged, the requested
+(ε, δ) itself: a valid claim (it is at least the certified one), and the one the
+user configured, so totals add up in round numbers (ten queries of ε = 8 fit
+exactly in 80). The released keywords are DP outputs, their case included (the
+case of a form is part of the keyword the histogram counts, so it is released by
+the same mechanism, never restored afterwards from a response), and may appear
+verbatim in the answer: that is by design (they are words that at least
+k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
 ``ptr_passed``, ``keywords_released`` (a count), ``epsilon_bound`` (the
 accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and ``stop_reason``
 (``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
@@ -101,21 +112,22 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
 
 def extract_keywords(text: str, *, exclude: Iterable[str] = ()) -> list[str]:
-    """The distinct normalised keywords of ``text``, in order of first appearance.
+    """The distinct keywords of ``text`` as written, in order of first appearance.
 
-    Lower-case words (letters/digits, inner apostrophes kept), without stop words,
-    single letters, possessive "'s" or anything in ``exclude``.
+    Words (letters/digits, inner apostrophes kept) in the case ``text`` has them,
+    without stop words, single letters, possessive "'s" or anything in
+    ``exclude`` (stop words and ``exclude`` matched ignoring case).
 
     >>> extract_keywords("Based on the context, Herman's disease is Flumplenaxism (rare).")
-    ['herman', 'disease', 'flumplenaxism', 'rare']
+    ['Herman', 'disease', 'Flumplenaxism', 'rare']
     """
-    banned = set(exclude)
+    banned = {w.casefold() for w in exclude}
     seen: dict[str, None] = {}
-    for match in _WORD.finditer(text.lower()):
-        word = re.sub(r"['’]s$", "", match.group())
+    for match in _WORD.finditer(text):
+        word = re.sub(r"['’]s$", "", match.group(), flags=re.IGNORECASE)
         if len(word) < 2 and not word.isdigit():
             continue
-        if word in STOP_WORDS or word in banned:
+        if word.casefold() in STOP_WORDS or word.casefold() in banned:
             continue
         seen.setdefault(word, None)
     return list(seen)
@@ -133,12 +145,14 @@ class KeywordHistogram:
     counts: tuple[int, ...]
 
     def top(self, k: int) -> list[str]:
-        """The top-``k`` keywords with a positive count, alphabetically (a public order).
+        """The top-``k`` keywords with a positive count, alphabetically ignoring case (a
+        public order).
 
-        >>> keyword_histogram(["beta alpha", "beta gamma"]).top(2)
-        ['alpha', 'beta']
+        >>> keyword_histogram(["beta Alpha", "beta gamma"]).top(2)
+        ['Alpha', 'beta']
         """
-        return sorted(kw for kw, c in zip(self.keywords[:k], self.counts[:k], strict=True) if c > 0)
+        chosen = [kw for kw, c in zip(self.keywords[:k], self.counts[:k], strict=True) if c > 0]
+        return sorted(chosen, key=lambda kw: (kw.casefold(), kw))
 
 
 def keyword_histogram(
@@ -152,11 +166,11 @@ def keyword_histogram(
     >>> keyword_histogram(["aspirin aspirin", "aspirin"], exclude=["x"]).counts
     (2,)
     """
-    banned = set(exclude)
+    banned = {w.casefold() for w in exclude}
     counter: Counter[str] = Counter()
     for response in responses:
         words = extractor(response) if extractor is not None else extract_keywords(response)
-        counter.update({w for w in words if w not in banned})
+        counter.update({w for w in words if w.casefold() not in banned})
     ordered = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
     return KeywordHistogram(tuple(k for k, _ in ordered), tuple(c for _, c in ordered))
 
@@ -294,10 +308,13 @@ class DPKSA(_KeywordAnswerer):
         self.parameters: KSAParameters = calibrate_ksa(
             total, epsilon_share=epsilon_share, k_candidates=self.k_max - self.k_min + 1
         )
+        got = self.parameters.achieved  # <= total (the search never goes over); max: floats
+        self.guarantee = Budget(max(total.epsilon, got.epsilon), max(total.delta, got.delta))
 
     def query_cost(self) -> Budget:
-        """The calibrated (ε, δ) of one query (≤ the requested budget, within 1%)."""
-        return self.parameters.achieved
+        """The requested (ε, δ) of one query, which the calibrated noise stays within
+        (``parameters.achieved``, the certified bound, is within 1% below it)."""
+        return self.guarantee
 
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
@@ -318,10 +335,10 @@ class DPKSA(_KeywordAnswerer):
             "epsilon_bound": p.bound,
             "stop_reason": KEYWORDS if passed else PTR_FAILED,
         }
-        return DPAnswer(self._final(question, keywords), p.achieved, self.name, details)
+        return DPAnswer(self._final(question, keywords), self.guarantee, self.name, details)
 
     def __repr__(self) -> str:
-        b = self.parameters.achieved
+        b = self.guarantee
         return f"DPKSA(epsilon={b.epsilon:g}, delta={b.delta:g}, n_docs={self.n_docs})"
 
 

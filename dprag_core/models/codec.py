@@ -2,7 +2,8 @@
 
 :class:`TokenizerCodec` is what a :class:`~dprag_core.models.base.TokenModel`
 does with its tokenizer: ``encode`` / ``decode`` (no special tokens),
-``decode_answer`` (the same, without a trailing incomplete UTF-8 character),
+``decode_answer`` (the same, without an incomplete or invalid UTF-8 byte
+anywhere: :func:`complete_text`),
 ``prompt_ids`` (a user-message prompt wrapped with the tokenizer's chat template
 when it has one, else encoded verbatim with the tokenizer's usual special tokens)
 and ``prompt_rows`` (a batch of them, checked).
@@ -130,23 +131,27 @@ def token_id_problem(ids: Sequence[object], vocab_size: int) -> str:
 
 
 def complete_text(decode: Callable[[Sequence[int]], str], ids: Sequence[int]) -> str:
-    """The text of ``ids`` without a trailing incomplete UTF-8 character.
+    """The text of ``ids`` without an incomplete or invalid UTF-8 byte anywhere.
 
-    ``decode(ids)`` when it does not end in U+FFFD; otherwise the text of ``ids``
-    without its last tokens (at most :data:`PENDING_TOKENS`), the fewest that
-    leave no trailing U+FFFD: the bytes of a character cut by a length limit go,
-    with any whole character the same tokens held. When even that ends in U+FFFD
-    (invalid bytes, not a cut character), the trailing U+FFFD are dropped.
+    The text of ``ids`` without its last tokens (at most :data:`PENDING_TOKENS`),
+    the fewest that leave no trailing U+FFFD: the bytes of a character cut by a
+    length limit go, with any whole character the same tokens held. Then every
+    U+FFFD left is dropped: bytes that are no character (a lead byte followed by
+    text, a stray continuation byte) are **cut** from the text wherever they are,
+    never shown as U+FFFD. This is a fixed function of the released tokens
+    (post-processing), so the text is as private as the tokens are.
 
     >>> def decode(ids): return bytes(ids).decode("utf-8", errors="replace")
     >>> complete_text(decode, list("p€".encode())[:3]), complete_text(decode, [255, 255])
     ('p', '')
+    >>> complete_text(decode, list(b"eln\\xe2 phone"))
+    'eln phone'
     """
     for cut in range(len(ids), max(len(ids) - PENDING_TOKENS, 0) - 1, -1):
         text = decode(ids[:cut])
         if not text.endswith(REPLACEMENT):
-            return text
-    return decode(ids).rstrip(REPLACEMENT)
+            return text.replace(REPLACEMENT, "")
+    return decode(ids).replace(REPLACEMENT, "")
 
 
 @dataclass(frozen=True)
@@ -313,10 +318,11 @@ class TokenizerCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
     def decode_answer(self, ids: Sequence[int]) -> str:
-        """:meth:`decode`, without a trailing incomplete UTF-8 character (:func:`complete_text`).
+        """:meth:`decode`, without an incomplete or invalid UTF-8 byte (:func:`complete_text`).
 
         For a whole answer (text generation): a limit that cut a character's
-        bytes in two drops the part that came, instead of releasing U+FFFD.
+        bytes in two drops the part that came, and invalid bytes anywhere are
+        cut, instead of releasing U+FFFD.
         """
         return complete_text(self.decode, ids)
 

@@ -341,8 +341,14 @@ class OpenAICompatModel(TokenizerCodec):
         """
         from transformers import AutoTokenizer
 
-        known = inspect.signature(CompletionsEndpoint.__init__).parameters
-        check_keywords("OpenAICompatModel.from_pretrained", endpoint_options, known)
+        own = inspect.signature(cls.from_pretrained).parameters
+        passed_on = inspect.signature(CompletionsEndpoint.__init__).parameters
+        valid = [
+            name
+            for name, p in (*own.items(), *passed_on.items())
+            if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and name != "self")
+        ]
+        check_keywords("OpenAICompatModel.from_pretrained", endpoint_options, valid)
         endpoint = CompletionsEndpoint(base_url, model=model, server=server, **endpoint_options)
         return cls(
             endpoint,

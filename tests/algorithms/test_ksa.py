@@ -57,20 +57,20 @@ def test_extract_keywords() -> None:
         "Based on the context, Herman's disease is FLUMPLENAXISM; "
         "it's treated with Gleeblorazine-5, 2 mg!"
     )
-    assert extract_keywords(text) == [
-        "herman",
+    assert extract_keywords(text) == [  # as written: the case is kept
+        "Herman",
         "disease",
-        "flumplenaxism",
+        "FLUMPLENAXISM",
         "treated",
-        "gleeblorazine",
+        "Gleeblorazine",
         "5",
         "2",
         "mg",
     ]
     assert extract_keywords("Café naïve Zorblasteron5 über") == [
-        "café",
+        "Café",
         "naïve",
-        "zorblasteron5",
+        "Zorblasteron5",
         "über",
     ]
     assert extract_keywords("the a of and", exclude=()) == []
@@ -79,9 +79,13 @@ def test_extract_keywords() -> None:
 
 
 def test_histogram_counts_each_response_once() -> None:
-    hist = keyword_histogram(["aspirin aspirin aspirin", "Aspirin, fever.", "fever"])
+    hist = keyword_histogram(["aspirin aspirin aspirin", "aspirin, fever.", "fever"])
     assert dict(zip(hist.keywords, hist.counts, strict=True)) == {"aspirin": 2, "fever": 2}
     assert hist.keywords == ("aspirin", "fever")  # ties broken alphabetically
+    # each written form is a keyword of its own: the case is counted, and released, by DP
+    cased = keyword_histogram(["Aspirin", "Aspirin now", "aspirin"])
+    counts = dict(zip(cased.keywords, cased.counts, strict=True))
+    assert counts == {"Aspirin": 2, "aspirin": 1, "now": 1}
     custom = keyword_histogram(["x-y", "x"], extractor=lambda t: t.split("-"))
     assert dict(zip(custom.keywords, custom.counts, strict=True)) == {"x": 2, "y": 1}
 
@@ -95,13 +99,13 @@ def test_dpksa_releases_the_consensus_keyword() -> None:
     assert result.details["ptr_passed"] is True
     assert result.details["keywords_released"] == result.details["k_hat"] == 2
     assert result.details["epsilon_bound"] == mech.parameters.bound == "pld"
-    expected_prompt = KEYWORDS_TEMPLATE.format(
-        keywords="gleeblorazine, injectibles", question=QUESTION
+    expected_prompt = KEYWORDS_TEMPLATE.format(  # the released keywords, as written
+        keywords="Gleeblorazine, Injectibles", question=QUESTION
     )
     assert model.calls[1] == [expected_prompt]
-    assert "gleeblorazine" in result.text
-    assert result.guarantee == mech.query_cost()
-    assert result.guarantee is not None and result.guarantee.epsilon <= 5.0
+    assert "Gleeblorazine" in result.text
+    assert result.guarantee == mech.query_cost() == Budget(5.0, 1e-4)  # what was asked for
+    assert mech.parameters.achieved.epsilon <= 5.0  # the certified bound: within it
     assert set(result.details) == {
         "k_hat",
         "ptr_passed",
@@ -130,10 +134,22 @@ def test_question_words_are_dropped() -> None:
     texts = ["Flumplenaxism treatment is Gleeblorazine"] * 60
     model = ScriptedTextModel()
     DPKSA(model, epsilon=5.0, k_max=3).answer(QUESTION, _docs(texts), rng=1)
-    assert "flumplenaxism" not in model.calls[1][0] and "gleeblorazine" in model.calls[1][0]
+    keywords = model.calls[1][0].split("\n")[0]  # "Keywords: ..."
+    assert "Flumplenaxism" not in keywords and "Gleeblorazine" in keywords
     model = ScriptedTextModel()
     KSA(model, drop_question_words=False).answer(QUESTION, _docs(texts))
-    assert "flumplenaxism" in model.calls[1][0]
+    assert "Flumplenaxism" in model.calls[1][0].split("\n")[0]
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(8.0, 1e-4), (5.0, 1e-5), (0.5, 1e-6)])
+def test_dpksa_reports_and_charges_the_budget_it_was_calibrated_within(
+    epsilon: float, delta: float
+) -> None:
+    """Not 7.999999996: the requested budget, which the certified bound stays within."""
+    mech = DPKSA(ScriptedTextModel(), epsilon=epsilon, delta=delta)
+    assert mech.query_cost() == Budget(epsilon, delta)
+    assert Budget(epsilon, delta).covers(mech.parameters.achieved)
+    assert repr(mech).startswith(f"DPKSA(epsilon={epsilon:g}, delta={delta:g},")
 
 
 def test_one_response_per_privacy_unit_and_padding_ignored() -> None:

@@ -95,7 +95,7 @@ def test_a_bare_budget_or_no_budget_says_how_to_make_one(
 
     message = refused(lambda: build(Budget(5.0)), TypeError)
     assert message.startswith("accountant must be a CorpusAccountant, got Budget")
-    assert 'SQLiteCorpusAccountant("budget.db"' in message
+    assert 'SQLiteCorpusAccountant(name="<corpus>"' in message
     if kind == "chain":  # the chain's own check, raised as it is (pydantic wrapped it)
         message = refused(lambda: build(None), ValueError)
         assert "charges a corpus budget on every query: pass accountant=" in message

@@ -233,3 +233,20 @@ def test_the_same_constructors_accept_the_right_keywords(parts: Parts) -> None:
     assert parts.engine(source_ids=True).source_ids is True
     assert DPRAGOutput(answer="x").answer == "x"
     assert PrivateRAG(ToyMechanism(k=2), retriever, accountant=parts.acc, max_question_tokens=8)
+
+
+def test_openai_compat_from_pretrained_names_its_own_keywords_too() -> None:
+    """The factory's own keywords and the endpoint's are the valid ones (never ``self``)."""
+    from dprag_core.models.openai_compat import OpenAICompatModel
+
+    def build(**typo: Any) -> object:
+        return OpenAICompatModel.from_pretrained("http://127.0.0.1:9/v1", "tok", model="m", **typo)
+
+    with pytest.raises(TypeError, match="did you mean 'lookahead_tokens'"):
+        build(lookahed_tokens=2)
+    with pytest.raises(TypeError, match="did you mean 'check_tokenizer'"):
+        build(check_tokeniser=False)
+    with pytest.raises(TypeError, match="valid keywords: ") as info:
+        build(zzz=1)
+    valid = str(info.value).split("valid keywords: ")[1].split(", ")
+    assert "self" not in valid and {"lookahead_tokens", "eos_token_ids", "api_key"} <= set(valid)

@@ -348,10 +348,10 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
 
 def test_a_dp_chain_needs_a_budget(store: InMemoryVectorStore) -> None:
     """No budget, no chain: the error names a persistent accountant (was: ran unbounded)."""
-    with pytest.raises(ValueError, match=r'accountant=SQLiteCorpusAccountant\("budget.db"'):
+    with pytest.raises(ValueError, match=r'accountant=SQLiteCorpusAccountant\(name="<corpus>"'):
         DPRAGChain(vectorstore=store, mechanism=ToyMechanism())
     with pytest.raises(
-        TypeError, match=r'got Budget: pass accountant=SQLiteCorpusAccountant\("budget'
+        TypeError, match=r'got Budget: pass accountant=SQLiteCorpusAccountant\(name="<corpus>"'
     ):
         DPRAGChain(vectorstore=store, mechanism=ToyMechanism(), accountant=Budget(5.0))  # type: ignore[arg-type]
 

@@ -17,6 +17,7 @@ from lc_support import QUESTION, HashingEmbeddings
 from query_support import BAD_UNITS, InDoubtAccountant, murag
 from toy_mechanisms import ToyMechanism
 
+from dprag_core.accounting import InMemoryCorpusAccountant
 from dprag_core.accounting.ledger import InMemoryLedger, LedgerOutcomeUnknown
 from dprag_core.budget import Budget
 from dprag_core.pipeline import CHARGE_RETRY
@@ -70,6 +71,21 @@ async def test_the_config_key_names_the_query_inside_a_larger_runnable(
         app.invoke(QUESTION, config)
     assert [c async for c in app.astream(QUESTION, config) if c] == ["3", " candidates"]
     assert budget.ids == ["req-5", "req-5"] and budget.queries == 1
+
+
+@pytest.mark.parametrize("key", ["dprag_query_idd", "dprag_queryid", "dprag_id"])
+def test_a_misspelt_dprag_configurable_key_is_refused_before_the_charge(
+    store: InMemoryVectorStore, key: str
+) -> None:
+    budget = InMemoryCorpusAccountant(Budget(10.0, 1e-3))
+    app = RunnablePassthrough() | DPRAGChain(
+        vectorstore=store, mechanism=ToyMechanism(k=3), accountant=budget, output="text"
+    )
+    with pytest.raises(ValueError, match=f"{key!r} .* {QUERY_ID_KEY!r}"):
+        app.invoke(QUESTION, {"configurable": {key: "req-5"}})
+    assert budget.queries == 0
+    other: Any = {"configurable": {"session_id": "s1"}}  # another runnable's key: not dprag's
+    assert app.invoke(QUESTION, other) == "3 candidates" and budget.queries == 1
 
 
 def test_dpretriever_charges_under_its_run_id(store: InMemoryVectorStore) -> None:

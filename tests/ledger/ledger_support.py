@@ -140,3 +140,14 @@ def corpus_charge_until_killed(
         acc.charge(cost, query_id=qid)
         time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
         os.write(fd, f"{qid} released\n".encode())
+
+
+def fails_in_one_line(argv: list[str]) -> str:
+    """``dprag`` ``argv`` must end in one line (the SystemExit message), not a traceback."""
+    from dprag_core.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    message = str(info.value.code)
+    assert info.value.code not in (0, None) and "\n" not in message
+    return message

@@ -57,6 +57,7 @@ def test_charges_add_up_exactly_and_refusals_record_nothing(make_corpus: Factory
     with pytest.raises(PrivacyBudgetExhausted, match=r"epsilon=0\.1"):
         acc.charge(Budget(0.1), query_id="over")
     assert acc.queries == 100
+    assert repr(acc.remaining) == "Budget(epsilon=0.0, delta=0.0)"  # exhausted reads 0
 
 
 def test_delta_is_exact_and_bounded_too(make_corpus: Factory) -> None:

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledger_support import POSTGRES_DSN, drop_postgres_tables, needs_postgres, needs_roles
+from ledger_support import (
+    POSTGRES_DSN,
+    drop_postgres_tables,
+    needs_postgres,
+    needs_roles,
+)
+from ledger_support import (
+    fails_in_one_line as fails,
+)
 
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
@@ -54,39 +62,30 @@ def test_init_creates_what_runtime_opens_with_create_false(
         drop_postgres_tables(f"{table}_l")
 
 
-def _fails(argv: list[str]) -> str:
-    """``dprag`` ``argv`` must end in one line (the SystemExit message), not a traceback."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    message = str(info.value.code)
-    assert info.value.code not in (0, None) and "\n" not in message
-    return message
-
-
 def test_operator_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DPRAG_LEDGER_DSN", raising=False)
     db = str(tmp_path / "b.db")
-    assert "missing" in _fails(["ledger", "status", "--sqlite", str(tmp_path / "none.db")])
+    assert "missing" in fails(["ledger", "status", "--sqlite", str(tmp_path / "none.db")])
     assert not (tmp_path / "none.db").exists()
     init = ["ledger", "init", "--sqlite", db]
-    assert "--corpus-delta" in _fails([*init, "--corpus-epsilon", "2"])  # no silent delta = 0
+    assert "--corpus-delta" in fails([*init, "--corpus-epsilon", "2"])  # no silent delta = 0
     assert main([*init, "--corpus-epsilon", "2", "--corpus-delta", "0"]) == 0
     assert main([*init, "--budget-per-unit", "1"]) == 0
-    assert "differs" in _fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"])
-    assert "PostgreSQL" in _fails([*init, "--budget-per-unit", "1", "--grant-to", "app"])
-    assert "--schema is for PostgreSQL" in _fails(
+    assert "differs" in fails([*init, "--corpus-epsilon", "3", "--corpus-delta", "0"])
+    assert "PostgreSQL" in fails([*init, "--budget-per-unit", "1", "--grant-to", "app"])
+    assert "--schema is for PostgreSQL" in fails(
         ["ledger", "status", "--sqlite", db, "--schema", "s"]
     )
-    assert "choose one with --table" in _fails(["ledger", "export", "--sqlite", db])
-    assert "no table 'nope'" in _fails(["ledger", "status", "--sqlite", db, "--table", "nope"])
+    assert "choose one with --table" in fails(["ledger", "export", "--sqlite", db])
+    assert "no table 'nope'" in fails(["ledger", "status", "--sqlite", db, "--table", "nope"])
     (tmp_path / "app.db").write_text("not a database")
-    assert "not a SQLite database" in _fails(
+    assert "not a SQLite database" in fails(
         ["ledger", "status", "--sqlite", str(tmp_path / "app.db")]
     )
     secret = "postgresql://alice:hunter2@127.0.0.1:1/db?connect_timeout=1"
     for argv in (["ledger", "status", "--dsn", secret], ["ledger", "status"]):
         monkeypatch.setenv("DPRAG_LEDGER_DSN", secret)
-        message = _fails(argv)
+        message = fails(argv)
         assert "unreachable" in message and "hunter2" not in message and "alice" not in message
 
 
@@ -194,8 +193,8 @@ def test_init_checks_the_role_before_creating_anything(table: str) -> None:
     import psycopg
 
     init = ["ledger", "init", "--dsn", POSTGRES_DSN, "--table", table, "--budget-per-unit", "1"]
-    assert "not 'public'" in _fails([*init, "--grant-to", "public"])
-    assert "no role 'nobody_here'" in _fails([*init, "--grant-to", "nobody_here"])
+    assert "not 'public'" in fails([*init, "--grant-to", "public"])
+    assert "no role 'nobody_here'" in fails([*init, "--grant-to", "nobody_here"])
     with psycopg.connect(POSTGRES_DSN) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (f"{table}_meta",)).fetchone() == (None,)
 

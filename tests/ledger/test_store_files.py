@@ -46,7 +46,10 @@ def test_a_missing_sqlite_store_is_refused_naming_its_absolute_path(
     home, elsewhere = tmp_path / "app", tmp_path / "elsewhere"
     home.mkdir(), elsewhere.mkdir()
     monkeypatch.chdir(home)
-    _open_sqlite(what, Path("budget.db"), create=True).close()
+    with pytest.raises(ValueError, match="relative"):  # never created at a relative path
+        _open_sqlite(what, Path("budget.db"), create=True)
+    assert not (home / "budget.db").exists()
+    _open_sqlite(what, home / "budget.db", create=True).close()
     monkeypatch.chdir(elsewhere)  # the same relative path from another directory
     with pytest.raises(LedgerUnavailable, match="create=True") as info:
         _open_sqlite(what, Path("budget.db"))
@@ -323,17 +326,21 @@ def test_a_charge_returns_after_its_commit_is_fsynced_outside_the_writers_queue(
 
 
 def test_rerunning_in_the_same_folder_says_the_budget_persists(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    budget_home: Path,
 ) -> None:
-    monkeypatch.chdir(tmp_path)
-    for run in range(2):  # the README quick start, run twice in one folder
-        acc = SQLiteCorpusAccountant("budget.db", total=Budget(1.0), create=True)
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    for run, folder in enumerate(("a", "b")):  # the README quick start, run from two folders
+        monkeypatch.chdir(tmp_path / folder)
+        acc = SQLiteCorpusAccountant(name="quickstart", total=Budget(1.0), create=True)
         if run == 0:
             acc.charge(Budget(1.0))
     with pytest.raises(PrivacyBudgetExhausted, match="persists") as info:
         acc.charge(Budget(0.5))
     message = str(info.value)
-    assert str(tmp_path / "budget.db") in message and "new store" in message
+    assert str(budget_home / "quickstart.db") in message and "new corpus" in message
     # the command it names shows this very budget, exhausted
     command = re.search(r"see it: (dprag ledger status [^;]*);", message)
     assert command, message

@@ -1,42 +1,38 @@
-"""examples/llamaindex_quickstart.py runs offline; every mechanism's answer names the right drug."""
+"""examples/llamaindex_quickstart.py, run as documented: every mechanism in order in one folder.
+
+As tests/langchain/test_quickstart.py: each command of the usage line runs as
+written in a fresh folder, after the LangChain example's runs in the same
+folder (two examples, two budgets: neither spends the other's), every answer
+names the treatment 16 records support, no record is printed, ``source_nodes``
+stays empty, and a query past the example's budget is refused in one line.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from pathlib import Path
-from typing import Any
 
 import pytest
+from docs_run import ROOT, checkout, refused_in_one_line, run_example_in_order
 
-from dprag_core.eval.metrics import match
+from dprag_core import Budget, SQLiteCorpusAccountant
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llamaindex_quickstart.py"
-
-
-def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("llamaindex_quickstart", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+EXAMPLE = ROOT / "examples" / "llamaindex_quickstart.py"
 
 
-@pytest.mark.parametrize("mechanism", ["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"])
-def test_quickstart_answers_right(
-    mechanism: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    example = load_example()
-    state = str(tmp_path / "state.db")
-    example.main(["--mechanism", mechanism, "--state", state, "--seed", "0"])
-    out = capsys.readouterr().out
-    assert example.FACT.support == 16
-    answer = re.search(r"^answer: (.*)$", out, re.M)
-    streamed = re.search(r"^streamed: (.*)$", out, re.M)
-    assert answer and streamed, out
-    assert match(answer.group(1), example.FACT.answer), out
-    assert match(streamed.group(1), example.FACT.answer), out
-    assert re.search(r"^epsilon=\d[\d.e+-]* delta=\d", out, re.M), out
-    assert "source_nodes: []" in out
-    for text, _ in example.RECORDS:  # no record is ever printed
-        assert text not in out
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_every_documented_run_answers_right_within_the_examples_budget(tmp_path: Path) -> None:
+    folder = checkout(tmp_path / "reader")
+    data = folder / ".data" / "dprag"
+    data.mkdir(parents=True)
+    # the LangChain example ran here before, and spent all of its own budget
+    spent = Budget(46.0, 6e-4)
+    SQLiteCorpusAccountant(
+        data / "langchain-quickstart.db", total=spent, name="langchain-quickstart", create=True
+    ).charge(spent)
+    commands = run_example_in_order(EXAMPLE, folder, ("answer", "streamed"), ("source_nodes: []",))
+    names = ["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"]
+    assert [c.split()[-1] for c in commands] == names
+    refusal = refused_in_one_line(commands[0], folder)  # its budget paid for one run of each
+    assert refusal.startswith("refused: query needs epsilon=5")
+    assert str(data / "llamaindex-quickstart.db") in refusal

@@ -79,7 +79,7 @@ def test_errors_hold_no_private_frame(index: Any, streaming: bool) -> None:
 
 def test_one_error_class_and_a_required_budget(index: Any) -> None:
     assert PrivateStageError is PrivateDataError
-    with pytest.raises(ValueError, match=r'budget=SQLiteCorpusAccountant\("budget.db"'):
+    with pytest.raises(ValueError, match=r'budget=SQLiteCorpusAccountant\(name="<corpus>"'):
         DPQueryEngine.from_index(index, mechanism=ToyMechanism())
     with pytest.raises(TypeError, match="budget must be a CorpusAccountant, got Budget"):
         DPQueryEngine.from_index(index, mechanism=ToyMechanism(), budget=Budget(1.0))  # type: ignore[arg-type]

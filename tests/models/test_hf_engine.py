@@ -150,7 +150,7 @@ def test_text_model_equals_hf_greedy_generate(tiny_hf_models: dict[str, Any], ti
             temperature=None,
         )
     ref = tiny_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
-    assert ours == [ref]
+    assert ours == [ref.replace("\ufffd", "")]  # invalid bytes are cut (codec.complete_text)
 
 
 def test_bfloat16_runs(tiny_tokenizer: Any):

@@ -95,14 +95,14 @@ def test_every_prefix_releases_whole_characters_only(codec: TokenizerCodec) -> N
     assert _stream(codec, ids)[1] == TEXT
 
 
-def test_invalid_bytes_are_released_as_replacement_characters(tiny_tokenizer: Any) -> None:
+def test_invalid_bytes_are_cut_wherever_they_are(tiny_tokenizer: Any) -> None:
     codec = TokenizerCodec(tiny_tokenizer)
-    byte = {codec.decode([t]): t for t in range(len(tiny_tokenizer))}
     lone = codec.encode("€")[0]  # a lead byte alone: invalid once text follows
     ids = [lone, *codec.encode(" ok"), lone, lone, lone, lone, *codec.encode("!")]
-    _, text = _stream(codec, ids)
-    assert text == f"{REPLACEMENT} ok{REPLACEMENT * 4}!" == codec.decode(ids)
-    assert byte  # (the vocabulary decodes)
+    chunks, text = _stream(codec, ids)
+    assert codec.decode(ids) == f"{REPLACEMENT} ok{REPLACEMENT * 4}!"  # what decoding shows
+    assert text == " ok!" == codec.decode_answer(ids)  # what is released: no U+FFFD
+    assert not any(REPLACEMENT in c for c in chunks)
 
 
 def test_push_decodes_a_bounded_window(codec: TokenizerCodec) -> None:
@@ -168,6 +168,15 @@ def test_no_mechanism_releases_part_of_a_character(name: str) -> None:
         assert REPLACEMENT not in answer.text, (limit, answer.text)
         expected = full[:limit].decode("utf-8", errors="ignore")
         assert answer.text == expected, (limit, answer.text)
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_no_mechanism_releases_an_invalid_byte_mid_answer(name: str) -> None:
+    """The demo's ``eln\\ufffd phone number of Rob num``: a lead byte voted mid-answer."""
+    answer_bytes = b"eln\xe2 phone \xbf\x80num"  # a lone lead byte, stray continuations
+    model = FakeTokenModel([("Zoe", answer_bytes), ("", answer_bytes)])
+    chunks, answer = _released(MECHANISMS[name](model, len(answer_bytes)))
+    assert "".join(chunks) == answer.text == "eln phone num", answer.text
 
 
 def test_the_server_client_releases_whole_characters(tiny_tokenizer: Any) -> None:

@@ -78,11 +78,16 @@ class SQLiteLedger(Ledger):
     """Per-unit budgets in one SQLite file (WAL, ``BEGIN IMMEDIATE``).
 
     ``path``: the database file (``":memory:"`` is refused: use
-    :class:`~dprag_core.accounting.ledger.InMemoryLedger`). ``create``:
-    create the ledger (and the file, mode 0600) if it does not exist; without
-    it a missing file or ledger is refused. ``budget_per_unit``: needed to
-    create; when opening, None reads the recorded one and any other value
-    than the recorded one raises ``ValueError``. ``name``: the ledger's
+    :class:`~dprag_core.accounting.ledger.InMemoryLedger`); None (give
+    ``name``): the ledger of that name in the per-user budget directory,
+    found from any working directory (beside the corpus budget of the same
+    name: :mod:`~dprag_core.accounting.stores.places`). ``create``: create
+    the ledger (and the file, mode 0600) if it does not exist; without it a
+    missing file or ledger is refused; creating refuses a relative path and,
+    when ``name`` is given, a second per-unit ledger of that name on this
+    host. ``budget_per_unit``: needed to create; when opening, None reads
+    the recorded one and any other value than the recorded one raises
+    ``ValueError``. ``name``: the ledger's
     identity, recorded at creation (default ``"ledger"``) and checked when
     given on opening. ``read_only``: open for reading only (also automatic
     for a file this process cannot write). The file may also hold
@@ -97,7 +102,7 @@ class SQLiteLedger(Ledger):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | None = None,
         *,
         budget_per_unit: float | None = None,
         name: str | None = None,

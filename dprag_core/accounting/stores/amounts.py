@@ -79,13 +79,13 @@ def budget_units(name: str, budget: Budget) -> tuple[int, int]:
     >>> budget_units("cost", Budget(1e-20))
     Traceback (most recent call last):
     ...
-    ValueError: cost.epsilon must be 0 or at least 1e-12, got 1e-20
+    ValueError: cost.epsilon must be at least 1e-12, got 1e-20
     """
     if budget.epsilon > MAX_EPSILON:
         raise ValueError(f"{name}.epsilon must be at most {MAX_EPSILON:g}, got {budget.epsilon!r}")
     eps, delta = round(budget.epsilon * SCALE), round(budget.delta * DELTA_SCALE)
     if eps == 0:
-        raise ValueError(f"{name}.epsilon must be 0 or at least 1e-12, got {budget.epsilon!r}")
+        raise ValueError(f"{name}.epsilon must be at least 1e-12, got {budget.epsilon!r}")
     if delta == 0 and budget.delta > 0:
         raise ValueError(f"{name}.delta must be 0 or at least 1e-18, got {budget.delta!r}")
     return eps, delta

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dprag_core.accounting.stores import places
 from dprag_core.accounting.stores.amounts import open_options
 from dprag_core.accounting.stores.errors import (
     LedgerOutcomeUnknown,
@@ -153,6 +154,13 @@ def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
     """
     code = getattr(exc, "sqlite_errorname", type(exc).__name__)
     return LedgerUnavailable(f"the {label} is unavailable ({code})")
+
+
+def _checked_path(path: object) -> Path:
+    """``path`` as a Path, refusing what is not a database file path."""
+    if not isinstance(path, (str, os.PathLike)) or str(path) in ("", ":memory:"):
+        raise ValueError("path must be a database file path (use an in-memory class instead)")
+    return Path(path)
 
 
 def _create_private(path: Path, label: str) -> None:
@@ -244,9 +252,7 @@ class SQLiteStore:
         read_only: bool = False,
     ) -> None:
         self.timeout = positive_finite("busy_timeout", busy_timeout)
-        if not isinstance(path, (str, os.PathLike)) or str(path) in ("", ":memory:"):
-            raise ValueError("path must be a database file path (use an in-memory class instead)")
-        self.path = Path(path)
+        self.path = _checked_path(path)
         self.label = label
         self._local = threading.local()
         self._immutable = False
@@ -258,7 +264,8 @@ class SQLiteStore:
             if not create or read_only:
                 raise LedgerUnavailable(
                     f"no {label} exists (the file is missing): pass create=True to create it "
-                    "(a relative path is resolved against the working directory)"
+                    "(a relative path is resolved against the working directory: open a "
+                    "budget by its name, or by an absolute path)"
                 )
             _create_private(self.path, label)
         self.read_only = read_only or not os.access(self.path, os.W_OK)
@@ -352,15 +359,15 @@ class SQLiteStore:
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
 
-    def listed(self) -> list[tuple[str, str]]:
-        """(kind, catalog key) of every store this file holds, sorted by key.
+    def listed(self) -> list[tuple[str, str, str]]:
+        """(kind, catalog key, name) of every store this file holds, sorted by kind and key.
 
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "e.db")
         >>> SQLiteStore(path, busy_timeout=1.0, label="file", create=True).listed()
         []
         """
-        return sorted((s.kind, key) for key, s in self._listed.items())
+        return sorted((s.kind, key, s.name) for key, s in self._listed.items())
 
     def open(self, spec: SQLiteSpec, *, create: bool, name: str | None) -> str:
         """Open (or, with ``create``, create) the store ``spec``; return its recorded name.
@@ -606,7 +613,7 @@ class SQLiteStore:
 
 
 def open_sqlite(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None,
     spec: SQLiteSpec,
     *,
     what: str,
@@ -616,11 +623,16 @@ def open_sqlite(
     busy_timeout: float,
     needs: str | None,
 ) -> tuple[SQLiteStore, str]:
-    """A budget's constructor, once: options checked, the file opened, ``spec`` opened.
+    """A budget's constructor, once: options checked, the file found or opened, ``spec`` opened.
 
-    ``what`` names the store in messages (the label adds the file's path);
-    ``needs``: the parameter creating requires and the caller left out. Returns
-    the store and the store's recorded name.
+    ``path`` None: the store named ``name`` in the per-user budget directory
+    (:mod:`~dprag_core.accounting.stores.places`: registered, else
+    ``<name>.db``). Creating refuses a relative path, and, when a ``name`` is
+    given, a second store of the same kind and name on this host
+    (``places.claim``). ``what`` names the
+    store in messages (the label adds the file's path); ``needs``: the
+    parameter creating requires and the caller left out. Returns the store and
+    the store's recorded name.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "b.db")
@@ -633,11 +645,29 @@ def open_sqlite(
     checked, create, read_only = open_options(
         name=name, create=create, read_only=read_only, needs=needs
     )
-    store = SQLiteStore(
-        path,
-        busy_timeout=busy_timeout,
-        create=create,
-        read_only=read_only,
-        label=f"{what} in {str(Path(path).absolute())!r}",
-    )
-    return store, store.open(spec, create=create, name=checked)
+    if path is None:
+        if checked is None:
+            raise TypeError(
+                f"give path (a SQLite file) or name (the {spec.kind}'s identity: without a "
+                "path it is kept in the per-user budget directory, found from any directory)"
+            )
+        file = places.locate(spec.kind, checked, spec.key)
+    else:
+        file = _checked_path(path)
+        if create and not read_only:
+            file = places.creatable_path(file)
+
+    def opened() -> tuple[SQLiteStore, str]:
+        store = SQLiteStore(
+            file,
+            busy_timeout=busy_timeout,
+            create=create,
+            read_only=read_only,
+            label=f"{what} in {str(file.absolute())!r}",
+        )
+        return store, store.open(spec, create=create, name=checked)
+
+    if not create or read_only or checked is None:  # no name given: no corpus identity
+        return opened()
+    with places.claim(spec.kind, checked, file.absolute(), spec.key):
+        return opened()

@@ -1,0 +1,102 @@
+"""A store's embedding function must give vectors of the stored vectors' dimension: checked
+when the app is built.
+
+A store reopened with another embedding model (or the wrong one passed) would
+accept the app and fail at the first query, after that query's charge. So when
+the app is built, the dimension of the stored vectors is read from the store
+object (the table's classes: FAISS ``index.d``, one stored vector of
+InMemoryVectorStore or Chroma, the Qdrant collection's vector size, the LanceDB
+table's vector column, PGVector's ``embedding_length``), a fixed public probe
+text is embedded once with the store's embedding function, and a mismatch is
+refused naming both. A store whose dimension cannot be read (an empty one, an
+unknown class, PGVector without ``embedding_length``) is not checked.
+
+>>> from langchain_core.embeddings import DeterministicFakeEmbedding
+>>> from langchain_core.vectorstores import InMemoryVectorStore
+>>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
+>>> _ = store.add_texts(["a record"])
+>>> store.embedding = DeterministicFakeEmbedding(size=3)  # another model
+>>> check_dimension(store, "InMemoryVectorStore")
+Traceback (most recent call last):
+...
+ValueError: InMemoryVectorStore: its stored vectors have 4 dimensions, but its embedding ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dprag_core.retrieval.stores import refusal
+
+__all__ = ["PROBE", "check_dimension", "stored_dimension"]
+
+PROBE = "dprag embedding dimension probe"
+"""The public text embedded once when an app is built (no document, no question)."""
+
+
+def _in_memory(store: Any) -> int | None:
+    first = next(iter(store.store.values()), None)
+    return None if first is None else len(first["vector"])
+
+
+def _faiss(store: Any) -> int | None:
+    return int(store.index.d)
+
+
+def _chroma(store: Any) -> int | None:
+    found = store._collection.get(limit=1, include=["embeddings"])["embeddings"]
+    return None if found is None or len(found) == 0 else len(found[0])
+
+
+def _pgvector(store: Any) -> int | None:
+    length = store._embedding_length
+    return None if length is None else int(length)
+
+
+def _qdrant(store: Any) -> int | None:
+    vectors = store.client.get_collection(store.collection_name).config.params.vectors
+    params = vectors.get(store.vector_name) if isinstance(vectors, dict) else vectors
+    return None if params is None else int(params.size)
+
+
+def _lancedb(store: Any) -> int | None:
+    table = store.get_table()
+    if table is None:
+        return None
+    return int(table.schema.field(store._vector_key).type.list_size)
+
+
+_READERS: dict[str, Callable[[Any], int | None]] = {
+    "langchain_core.vectorstores.in_memory.InMemoryVectorStore": _in_memory,
+    "langchain_community.vectorstores.faiss.FAISS": _faiss,
+    "langchain_chroma.vectorstores.Chroma": _chroma,
+    "langchain_postgres.vectorstores.PGVector": _pgvector,
+    "langchain_qdrant.qdrant.QdrantVectorStore": _qdrant,
+    "langchain_community.vectorstores.lancedb.LanceDB": _lancedb,
+}
+
+
+def stored_dimension(store: object) -> int | None:
+    """The dimension of ``store``'s stored vectors, or None where it cannot be read."""
+    cls = type(store)
+    reader = _READERS.get(f"{cls.__module__}.{cls.__qualname__}")
+    return None if reader is None else reader(store)
+
+
+def check_dimension(store: Any, name: str) -> None:
+    """Refuse (``ValueError`` naming ``name`` and both dimensions) an embedding function whose
+    vectors do not have the stored vectors' dimension; one embedding of :data:`PROBE`."""
+    stored = stored_dimension(store)
+    embeddings = getattr(store, "embeddings", None)
+    if stored is None or embeddings is None:
+        return
+    probed = len(embeddings.embed_query(PROBE))
+    if probed != stored:
+        raise refusal(
+            name,
+            f"its stored vectors have {stored} dimensions, but its embedding function gives "
+            f"{probed} (one public probe text, embedded when the app is built, before any "
+            "charge)",
+            "give the store the embedding model its vectors were made with",
+        )
