@@ -73,6 +73,7 @@ def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
         "details": {"n": 4},
         "uses_corpus": True,
         "stop_reason": None,  # a test double: real mechanisms all state one
+        "answer_source": None,
     }
     assert engine.accountant is not None and engine.accountant.queries == 1
 
