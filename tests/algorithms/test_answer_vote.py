@@ -27,19 +27,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from answer_vote_audit import HalfNoise, KeyRecorder, NoLnTerm, Reader, audit_keys, ranking
 
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms import AnswerVote, DPAnswerVote
-from dprag_core.algorithms._words import word_ballot
 from dprag_core.algorithms.answer_keys import ABSTAIN, answer_key, render_key, stem
 from dprag_core.algorithms.contract import conformance
 from dprag_core.audit import audit_epsilon
-from dprag_core.mechanisms.limited_domain import (
-    BOTTOM,
-    limited_domain_candidates_sparse,
-    limited_domain_sample,
-)
+from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_vote import MAX_CHANGED
+from dprag_core.pipeline import PrivateRAG
+from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
 
@@ -47,17 +46,6 @@ EPSILON, DELTA, M = 2.0, 1e-3, 20
 TRIALS = 200_000
 # b = 2/ε = 1, h⊥ = 2 + ln(2/δ) = 9.6 (the (k̄+1)-th count is 0 with k̄ = m)
 H_BOTTOM = 2 + (2 / EPSILON) * math.log(MAX_CHANGED / DELTA)
-
-
-class Reader:
-    """A text model that answers with the first line of the record it is given."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        self.calls += 1
-        return [p.split("Context:\n")[1].split("\n")[0] for p in prompts]
 
 
 def mechanism(**changes: Any) -> DPAnswerVote:
@@ -213,36 +201,6 @@ def test_audit_within_the_claim(name: str) -> None:
     assert bound <= EPSILON, bound
     if name == "skew":
         assert bound > 0.7 * EPSILON  # the audit has power on this pair
-
-
-class NoLnTerm(DPAnswerVote):
-    """MUTATION: LimitedDomain's threshold without its ln(min(Δ0, k̄)/δ) term."""
-
-    def select(self, keys: Sequence[str], *, rng: RngLike = None, size: int = 1) -> list[Any]:
-        ballot = word_ballot(list(keys), public=None, m=self.m)
-        fair = limited_domain_candidates_sparse(
-            ballot.counts,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            k_bar=self.m,
-            max_changed=MAX_CHANGED,
-            monotone=False,
-        )
-        broken = replace(fair, h_bottom=fair.h_bottom - fair.scale * math.log(2 / self.delta))
-        picks = limited_domain_sample(broken, size=size, rng=make_rng(rng))
-        return [None if p == BOTTOM else ballot.chosen(int(p), private=True) for p in picks]
-
-
-class HalfNoise(DPAnswerVote):
-    """MUTATION: the monotone form (Gumbel 1/ε, +1): noise halved for a substituted vote."""
-
-    def select(self, keys: Sequence[str], *, rng: RngLike = None, size: int = 1) -> list[Any]:
-        ballot = word_ballot(list(keys), public=None, m=self.m)
-        candidates = limited_domain_candidates_sparse(
-            ballot.counts, epsilon=self.epsilon, delta=self.delta, k_bar=self.m, monotone=True
-        )
-        picks = limited_domain_sample(candidates, size=size, rng=make_rng(rng))
-        return [None if p == BOTTOM else ballot.chosen(int(p), private=True) for p in picks]
 
 
 def test_audit_catches_the_dropped_ln_term() -> None:
@@ -458,3 +416,36 @@ def test_a_key_map_failing_on_one_answer_makes_that_voter_abstain() -> None:
         "aspirin",
         "aspirin",
     ]
+
+
+# -- through the app: PrivateRAG (the adapters: tests/langchain, tests/llamaindex) ----------
+
+
+def through_private_rag(cls: type[KeyRecorder], name: str) -> tuple[list[str], list[str]]:
+    """The keys that reached the selection for D and for D' (tests/answer_vote_audit.py)."""
+    seen = []
+    for new in (False, True):
+        rows = ranking(name, with_new_unit=new)
+        docs = [ScoredDocument(i, t, 0.9, unit=u) for i, u, t in rows]
+        mech = cls(Reader(), m=M, k=1, epsilon=EPSILON, delta=DELTA)
+        budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
+        app = PrivateRAG(mech, HonoursK(lambda question, k, docs=docs: docs[:k]), accountant=budget)
+        app.answer("Which drug?", rng=0)
+        assert budget.spent_epsilon == EPSILON  # charged before retrieval
+        seen.append(mech.seen[0])
+    return seen[0], seen[1]
+
+
+@pytest.mark.parametrize("name", ["skew", "lone"])
+def test_private_rag_audit_within_the_claim(name: str) -> None:
+    keys_d, keys_d_prime = through_private_rag(KeyRecorder, name)
+    assert Counter(keys_d) != Counter(keys_d_prime)  # one voter moved
+    bound = audit_keys(mechanism(), keys_d, keys_d_prime)
+    assert bound <= EPSILON and (name == "lone" or bound > 0.7 * EPSILON), bound
+
+
+@pytest.mark.parametrize(("cls", "name"), [(NoLnTerm, "lone"), (HalfNoise, "skew-2")])
+def test_private_rag_audit_catches_the_mutations(cls: type[KeyRecorder], name: str) -> None:
+    keys_d, keys_d_prime = through_private_rag(cls, name)
+    mutated = cls(Reader(), m=M, k=1, epsilon=EPSILON, delta=DELTA)
+    assert audit_keys(mutated, keys_d, keys_d_prime) > EPSILON
