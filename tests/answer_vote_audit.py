@@ -40,7 +40,10 @@ ASPIRIN, IBUPROFEN, UNSURE = "Aspirin.", "The drug is ibuprofen.", "I don't know
 
 
 def record_answer(prompt: str) -> str:
-    """What the test models answer: the first line of the record in the prompt."""
+    """What the test models answer: the record's text between « and » (:func:`ranking`'s
+    records, in any app's prompt), else the line after ``Context:`` (dprag's prompt)."""
+    if "«" in prompt:
+        return prompt.split("«", 1)[1].split("»", 1)[0]
     return prompt.split("Context:\n")[1].split("\n")[0]
 
 
@@ -69,8 +72,8 @@ def ranking(name: str, *, with_new_unit: bool) -> list[tuple[str, str, str]]:
     else:
         first = 12 if name == "skew" else 11
         texts, new = [ASPIRIN] * first + [IBUPROFEN] * (M - first), ASPIRIN
-    rows = [(f"r{i:02d}", f"u{i:02d}", t) for i, t in enumerate(texts)]
-    return [("x", "x", new), *rows] if with_new_unit else rows
+    rows = [(f"r{i:02d}", f"u{i:02d}", f"Record: «{t}»") for i, t in enumerate(texts)]
+    return [("x", "x", f"Record: «{new}»"), *rows] if with_new_unit else rows
 
 
 class KeyRecorder(DPAnswerVote):
