@@ -14,8 +14,11 @@ def test_demo_runs_one_question(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*demo, "--noise-seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "sha256 verified" in out
-    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA"):
+    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA", "DPAnswerVote"):
         assert label in out
+    # the model's answer to the question alone says so (it has not read the records)
+    (public,) = [line for line in out.splitlines() if "NonRAG" in line and "eps=" in line]
+    assert public.endswith("(from the model alone, not the records)"), out
     assert "eps=inf" in out and "eps=0" in out
     assert "corpus budget" in out
     (words,) = [line for line in out.splitlines() if "DPSV (words)" in line and "eps=" in line]
