@@ -9,11 +9,12 @@ repository root: ``python benchmarks/attacks.py``).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.answer_vote import DPAnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
@@ -21,7 +22,11 @@ from dprag_core.algorithms.ksa import DPKSA
 from dprag_core.budget import Budget
 from dprag_core.eval.readers import READERS, Reader, load_reader
 from dprag_core.eval.workbench import load_models
+from dprag_core.models.base import TextModel
 from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+TEXT_ONLY = ("DP-KSA", "DPAnswerVote")
+"""The DP rows that need text only (any chat model or API: no logits, no token ids)."""
 
 
 def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentParser:
@@ -83,7 +88,7 @@ def reader_settings(args: argparse.Namespace) -> Reader:
 
 def dp_mechanisms(
     token_model: HFTokenModel,
-    text_model: HFTextModel,
+    text_model: TextModel,
     *,
     reader: Reader,
     voters: int,
@@ -93,9 +98,10 @@ def dp_mechanisms(
     """Name -> factory(epsilon) for every DP single-query mechanism.
 
     DPVote and DPSparseVote (Koga et al.; LimitedDomain and the pure exponential
-    variant), DP-KSA (Tang et al.) and Grislain's DP-RAG (DP threshold retrieval
-    aiming at ``voters`` units + DP in-context generation), with the reader's
-    prompts. Each spends ``reader.token_share`` of epsilon per private token where
+    variant), DP-KSA (Tang et al.), DPAnswerVote (one decision per whole answer:
+    the whole (ε, δ) on one selection, nothing to share out) and Grislain's DP-RAG
+    (DP threshold retrieval aiming at ``voters`` units + DP in-context generation),
+    with the reader's prompts. Each spends ``reader.token_share`` of epsilon per private token where
     it has that knob; the word-level variants of DPVote and DPSparseVote
     (``unit="word"``: one decision per word) spend ``reader.word_share`` of it per
     private word; DPSparseVote's threshold is ``reader.threshold(voters)``.
@@ -147,6 +153,15 @@ def dp_mechanisms(
             answer_tokens=max_new_tokens,
             **reader.ksa_prompts(),
         ),
+        "DPAnswerVote": lambda e: DPAnswerVote(
+            text_model,
+            m=voters,
+            k=1,
+            epsilon=e,
+            delta=delta,
+            max_new_tokens=max_new_tokens,
+            **prompts,
+        ),
         "DP-RAG (Grislain)": lambda e: DPICL(
             token_model,
             epsilon=e,
@@ -159,7 +174,7 @@ def dp_mechanisms(
 
 
 def dp_mechanisms_for(
-    args: argparse.Namespace, token_model: HFTokenModel, text_model: HFTextModel
+    args: argparse.Namespace, token_model: HFTokenModel, text_model: TextModel
 ) -> dict[str, Callable[[float], Mechanism]]:
     """:func:`dp_mechanisms` with the settings parsed by :func:`mechanism_arguments`."""
     return dp_mechanisms(
@@ -170,6 +185,29 @@ def dp_mechanisms_for(
         delta=args.delta,
         max_new_tokens=args.max_new_tokens,
     )
+
+
+class MemoTextModel:
+    """A greedy text model's answers, each computed once per (prompt, length).
+
+    The text-only rows (AnswerVote, DPAnswerVote, KSA, DP-KSA) send the same voter
+    prompts at every epsilon (the same partition seed per question), and KSA's
+    responses are DPAnswerVote's voters' prompts again: greedy decoding gives the
+    same answers, so a benchmark computes them once (the prompts it has not seen, in
+    one batch). For a benchmark on the synthetic corpus only: a library never keeps
+    prompts holding private documents.
+    """
+
+    def __init__(self, model: TextModel) -> None:
+        self.model = model
+        self.seen: dict[tuple[str, int], str] = {}
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        new = list(dict.fromkeys(p for p in prompts if (p, max_new_tokens) not in self.seen))
+        if new:
+            answers = self.model.generate(new, max_new_tokens=max_new_tokens)
+            self.seen.update(((p, max_new_tokens), a) for p, a in zip(new, answers, strict=True))
+        return [self.seen[(p, max_new_tokens)] for p in prompts]
 
 
 def load_for(args: argparse.Namespace) -> tuple[HFTokenModel, HFTextModel]:

@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 from _mechanisms import (
+    TEXT_ONLY,
+    MemoTextModel,
     dp_mechanisms_for,
     load_for,
     mechanism_arguments,
@@ -53,11 +56,13 @@ from _mechanisms import (
 )
 from tqdm import tqdm
 
+from dprag_core.algorithms.answer_keys import render_key
+from dprag_core.algorithms.answer_vote import AnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote
 from dprag_core.algorithms.ksa import KSA
-from dprag_core.eval.metrics import METRIC_NAMES, ratio_interval, score_answer
+from dprag_core.eval.metrics import METRIC_NAMES, match, ratio_interval, score_answer
 from dprag_core.eval.readers import Reader
 from dprag_core.eval.synthetic import QAItem, make_corpus
 from dprag_core.eval.workbench import CorpusIndex
@@ -224,6 +229,90 @@ def diagnose(
             f"| {kind} ({len(relevant)}) | {np.mean(relevant):.1f} ({min(relevant)}-"
             f"{max(relevant)}) | {copied} of {tried} ({copied / max(tried, 1):.2f}) |"
         )
+    return lines
+
+
+WELL_SUPPORTED = 16
+"""The headline facts: those with this many supporting records or more (the 16+ bin)."""
+
+
+def best_lines(
+    results: Mapping[str, dict[str, Any]], dp: Sequence[str], epsilons: Sequence[float]
+) -> list[str]:
+    """Per epsilon: the best text-only DP row and the best DP row on the 16+ facts.
+
+    ``best text-only DP: <row> <match> on <n> facts (eps=<e>)`` and ``best DP: ...``
+    (ties to the first row in the table's order), for scripts to read.
+    """
+    lines = []
+    for eps in epsilons:
+        scores = {}
+        for name in dp:
+            rows = results[f"{name} eps={eps:g}"]["rows"]
+            rows = [r for r in rows if r["support"] >= WELL_SUPPORTED]
+            if rows:
+                scores[name] = (float(np.mean([r["match"] for r in rows])), len(rows))
+        for label, names in (
+            ("best text-only DP", [n for n in scores if n in TEXT_ONLY]),
+            ("best DP", list(scores)),
+        ):
+            if names:
+                best = max(names, key=lambda n: scores[n][0])
+                value, n = scores[best]
+                lines.append(f"{label}: {best} {value:.2f} on {n} facts (eps={eps:g})")
+    return lines
+
+
+def answer_votes(
+    voting: AnswerVote,
+    index: CorpusIndex,
+    items: Sequence[QAItem],
+    seed: int,
+    *,
+    epsilons: Sequence[float],
+    delta: float,
+) -> list[str]:
+    """Where the answer-level votes went, on the 16+ facts (benchmark instrumentation:
+    the votes are private, never released by the mechanism).
+
+    Per question: the voters that answered (did not abstain), the distinct keys, the
+    top key's votes and the votes for keys that match the gold answer; then
+    LimitedDomain's bar at each epsilon, h⊥ = 2 + (2/ε)·ln(2/δ) votes (before
+    logistic noise of scale 2/ε).
+    """
+    lines = [
+        "",
+        "## Where the answer-level votes went (16+ facts)",
+        "",
+        f"The m = {voting.m} voters' answer keys (AnswerVote's = DPAnswerVote's: the same "
+        "voters, the same answers); the gold key is any key whose rendering matches the "
+        "gold answer.",
+        "",
+        "| question | support | answered | distinct keys | top key (votes) | gold votes |",
+        "|---|---|---|---|---|---|",
+    ]
+    summary: list[tuple[int, int, int, int]] = []
+    for i, item in enumerate(items):
+        if item.support < WELL_SUPPORTED:
+            continue
+        keys = voting.keys(item.question, index(item.question, voting.m), rng=seed + i)
+        counts = Counter(keys)
+        top, top_votes = counts.most_common(1)[0] if counts else ("-", 0)
+        gold = sum(c for k, c in counts.items() if match(render_key(k), item.answer))
+        summary.append((len(keys), len(counts), top_votes, gold))
+        lines.append(
+            f"| {item.kind}: {item.answer} | {item.support} | {len(keys)} | {len(counts)} | "
+            f"{top} ({top_votes}) | {gold} |"
+        )
+    if summary:
+        means = np.mean(np.array(summary, dtype=float), axis=0)
+        top_is_gold = sum(g == t and t > 0 for _, _, t, g in summary)
+        lines.append(
+            f"| mean ({len(summary)} questions; top key = gold in {top_is_gold}) | | "
+            f"{means[0]:.1f} | {means[1]:.1f} | {means[2]:.1f} | {means[3]:.1f} |"
+        )
+    bars = ", ".join(f"{2 + (2 / e) * np.log(2 / delta):.1f} at eps={e:g}" for e in epsilons)
+    lines += ["", f"LimitedDomain's bar h⊥ (votes the top key must beat, before noise): {bars}."]
     return lines
 
 
@@ -514,9 +603,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         q for kind in args.kinds for q in corpus.questions_of(kind) if q.support >= args.min_support
     ]
     index = CorpusIndex.build(corpus)
-    token_model, text_model = load_for(args)
+    token_model, hf_text = load_for(args)
+    text_model = MemoTextModel(hf_text)  # the text-only rows' answers, computed once
     m, mnt = args.voters, args.max_new_tokens
     voters = reader.voting_prompts()
+    answer_voting = AnswerVote(text_model, m=m, k=1, max_new_tokens=mnt, **voters)
 
     baselines: dict[str, Mechanism] = {
         "NonRAG": NonRAG(token_model, max_new_tokens=mnt, template=reader.public_template),
@@ -525,6 +616,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"VoteRAG (m={m}, words)": VoteRAG(
             token_model, m=m, k=1, max_new_tokens=mnt, unit="word", **voters
         ),
+        f"AnswerVote (m={m})": answer_voting,
         f"KSA (N={m})": KSA(
             text_model,
             n_docs=m,
@@ -550,6 +642,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.diagnose
         else []
     )
+    if any("AnswerVote" in name for name in [*baselines, *dp]):
+        limits += answer_votes(
+            answer_voting, index, items, args.seed, epsilons=args.epsilons, delta=args.delta
+        )
     wall = time.perf_counter() - t0
 
     lines = [
@@ -572,6 +668,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         results, list(baselines), list(dp), args.epsilons, items, args.out, args.seed
     )
     token_lines, tokens = token_table(results, list(dp), args.epsilons, args.out, args.seed)
+    best = best_lines(results, list(dp), args.epsilons)
+    lines += ["", f"## Best rows on the {WELL_SUPPORTED}+ facts (reader {args.reader})", ""]
+    lines += [f"    {line}" for line in best]
     lines += support_lines + token_lines + stop_table(results) + limits
     if multi:
         lines += [
@@ -637,6 +736,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             xlog=True,
         )
     print("\n".join(lines))
+    print("\n".join(["", *best]))
     print(f"\nwrote {args.out}")
 
 

@@ -5,6 +5,15 @@ under (a :class:`~dprag_core.budget.Budget`, or ``None`` for a non-private
 baseline), the mechanism's name and details that are safe to publish (counts
 and flags, never documents).
 
+Where an answer's content came from is ``details["answer_source"]``
+(:func:`answer_source`): :data:`DOCUMENTS` when at least one piece of its text (a
+token, a word, a keyword, an answer) was chosen by a decision over the retrieved
+documents (a DP decision, or a non-private baseline's), :data:`MODEL` when all of
+it came from the model alone (a public prediction, a zero-shot answer, the
+public fallback, NonRAG), :data:`NOTHING` when the answer is empty. It is a
+post-processing of what was released (which decisions released text), so it is
+public.
+
 >>> from dprag_core.budget import Budget
 >>> DPAnswer("aspirin", Budget(1.0), "DPSparseVote").epsilon
 1.0
@@ -19,7 +28,31 @@ from typing import Any
 
 from dprag_core.budget import Budget
 
-__all__ = ["DPAnswer"]
+__all__ = ["ANSWER_SOURCES", "DOCUMENTS", "MODEL", "NOTHING", "DPAnswer", "answer_source"]
+
+DOCUMENTS = "documents"
+"""``details["answer_source"]``: some of the text was decided from the retrieved documents."""
+MODEL = "model"
+"""``details["answer_source"]``: all of the text came from the model alone (no private decision)."""
+NOTHING = "none"
+"""``details["answer_source"]``: the answer is empty (nothing was released)."""
+ANSWER_SOURCES = frozenset({DOCUMENTS, MODEL, NOTHING})
+"""Every value ``details["answer_source"]`` can take."""
+
+
+def answer_source(text: str, *, from_documents: bool) -> str:
+    """Where an answer's content came from: :data:`NOTHING` for a blank text, else
+    :data:`DOCUMENTS` when ``from_documents`` (some released text was decided from
+    the documents), else :data:`MODEL`.
+
+    >>> answer_source("Metformin", from_documents=True), answer_source(" ", from_documents=True)
+    ('documents', 'none')
+    >>> answer_source("The treatment is", from_documents=False)
+    'model'
+    """
+    if not text.strip():
+        return NOTHING
+    return DOCUMENTS if from_documents else MODEL
 
 
 def _frozen(details: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -3,11 +3,13 @@
 dprag demo runs offline: it generates a synthetic private corpus of fictional
 patients (invented diseases and treatments no model knows), indexes it with
 MiniLM embeddings (sha256-checked) in FAISS, and answers a few questions with
-non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA and
-MuRAG through PrivateRAG, printing each answer with its (epsilon, delta) and
-its time. The DP mechanisms share one durable corpus-level accountant; MuRAG
-charges its per-patient ledger; both live in a temporary folder, removed at
-the end (the corpus is made anew by every run). --model takes any transformers
+non-RAG, non-private RAG, DPSparseVote (per token and per word), DP-KSA,
+DPAnswerVote (one decision per whole answer, text only) and MuRAG through
+PrivateRAG, printing each answer with its (epsilon, delta) and its time, and
+marking an answer whose text came from the model alone, not the records. The
+DP mechanisms share one durable corpus-level accountant; MuRAG charges its
+per-patient ledger; both live in a temporary folder, removed at the end (the
+corpus is made anew by every run). --model takes any transformers
 model name or path (default: the project's reader LM). dprag ledger creates,
 shows and exports budgets.
 """  # the command's --help text: plain text, no markup
@@ -69,6 +71,7 @@ def _pick_questions(corpus: SyntheticCorpus, n: int) -> list[QAItem]:
 def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[_Entry]:
     from dprag_core.accounting.corpus_sqlite import SQLiteCorpusAccountant
     from dprag_core.accounting.ledger import SQLiteLedger
+    from dprag_core.algorithms.answer_vote import DPAnswerVote
     from dprag_core.algorithms.baselines import RAG, NonRAG
     from dprag_core.algorithms.dpvote import DPSparseVote
     from dprag_core.algorithms.ksa import DPKSA
@@ -77,9 +80,9 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
 
     token_model, text_model = load_models(args.model)
     eps, m = args.epsilon, args.voters
-    # One durable corpus-level budget for the three per-query DP mechanisms: every question,
-    # no more (the token-level DPSparseVote is pure: two of them spend delta).
-    total = Budget(3 * eps * n_questions, 2 * _DELTA * n_questions)
+    # One durable corpus-level budget for the four per-query DP mechanisms: every question,
+    # no more (the token-level DPSparseVote is pure: three of them spend delta).
+    total = Budget(4 * eps * n_questions, 3 * _DELTA * n_questions)
     accountant = SQLiteCorpusAccountant(state, total=total, create=True)
 
     def sparse_vote() -> DPSparseVote:
@@ -117,6 +120,8 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
         response_tokens=_TOKENS,
         answer_tokens=_TOKENS,
     )
+    # One decision per answer: each voter's whole answer, text only (any chat model).
+    answers = DPAnswerVote(text_model, m=m, k=1, epsilon=eps, delta=_DELTA, max_new_tokens=_TOKENS)
     # MuRAG: a per-patient ledger (each patient may take part in every question once).
     ledger = SQLiteLedger(state, budget_per_unit=eps * n_questions, create=True)
     murag = MuRAG(sparse_vote(), ledger=ledger, tau=args.tau, epsilon_query=eps, k=m)
@@ -126,6 +131,7 @@ def _mechanisms(args: argparse.Namespace, n_questions: int, state: str) -> list[
         _Entry("DPSparseVote", sparse_vote(), accountant),
         _Entry("DPSV (words)", words, accountant),
         _Entry("DP-KSA", ksa, accountant),
+        _Entry("DPAnswerVote", answers, accountant),
         _Entry("MuRAG", murag, None),
     ]
 
@@ -183,7 +189,8 @@ def _answer_all(
     print(f"corpus budget and MuRAG's per-patient ledger: {where} {state}")
     print(
         f"per-query epsilon {args.epsilon:g} for DPSparseVote, DPSV (words) (DPSparseVote "
-        "deciding per word instead of per token), DP-KSA and MuRAG\n"
+        "deciding per word instead of per token), DP-KSA, DPAnswerVote (one decision per "
+        "answer) and MuRAG\n"
     )
     rng = args.noise_seed  # None: OS entropy, as in production
     for qi, item in enumerate(questions, 1):
@@ -206,7 +213,7 @@ def _answer_all(
         print()
     budget = next(e.accountant for e in entries if e.label == "DPSparseVote")
     if budget is not None:
-        print(f"corpus budget (DPSparseVote + DPSV (words) + DP-KSA): {budget!r}")
+        print(f"corpus budget (DPSparseVote + DPSV (words) + DP-KSA + DPAnswerVote): {budget!r}")
     print("MuRAG's epsilon is each patient's total over all questions (its ledger budget).")
     return 0
 

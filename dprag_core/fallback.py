@@ -6,7 +6,8 @@ agree clearly enough), every token spent. A chat UI then shows nothing. With
 model given **the question alone** (:class:`~dprag_core.algorithms.baselines.NonRAG`
 with the mechanism's no-context prompt and answer length, as its
 :meth:`~dprag_core.algorithms.base.Mechanism.public_model` states), and marks the answer
-``details["public_fallback"] = True``; ``details["stop_reason"]`` still says
+``details["public_fallback"] = True`` and ``details["answer_source"] = "model"``
+(the text came from the model alone); ``details["stop_reason"]`` still says
 why the DP mechanism stopped.
 
 Why it costs no privacy: the decision is a function of the DP answer's text
@@ -27,6 +28,8 @@ DP-KSA needs no fallback for a failed PTR test: it already answers zero-shot
 >>> answer = fallback_answer(empty, NonRAG(Api()), "Capital of France?")
 >>> answer.text, answer.details["public_fallback"], answer.details["stop_reason"]
 ('Paris', True, 'null_token')
+>>> answer.details["answer_source"]
+'model'
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from collections.abc import Iterator
 
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import NonRAG
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.stop_reasons import released_nothing
 
 __all__ = ["check_public_fallback", "fallback_answer", "fallback_stream", "public_answerer"]
@@ -91,7 +94,8 @@ def check_public_fallback(option: object, mechanism: Mechanism) -> NonRAG | None
 
 
 def _marked(public: DPAnswer, private: DPAnswer) -> DPAnswer:
-    details = {**private.details, "public_fallback": True}
+    source = answer_source(public.text, from_documents=False)
+    details = {**private.details, "public_fallback": True, "answer_source": source}
     return DPAnswer(public.text, private.guarantee, private.mechanism, details, private.uses_corpus)
 
 

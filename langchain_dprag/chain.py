@@ -123,8 +123,13 @@ class DPRAGOutput(KnownFields):
 
     ``epsilon``/``delta`` are the guarantee of this answer with respect to the
     corpus (``inf``/``1`` for a non-private baseline, ``0``/``0`` without the
-    corpus). Streaming yields chunks that add up (``+``) to the full output:
-    text chunks carry ``answer`` only; the last chunk carries the privacy fields.
+    corpus). ``answer_source`` says where its text came from
+    (:func:`dprag_core.answers.answer_source`): ``"documents"`` (decided from the
+    retrieved records), ``"model"`` (the model alone: a public prediction, a
+    zero-shot answer, the public fallback) or ``"none"`` (empty); None for a
+    mechanism that does not say. Streaming yields chunks that add up (``+``) to
+    the full output: text chunks carry ``answer`` only; the last chunk carries
+    the privacy fields.
 
     >>> (DPRAGOutput(answer="asp") + DPRAGOutput(answer="irin", epsilon=1.0, delta=0.0)).answer
     'aspirin'
@@ -134,6 +139,7 @@ class DPRAGOutput(KnownFields):
     epsilon: float | None = None
     delta: float | None = None
     mechanism: str | None = None
+    answer_source: str | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
@@ -144,6 +150,7 @@ class DPRAGOutput(KnownFields):
             epsilon=result.epsilon,
             delta=result.delta,
             mechanism=result.mechanism,
+            answer_source=result.details.get("answer_source"),
             details=dict(result.details),
         )
 
@@ -151,7 +158,7 @@ class DPRAGOutput(KnownFields):
         """The privacy fields (everything but the answer).
 
         >>> DPRAGOutput(answer="x", epsilon=1.0, delta=0.0, mechanism="M").public()
-        {'epsilon': 1.0, 'delta': 0.0, 'mechanism': 'M', 'details': {}}
+        {'epsilon': 1.0, 'delta': 0.0, 'mechanism': 'M', 'answer_source': None, 'details': {}}
         """
         return self.model_dump(exclude={"answer"})
 
@@ -161,6 +168,9 @@ class DPRAGOutput(KnownFields):
             epsilon=self.epsilon if other.epsilon is None else other.epsilon,
             delta=self.delta if other.delta is None else other.delta,
             mechanism=self.mechanism if other.mechanism is None else other.mechanism,
+            answer_source=self.answer_source
+            if other.answer_source is None
+            else other.answer_source,
             details={**self.details, **other.details},
         )
 
@@ -480,7 +490,15 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
         A misspelt key (``pick("answr")``) is refused, naming the nearest of the
         chain's own keys, instead of picking None: a key of a mapping input passes.
         """
-        own = (self.output_key, "epsilon", "delta", "mechanism", "details", self.input_key)
+        own = (
+            self.output_key,
+            "epsilon",
+            "delta",
+            "mechanism",
+            "answer_source",
+            "details",
+            self.input_key,
+        )
         for key in [keys] if isinstance(keys, str) else keys:
             near = difflib.get_close_matches(key, own, n=1, cutoff=0.75)
             if key not in own and near:

@@ -204,6 +204,10 @@ class EngineOptions(TypedDict, total=False):
 def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
     """The publishable facts of a DP answer, as ``Response.metadata``.
 
+    ``answer_source`` says where the text came from (``"documents"``, ``"model"``
+    alone or ``"none"``: :func:`dprag_core.answers.answer_source`), as the
+    mechanism's ``details`` state it (None for a mechanism that does not).
+
     >>> from dprag_core.budget import Budget
     >>> answer_metadata(DPAnswer("x", Budget(1.0), "DPSparseVote"))["epsilon"]
     1.0
@@ -215,6 +219,7 @@ def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
         "details": dict(answer.details),
         "uses_corpus": answer.uses_corpus,
         "stop_reason": answer.details.get("stop_reason"),
+        "answer_source": answer.details.get("answer_source"),
     }
 
 

@@ -31,6 +31,8 @@ from dprag_core.algorithms import (
     DPKSA,
     KSA,
     RAG,
+    AnswerVote,
+    DPAnswerVote,
     DPSparseVote,
     DPVote,
     MuRAG,
@@ -108,6 +110,13 @@ CASES: list[Case] = [
     ),
     Case("DPKSA", DPKSA, lambda m: ((m.text,), {"n_docs": 8, **DP}), modes=ALL_MODES),
     Case("KSA", KSA, lambda m: ((m.text,), {"n_docs": 8}), private=False),
+    Case(
+        "DPAnswerVote",
+        DPAnswerVote,
+        lambda m: ((m.text,), {"m": 3, "k": 2, **DP, **SMALL}),
+        modes=ALL_MODES,
+    ),
+    Case("AnswerVote", AnswerVote, lambda m: ((m.text,), {"m": 3, "k": 2, **SMALL}), private=False),
     Case("DPICL", DPICL, lambda m: ((m.token,), {**DP, **SMALL})),
     Case(
         "MuRAG",

@@ -12,6 +12,7 @@ in :mod:`dprag_core.retrieval`.
 ('DPSparseVote', 'DPKSA', 'MuRAG', 'NonRAG')
 """
 
+from dprag_core.algorithms.answer_vote import AnswerVote, DPAnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.baselines import RAG, NonRAG, VoteRAG
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
@@ -24,6 +25,8 @@ __all__ = [
     "DPKSA",
     "KSA",
     "RAG",
+    "AnswerVote",
+    "DPAnswerVote",
     "DPSparseVote",
     "DPVote",
     "Mechanism",

@@ -36,7 +36,7 @@ from dprag_core.algorithms.base import (
     check_question,
     check_template,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -151,6 +151,14 @@ class VotingMechanism(StreamingMechanism):
     def _start(self, rng: np.random.Generator) -> Any:
         return None
 
+    def _from_documents(self, choice: Choice) -> bool:
+        """Whether a decision that released text was made from the voters' documents.
+
+        A private (DP) decision was; DPSparseVote's free decision released the
+        public prediction (the model alone). VoteRAG's votes are all the voters'.
+        """
+        return choice.private
+
     def _choose(
         self,
         counts: SparseCounts,
@@ -212,6 +220,7 @@ class VotingMechanism(StreamingMechanism):
         state = self._start(gen)
         decoder = IncrementalDecoder(self.model)
         generated = private = private_tokens = 0
+        from_documents = False  # some released text was decided by the voters
         stop = MAX_TOKENS
         while True:
             counts, public, unit_of = self._ballot(session, self.max_new_tokens - generated)
@@ -226,6 +235,7 @@ class VotingMechanism(StreamingMechanism):
             if unit[0] in eos:
                 stop = EOS
                 break
+            from_documents |= self._from_documents(choice)
             generated += len(unit)
             for token in unit:
                 chunk = decoder.push(token)
@@ -248,6 +258,7 @@ class VotingMechanism(StreamingMechanism):
             "private_tokens": private_tokens,
             **({"private_words": private} if self.unit == "word" else {}),
             "stop_reason": stop,
+            "answer_source": answer_source(decoder.text, from_documents=from_documents),
             "m": self.m,
             "k": self.k,
             "unit": self.unit,

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +75,9 @@ __all__ = ["UNITS", "WordBallot", "WordSplitter", "word_ballot"]
 UNITS = ("token", "word")
 
 Word = tuple[int, ...]
+
+Vote = TypeVar("Vote", tuple[int, ...], str)
+"""What a ballot counts: a word (its token ids), or an answer's key (answer-level voting)."""
 
 
 class WordSplitter:
@@ -107,17 +111,20 @@ class WordSplitter:
 
 
 @dataclass(frozen=True)
-class WordBallot:
-    """The voters' words numbered in tuple order, their histogram, the public word's number.
+class WordBallot(Generic[Vote]):
+    """The voters' words numbered in sorted order, their histogram, the public word's number.
 
-    Private (it holds the voters' words): pass ``counts`` only to a DP selection.
+    The same ballot counts the answer keys of answer-level voting
+    (:class:`~dprag_core.algorithms.answer_vote.DPAnswerVote`: strings, no public
+    entry), with the same proof (module docstring). Private (it holds the voters'
+    words): pass ``counts`` only to a DP selection.
     """
 
-    words: list[Word]
+    words: list[Vote]
     counts: SparseCounts
     public: int | None
 
-    def chosen(self, index: int, *, private: bool) -> Word | None:
+    def chosen(self, index: int, *, private: bool) -> Vote | None:
         """The word a decision releases; None for ⊥.
 
         ``private``: the entry came from the private selection, where a zero-count
@@ -137,7 +144,7 @@ class WordBallot:
         return f"WordBallot(<{len(self.words)} words hidden>)"
 
 
-def word_ballot(voter_words: Sequence[Word], *, public: Word | None, m: int) -> WordBallot:
+def word_ballot(voter_words: Sequence[Vote], *, public: Vote | None, m: int) -> WordBallot[Vote]:
     """Number the proposed words (module docstring) and count the voters' votes."""
     words = sorted(set(voter_words) | ({public} if public is not None else set()))
     number = {w: i for i, w in enumerate(words)}

@@ -52,10 +52,11 @@ QUESTION_FIELDS = ("question",)
 Templates = Mapping[str, tuple[str, ...]]
 """A mechanism's template attributes and the fields each may use (:attr:`Mechanism.templates`)."""
 
-DetailKind = Literal["count", "number", "flag", "name", "stop_reason"]
+DetailKind = Literal["count", "number", "flag", "name", "stop_reason", "answer_source"]
 """What a ``details`` value may be (:data:`~dprag_core.algorithms.contract.PUBLIC_DETAILS`):
 a ``count`` (an int >= 0), a finite ``number``, a ``flag`` (a bool), a public
-``name`` (a str), or a ``stop_reason`` (:mod:`dprag_core.stop_reasons`)."""
+``name`` (a str), a ``stop_reason`` (:mod:`dprag_core.stop_reasons`) or an
+``answer_source`` (:data:`~dprag_core.answers.ANSWER_SOURCES`)."""
 
 
 @dataclass(frozen=True)

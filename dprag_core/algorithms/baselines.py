@@ -7,7 +7,9 @@
 
 They return ``DPAnswer`` with ``guarantee=None`` and have no query cost;
 ``details["stop_reason"]`` is ``"eos"`` or ``"max_tokens"`` on a token model,
-``"text_model"`` on a text model (:mod:`dprag_core.stop_reasons`).
+``"text_model"`` on a text model (:mod:`dprag_core.stop_reasons`);
+``details["answer_source"]`` is ``"model"`` for NonRAG and ``"documents"`` for
+RAG and VoteRAG (not DP: their epsilon is infinite), ``"none"`` when empty.
 NonRAG and RAG accept a :class:`~dprag_core.models.base.TokenModel` (streamed
 token by token) or a :class:`~dprag_core.models.base.TextModel`.
 
@@ -33,7 +35,7 @@ from dprag_core.algorithms.base import (
     check_question,
     check_template,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
@@ -103,11 +105,12 @@ class _SinglePrompt(StreamingMechanism):
         return PublicModel(self.model, template, self.max_new_tokens)
 
     def _answer(self, text: str, stop: str) -> DPAnswer:
+        source = answer_source(text, from_documents=self.uses_corpus)
         return DPAnswer(
             text=text,
             guarantee=None,
             mechanism=self.name,
-            details={"stop_reason": stop},
+            details={"stop_reason": stop, "answer_source": source},
             uses_corpus=self.uses_corpus,
         )
 
@@ -222,6 +225,9 @@ class VoteRAG(VotingMechanism):
     ) -> Choice:
         # indices are sorted: argmax over the stored counts ties to the lower token id
         return Choice(int(counts.indices[np.argmax(counts.counts)]), False)
+
+    def _from_documents(self, choice: Choice) -> bool:
+        return True  # every token (word) is the voters' majority
 
     def __repr__(self) -> str:
         return (

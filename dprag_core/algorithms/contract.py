@@ -73,12 +73,12 @@ from dprag_core.algorithms.base import (
     PublicModel,
     check_template,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import ANSWER_SOURCES, NOTHING, DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.retrieval.documents import ScoredDocument
-from dprag_core.stop_reasons import STOP_REASONS
+from dprag_core.stop_reasons import STOP_REASONS, released_nothing
 
 __all__ = [
     "DETAIL_KINDS",
@@ -145,6 +145,10 @@ PUBLIC_DETAILS: Mapping[str, PublicDetail] = {
         "name",
         "set by the app: 'retry' when the query's id was accepted as a retry, before "
         "the private section, from the caller's own id and what the budget stores answered",
+    "answer_source": PublicDetail(
+        "answer_source",
+        "whether released text was decided from the documents or by the model alone "
+        "(dprag_core.answers.answer_source): " + _RELEASED,
     ),
 }
 """Every ``details`` key a dprag mechanism (or app) may release, with its kind and why it is
@@ -165,6 +169,7 @@ _KIND_CHECKS: Mapping[str, Callable[[object], bool]] = {
     "flag": lambda value: isinstance(value, bool),
     "name": lambda value: isinstance(value, str),
     "stop_reason": lambda value: value in STOP_REASONS,
+    "answer_source": lambda value: value in ANSWER_SOURCES,
 }
 
 
@@ -383,6 +388,9 @@ def check_answer(mechanism: Mechanism, answer: object) -> DPAnswer:
         raise _fail(name, f"the guarantee must be query_cost() = {cost!r}", answer.guarantee)
     if "stop_reason" not in answer.details:
         raise ValueError(f"{name}: details must hold a stop_reason")
+    source = answer.details.get("answer_source")
+    if source is not None and (source == NOTHING) != released_nothing(answer):
+        raise _fail(name, "details['answer_source'] must be 'none' exactly when empty", source)
     vocabulary = public_vocabulary(mechanism)
     for key, value in answer.details.items():
         kind = vocabulary.get(key)

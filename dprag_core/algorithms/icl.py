@@ -53,7 +53,7 @@ from dprag_core.algorithms.base import (
     StreamingMechanism,
     Templates,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.icl import dp_icl_token
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -216,6 +216,8 @@ class DPICL(StreamingMechanism):
             "stopped_at_eos": stopped,
             "private_tokens": tokens,
             "stop_reason": EOS if stopped else MAX_TOKENS,
+            # every token is sampled by the DP step over the selected units' prompts
+            "answer_source": answer_source(decoder.text, from_documents=True),
         }
         yield DPAnswer(decoder.text, self.parameters.achieved, self.name, details)
 

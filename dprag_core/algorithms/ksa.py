@@ -64,7 +64,7 @@ from dprag_core.algorithms.base import (
     PublicModel,
     Templates,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -254,6 +254,18 @@ class _KeywordAnswerer(Mechanism):
             prompt = self.zero_shot_template.format(question=question)
         return self.model.generate([prompt], max_new_tokens=self.answer_tokens)[0]
 
+    def _released(
+        self,
+        question: str,
+        keywords: Sequence[str],
+        details: dict[str, Any],
+        guarantee: Budget | None,
+    ) -> DPAnswer:
+        """The final answer: from the released keywords (the documents), or zero-shot."""
+        text = self._final(question, keywords) or ""
+        source = answer_source(text, from_documents=bool(keywords))
+        return DPAnswer(text, guarantee, self.name, {**details, "answer_source": source})
+
 
 class DPKSA(_KeywordAnswerer):
     """DP-KSA (Tang et al. 2026, Alg. 1): (ε, δ)-DP answers from privately released keywords.
@@ -335,7 +347,7 @@ class DPKSA(_KeywordAnswerer):
             "epsilon_bound": p.bound,
             "stop_reason": KEYWORDS if passed else PTR_FAILED,
         }
-        return DPAnswer(self._final(question, keywords), self.guarantee, self.name, details)
+        return self._released(question, keywords, details, self.guarantee)
 
     def __repr__(self) -> str:
         b = self.guarantee
@@ -362,7 +374,7 @@ class KSA(_KeywordAnswerer):
         k = int(np.argmax(d)) + self.k_min
         keywords = hist.top(k)
         details = {"k_hat": k, "keywords_released": len(keywords), "stop_reason": KEYWORDS}
-        return DPAnswer(self._final(question, keywords), None, self.name, details)
+        return self._released(question, keywords, details, None)
 
     def __repr__(self) -> str:
         return f"KSA(n_docs={self.n_docs})"

@@ -28,7 +28,7 @@ from dprag_core.algorithms.contract import (
     check_mechanism,
     conformance,
 )
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import ANSWER_SOURCES, DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.events import END_FIELDS
 from dprag_core.mechanisms.rng import RngLike
@@ -77,6 +77,7 @@ def test_every_mechanism_passes_the_conformance_helper(case: Case, models: Model
     assert answer.mechanism == mechanism.name
     assert mechanism.public_model() is not None  # every built-in mechanism has a model
     assert (answer.guarantee is not None) == case.private
+    assert answer.details["answer_source"] in ANSWER_SOURCES  # every one says where from
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -269,6 +270,21 @@ ANSWER_BREAKS: list[tuple[str, object, str]] = [
         "infinite number",
         DPAnswer("a", COST, "Toy", {"stop_reason": "eos", "tau": float("inf")}),
         "must be a number",
+    ),
+    (
+        "unknown source",
+        DPAnswer("a", COST, "Toy", {"stop_reason": "eos", "answer_source": "web"}),
+        "must be a answer_source",
+    ),
+    (
+        "empty answer from documents",
+        DPAnswer(" ", COST, "Toy", {"stop_reason": "eos", "answer_source": "documents"}),
+        "'none' exactly when empty",
+    ),
+    (
+        "text from nowhere",
+        DPAnswer("a", COST, "Toy", {"stop_reason": "eos", "answer_source": "none"}),
+        "'none' exactly when empty",
     ),
 ]
 

@@ -68,6 +68,22 @@ def test_privacy_utility_only_runs_the_named_mechanisms(tmp_path: Path) -> None:
         assert absent not in table
 
 
+def test_realtext_quick(tmp_path: Path) -> None:
+    """benchmarks/realtext.py on the SQuAD and Quoref fixtures (the shipped reader: a smoke
+    run; the track's figures use SmolLM2)."""
+    from dprag_core.eval import realtext
+
+    try:
+        realtext.wheel_path()
+    except Exception as exc:  # no PyPI here and no cached wheel
+        pytest.skip(f"the allennlp wheel cannot be fetched: {type(exc).__name__}")
+    table = run_benchmark("realtext.py", tmp_path, "--reader", "reader", "--dtype", "float32")
+    for row in ("| NonRAG |", "| AnswerVote (m=6) |", "| DPAnswerVote eps=5 |", "| DP-KSA eps=5 |"):
+        assert row in table
+    assert "What any DP voting mechanism could release here" in table
+    assert "model " in table.split("| NonRAG |")[1].splitlines()[0]  # its answers' source
+
+
 def test_attacks_quick(tmp_path: Path) -> None:
     table = run_benchmark("attacks.py", tmp_path)
     for row in ("| NonRAG | 0 |", "| RAG (k=1) | inf |", "| DP-RAG (Grislain) | 10 |"):

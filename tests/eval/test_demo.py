@@ -24,8 +24,11 @@ def test_demo_runs_one_question(
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")] == []
     assert "\ufffd" not in out  # no invalid byte in any answer
     assert "sha256 verified" in out
-    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA"):
+    for label in ("NonRAG", "RAG (k=3)", "DPSparseVote", "DPSV (words)", "DP-KSA", "DPAnswerVote"):
         assert label in out
+    # the model's answer to the question alone says so (it has not read the records)
+    (public,) = [line for line in out.splitlines() if "NonRAG" in line and "eps=" in line]
+    assert public.endswith("(from the model alone, not the records)"), out
     assert "eps=inf" in out and "eps=0" in out
     assert "corpus budget" in out
     (words,) = [line for line in out.splitlines() if "DPSV (words)" in line and "eps=" in line]

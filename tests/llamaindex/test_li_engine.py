@@ -73,6 +73,7 @@ def test_one_line_engine_answers_with_guarantee(index: Any) -> None:
         "details": {"stop_reason": "eos"},
         "uses_corpus": True,
         "stop_reason": "eos",
+        "answer_source": None,
     }
     assert engine.accountant is not None and engine.accountant.queries == 1
 

