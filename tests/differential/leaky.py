@@ -26,6 +26,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 
 __all__ = [
     "DocCharging",
+    "IdsInDetails",
     "LeakyDetails",
     "PerDocGeneration",
     "PerDocSession",
@@ -61,6 +62,16 @@ class LeakyDetails(Quiet):
 
     def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
         return {"k": len(docs), "inner": docs[0].id if docs else ""}
+
+
+class IdsInDetails(Quiet):
+    """Breaks the release half of the mechanism contract: its details carry document ids
+    under a key outside the public vocabulary (issue 36 case 6)."""
+
+    name = "IdsInDetails"
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        return {"doc_ids": [d.id for d in docs]}
 
 
 class ReuseLeak(Quiet):

@@ -1,17 +1,33 @@
 """The differential matrix: entry points x mechanisms x engines x stores x neighbours (x kinds).
 
-Every dimension is one table; adding a mechanism, an engine, a store, an x
-kind or an entry point is one row in it (tests/differential/README-style notes
-in docs/architecture.md, "Testing"). A **cell** picks one row of each; the
-cells that make sense together (:func:`valid`) form the full matrix
-(:func:`full_matrix`, run with ``DPRAG_DIFFERENTIAL=full``); every commit runs
-a diagonal through it (:func:`diagonal`): every row of every table at least
-once, plus the cells that reproduce the issue's known cases.
+Every dimension is one table below; a **cell** picks one row of each, and the
+cells that go together (:func:`valid`) form the full matrix (:func:`full_matrix`,
+run with ``DPRAG_DIFFERENTIAL=full``). Every commit runs a diagonal through it
+(:func:`diagonal`): every row of every table at least once, plus :data:`PINNED`,
+the cells that reproduce issue 36's cases. docs/architecture.md, "Testing: the
+differential harness", says what is compared.
 
-Known differences on the current code are listed once, in :data:`KNOWN`: a
-predicate over cells, the issue case and what differs. Those cells are
-``xfail(strict=True)``: when the fix lands they pass, the strict marker fails,
-and the entry is removed.
+Adding to the matrix is one row:
+
+- a mechanism: a :class:`MechanismRow` in :data:`MECHANISMS` (its name, what it
+  needs from an engine: ``token``, ``logprob`` or ``text``, and how to build it
+  from a :class:`Context`: the world's engine, budgets and the store's score
+  scale; ``ledger=`` if it charges a per-unit ledger). An answer-level
+  mechanism that needs a text model is a ``text`` row;
+- an engine: an :class:`EngineRow` in :data:`ENGINES` (a fresh ``worlds.Engine``
+  per world over shared weights or a fresh server double);
+- a store or a retrieval path: a :class:`StoreRow` in :data:`STORES` (a builder
+  over a world's ``Corpus``; the entry point's options; ``retriever=`` for a
+  retriever of the store's; ``refuses=`` the x kinds it cannot hold). A
+  partitioned search over a store is a ``StoreRow`` whose builder returns it;
+- an x kind: a :class:`Neighbour` in :data:`NEIGHBOURS`;
+- an entry point: an :class:`EntryPoint` in :data:`ENTRY_POINTS` and its runner
+  in tests/differential/entry_points.py (``RUNNERS``).
+
+The diagonal then covers the new row by itself. Differences the current code
+still shows are listed once, in :data:`KNOWN`: a predicate over cells, the
+issue case and what differs. Those cells are ``xfail(strict=True)``: when the
+fix lands they pass, the strict marker fails, and the entry is removed.
 
 >>> len({c.neighbour.name for c in diagonal()}) == len(NEIGHBOURS)
 True
@@ -26,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from leaky import IdsInDetails
 from worlds import Budgets, Corpus, Engine, Lab, near
 
 from dprag_core.algorithms import (
@@ -138,6 +155,8 @@ MECHANISMS: list[MechanismRow] = [
     MechanismRow("RAG", "text", lambda c: RAG(c.engine.text, k=3, max_new_tokens=6)),
     MechanismRow("NonRAG", "token", lambda c: NonRAG(c.engine.token, max_new_tokens=6)),
     MechanismRow("KSA", "text", lambda c: KSA(c.engine.text, **KSA_SMALL)),
+    # a mechanism breaking the release half of its contract (document ids in its details)
+    MechanismRow("IdsInDetails", "text", lambda c: IdsInDetails(k=8)),
     # the selection steps of DPRetriever and the node postprocessors: their options
     MechanismRow("DPThreshold", "threshold",
                  lambda c: {"epsilon": 1.0, "k": 3, "accountant": c.budgets.accountant()}),
@@ -454,6 +473,9 @@ PINNED: list[dict[str, str]] = [
     # case 5: a source raising dprag's own public error class
     {"entry": "DPRAGChain.invoke", "mechanism": "DPSparseVote", "engine": "eager",
      "store": "lc-inmemory", "neighbour": "raising"},
+    # case 6: a mechanism's details reach the output unchecked
+    {"entry": "DPQueryEngine.query", "mechanism": "IdsInDetails", "engine": "hosted",
+     "store": "li-qdrant", "neighbour": "nearest"},
     # case 7: float32 scores and ties, PGVectorStore v2, a filtered approximate retriever
     {"entry": "DPRAGChain.invoke", "mechanism": "DPVote", "engine": "eager",
      "store": "lc-faiss", "neighbour": "tied"},
@@ -553,6 +575,10 @@ KNOWN: list[Known] = [
           "becomes a placeholder grows the top-n search and adds a run to the events",
           lambda c: c.entry.framework == "langchain" and c.mechanism.name == "RAG"
           and c.neighbour.name in PLACEHOLDERS),
+    Known("case 6", "the release half of the mechanism contract is not enforced: document ids "
+          "under an unknown details key reach the output",
+          lambda c: c.mechanism.name == "IdsInDetails" and c.neighbour.name not in PLACEHOLDERS
+          and not (c.neighbour.raising or c.neighbour.ledger_raising)),
     Known("case 1", "a reused query id raises QueryIdReused only where x was charged (the "
           "per-unit ledger records a query id only for a non-empty charge)",
           lambda c: c.mechanism.name in {"MuRAG", "LedgerFilter"}
@@ -568,8 +594,9 @@ KNOWN: list[Known] = [
           and c.mechanism.name in {"DPVote", "VoteRAG"}),
     Known("case 4", "word units over a server: the requests follow the voters' words "
           "(2 requests in D, 4 in D + x for the same answer)",
-          lambda c: _engine(c) == "scripted-server" and c.mechanism.name in WORDS
-          and c.neighbour.name not in PLACEHOLDERS),
+          lambda c: _engine(c) in SERVERS and c.mechanism.name in WORDS
+          and c.neighbour.name not in PLACEHOLDERS,
+          settled=lambda c: _engine(c) == "scripted-server"),  # a model's words: by chance
     Known("case 4", "one prompt per retrieved record (DP-KSA, KSA): the server or hosted API "
           "is asked for 4 records in D, 5 in D + x",
           lambda c: c.mechanism.name in {"DPKSA", "KSA"}
