@@ -46,6 +46,7 @@ __all__ = [
     "RUNNERS",
     "Tamper",
     "World",
+    "cells_test",
     "check",
     "compare",
     "corpus_for",
@@ -555,3 +556,17 @@ def check(cell: Cell, lab: Lab, folder: Path, request: Any) -> None:
     """Fail on any deterministic difference between D and D + x."""
     found = compare(cell, lab, folder, request)
     assert not found, f"{cell.id}: D and D+x differ\n" + "\n".join(found)
+
+
+def cells_test(framework: str) -> Callable[..., None]:
+    """The test of one framework's selected cells (the test modules' one test each)."""
+    import pytest
+    from matrix import params
+
+    @pytest.mark.parametrize("cell", params(framework))
+    def test_neighbouring_corpora_look_alike(
+        cell: Cell, lab: Lab, tmp_path: Path, request: pytest.FixtureRequest
+    ) -> None:
+        check(cell, lab, tmp_path, request)
+
+    return test_neighbouring_corpora_look_alike

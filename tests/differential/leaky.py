@@ -97,42 +97,38 @@ class ReuseLeak(Quiet):
         return {}
 
 
-class DocCharging(Quiet):
-    """Charges the corpus budget a little more for each document it read."""
+class Using(Quiet):
+    """A :class:`Quiet` holding something to misuse (a budget, a model)."""
 
-    def __init__(self, accountant: Any, *, k: int = 8) -> None:
+    def __init__(self, used: Any, *, k: int = 8) -> None:
         super().__init__(k=k)
-        self.accountant = accountant
+        self.used = used
+
+
+class DocCharging(Using):
+    """Charges the corpus budget (``used``) a little more for each document it read."""
 
     def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
         for i, _ in enumerate(docs):
-            self.accountant.charge(Budget(1e-3), query_id=f"{current_query_id()}/doc{i}")
+            self.used.charge(Budget(1e-3), query_id=f"{current_query_id()}/doc{i}")
         return {}
 
 
-class PerDocSession(Quiet):
-    """Opens one model session with a row per document it read (a batch of its size)."""
-
-    def __init__(self, model: Any, *, k: int = 8) -> None:
-        super().__init__(k=k)
-        self.model = model
+class PerDocSession(Using):
+    """Opens one session of its token model (``used``) with a row per document it read."""
 
     def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
         if docs:
-            self.model.prefill([d.text for d in docs]).greedy()
+            self.used.prefill([d.text for d in docs]).greedy()
         return {}
 
 
-class PerDocGeneration(Quiet):
-    """Asks its text model once per document it read."""
-
-    def __init__(self, model: Any, *, k: int = 8) -> None:
-        super().__init__(k=k)
-        self.model = model
+class PerDocGeneration(Using):
+    """Asks its text model (``used``) once per document it read."""
 
     def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
         for doc in docs:
-            self.model.generate([doc.text], max_new_tokens=2)
+            self.used.generate([doc.text], max_new_tokens=2)
         return {}
 
 

@@ -245,21 +245,19 @@ def test_an_approximate_index_declared_exact_is_caught(
     lab: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A FAISS HNSW index behind HonoursK (a broken promise): x moves other records out."""
+    from worlds import BASES, Corpus, base_rng, core_list
+
     cell = cell_of("PrivateRAG.answer", "VoteRAG", "core-faiss", "nearest", engine="eager")
 
-    def flat(world: World) -> None:
+    def large(world: World) -> list[Any]:  # 300 records, and x in D + x
         _quiet(world)
-        from worlds import BASES, base_rng, core_list
+        return BASES["large"](base_rng()) + ([world.corpus.x] if world.corpus.has_x else [])
 
-        rows = BASES["large"](base_rng()) + ([world.corpus.x] if world.corpus.has_x else [])
-        world.store = core_list(type(world.corpus)(tuple(rows), world.corpus.x, world.corpus.has_x))
+    def flat(world: World) -> None:
+        world.store = core_list(Corpus(tuple(large(world)), world.corpus.x, world.corpus.has_x))
 
     def hnsw(world: World) -> None:
-        flat(world)
-        from worlds import BASES, base_rng
-
-        rows = BASES["large"](base_rng()) + ([world.corpus.x] if world.corpus.has_x else [])
-        world.store = hnsw_retriever(rows)
+        world.store = hnsw_retriever(large(world))
 
     clean = _channels(compare(cell, lab, tmp_path / "clean", request, tamper=flat))
     leaky = _channels(compare(cell, lab, tmp_path / "leaky", request, tamper=hnsw))
