@@ -130,6 +130,8 @@ class ContextLimited:
         self.server, self.n_ctx = server, n_ctx
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/completion":
+            return self.server(request)
         body = json.loads(request.content)
         longest = max((len(p) for p in body["prompt"]), default=0)
         if longest < self.n_ctx:

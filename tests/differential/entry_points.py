@@ -387,7 +387,7 @@ def dp_retriever(world: World) -> None:
         try:
             docs = retriever.invoke(QUESTION, {"run_id": RUN_ID, "callbacks": [handler]})
             ask.output = {"type": type(docs).__name__}
-            ask.release = [(d.metadata.get("ref"), d.page_content) for d in docs]
+            ask.release = [normalise(d.model_dump()) for d in docs]  # returned in full
         finally:
             ask.events = [normalise(r) for r in handler.records]
 

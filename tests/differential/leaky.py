@@ -23,6 +23,7 @@ from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.query_ids import current_query_id
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import EOS
 
 __all__ = [
     "DocCharging",
@@ -50,10 +51,11 @@ class Quiet(ToyMechanism):
     def answer(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        return DPAnswer("ok", self.query_cost(), self.name, self.details(real(docs)))
+        details = {"stop_reason": EOS, **self.details(real(docs))}
+        return DPAnswer("ok", self.query_cost(), self.name, details)
 
     def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
-        """The answer's details (none)."""
+        """The answer's details besides its stop reason (none)."""
         return {}
 
 
@@ -135,9 +137,9 @@ class PerDocGeneration(Using):
 class UnitCountLedger(SQLiteLedger):
     """Charges each unit of a charge the cost times the number of units charged with it."""
 
-    def charge(self, query_id: str, units: Any, cost: float) -> Any:
+    def charge(self, query_id: str, units: Any, cost: float, **options: Any) -> Any:
         units = list(units)
-        return super().charge(query_id, units, cost * max(1, len(units)))
+        return super().charge(query_id, units, cost * max(1, len(units)), **options)
 
 
 def leaky_end_payload(count: Any) -> Any:

@@ -169,11 +169,11 @@ class RaisingLedger(SQLiteLedger):
 
     raising: tuple[str, ...] = ()
 
-    def charge(self, query_id: str, units: Any, cost: float) -> Any:
+    def charge(self, query_id: str, units: Any, cost: float, **options: Any) -> Any:
         units = list(units)
         for unit in sorted(set(units) & set(self.raising), key=lambda u: not u.startswith("x")):
             raise raising_error(unit, f"the ledger row of unit {unit}")
-        return super().charge(query_id, units, cost)
+        return super().charge(query_id, units, cost, **options)
 
 
 @dataclass
