@@ -212,7 +212,12 @@ def observe(
     world = build_world(cell, lab, folder, pg_url, has_x=has_x)
     if tamper is not None:
         tamper(world)
-    RUNNERS[cell.entry.runner](world)
+    try:
+        RUNNERS[cell.entry.runner](world)
+    except Exception as error:  # the entry point refused the store when built
+        if world.asks or not cell.store.may_be_refused:
+            raise
+        world.asks.append(Ask(outcome="refused when built: " + outcome_of(error)))
     obs = Observation(world.corpus.side, world.x_unit, world.asks)
     read_budgets(world, obs)
     read_engine(world, obs)

@@ -210,7 +210,10 @@ class StoreRow:
     scores read the wrong way round change the charges);
     ``retriever``: the store's own retriever the entry point gets instead;
     ``refuses``: the x kinds it cannot store (a lone surrogate is not UTF-8;
-    PostgreSQL text holds no NUL): no such neighbour exists there.
+    PostgreSQL text holds no NUL): no such neighbour exists there;
+    ``may_be_refused``: a configuration an entry point may rightly refuse when
+    built (then the refusal is the observation, the same in both worlds);
+    elsewhere a refusal fails the cell.
     """
 
     name: str
@@ -223,6 +226,7 @@ class StoreRow:
     corpus: str = "small"
     retriever: Callable[[Any], Any] | None = None
     refuses: frozenset[str] = frozenset()  # x kinds the store refuses to hold
+    may_be_refused: bool = False  # the entry point may refuse it when built (alike in D, D+x)
 
 
 def _stores() -> list[StoreRow]:
@@ -254,7 +258,7 @@ def _stores() -> list[StoreRow]:
         # the refusal's suggested fix for langchain-postgres's PGVectorStore v2, followed
         StoreRow("lc-pgvector-v2", "langchain", lambda c, pg: lc_pgvector_v2(c, pg or ""),
                  options={"score_function": COSINE, "exact_search": True}, postgres=True,
-                 corpus="threshold", refuses=postgres),
+                 corpus="threshold", refuses=postgres, may_be_refused=True),
         # a filtered retriever declared k-honouring: Chroma's own (approximate) HNSW search
         StoreRow("lc-chroma-filtered", "langchain", lambda c, pg: lc_chroma_hnsw(c),
                  options={"retriever_honours_k": True}, corpus="large", refuses=no_surrogate,
