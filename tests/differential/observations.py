@@ -19,7 +19,8 @@ four classes:
   what is a function of the public inputs and the release: callback, event and
   instrumentation payloads; the requests sent to a server (count, rows,
   fields: a request's prompts hold the documents, and the model endpoint is
-  inside the trust boundary, so their widths are bounded, not compared); the
+  inside the trust boundary, so their widths are not compared, only how many
+  are over the server's context); the
   calls to a hosted text API; the model sessions' batch sizes; MuRAG-Ada's
   per-unit ledger rows of units other than x (its charges follow its DP bin
   walk).
@@ -37,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dprag_core.algorithms.contract import PUBLIC_DETAILS
@@ -253,7 +254,7 @@ def differences(d: Observation, dx: Observation) -> list[str]:
     for key in public_d:
         if public_d[key] != public_dx[key]:
             out.append(f"{key}: " + _first_difference(public_d[key], public_dx[key]))
-    if d.releases() == dx.releases():
+    if d.releases() == dx.releases():  # the same release: what follows from it too
         derived_d, derived_dx = d.derived(), dx.derived()
         for key in derived_d:
             if derived_d[key] != derived_dx[key]:
@@ -264,11 +265,6 @@ def differences(d: Observation, dx: Observation) -> list[str]:
     return out
 
 
-def same_release(d: Observation, dx: Observation) -> bool:
-    """Whether every ask released the same in both worlds (so derived observables compared)."""
-    return d.releases() == dx.releases()
-
-
 def public_part(details: Mapping[str, Any]) -> dict[str, Any]:
     """The details that are not part of the release (parameters, ids, anything unknown)."""
     return {k: v for k, v in details.items() if k not in RELEASED_DETAILS}
@@ -277,8 +273,3 @@ def public_part(details: Mapping[str, Any]) -> dict[str, Any]:
 def released_part(details: Mapping[str, Any]) -> dict[str, Any]:
     """The details that are a post-processing of the release."""
     return {k: v for k, v in details.items() if k in RELEASED_DETAILS}
-
-
-def strings(values: Iterable[Any]) -> list[str]:
-    """``values`` as normalised strings (records of callbacks)."""
-    return [normalise_text(str(v)) for v in values]
