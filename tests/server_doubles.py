@@ -15,6 +15,10 @@ prompt and answer fill the context (``stop_type`` "limit", fewer tokens):
   argmax over the row's whole token sequence, recomputed from scratch for every
   token (no cache): the same function of the row's ids whenever it is asked.
 
+:class:`ContextLimited` puts a context limit in front of either, as llama.cpp
+and vLLM have one: a request with a row whose prompt does not fit answers HTTP
+400 (llama.cpp's ``exceed_context_size_error``) and is recorded like any other.
+
 :func:`recording` wraps a token model so that the tokens every session appends
 are recorded (the released transcript), with lookahead passed through.
 """
@@ -35,7 +39,7 @@ from dprag_core.models.base import StopRule
 from dprag_core.models.endpoint import CompletionsEndpoint
 from dprag_core.models.openai_compat import OpenAICompatModel
 
-__all__ = ["ModelServer", "Recorded", "ScriptedServer", "served"]
+__all__ = ["ContextLimited", "ModelServer", "Recorded", "ScriptedServer", "served"]
 
 
 class _Server:
@@ -127,8 +131,39 @@ class ModelServer(_Server):
         return int(logits.argmax())
 
 
+class ContextLimited:
+    """``server`` behind a context of ``n_ctx`` tokens: a prompt of ``n_ctx`` or more is refused.
+
+    The refusal is llama.cpp's (HTTP 400, ``exceed_context_size_error``, the
+    counts in the body); vLLM refuses the same way. Every request is recorded in
+    ``server.requests`` whether it was refused or not.
+    """
+
+    def __init__(self, server: _Server, *, n_ctx: int) -> None:
+        self.server, self.n_ctx = server, n_ctx
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/completion":
+            return self.server(request)
+        body = json.loads(request.content)
+        longest = max((len(p) for p in body["prompt"]), default=0)
+        if longest < self.n_ctx:
+            return self.server(request)
+        self.server.requests.append(body)
+        self.server.sent_bytes += len(request.content)
+        error = {
+            "code": 400,
+            "message": f"request ({longest} tokens) exceeds the available context size "
+            f"({self.n_ctx} tokens), try increasing it",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": longest,
+            "n_ctx": self.n_ctx,
+        }
+        return httpx.Response(400, json={"error": error})
+
+
 def served(
-    server: _Server, tokenizer: Any, *, lookahead_tokens: int, **kw: Any
+    server: _Server | ContextLimited, tokenizer: Any, *, lookahead_tokens: int, **kw: Any
 ) -> OpenAICompatModel:
     """An OpenAICompatModel on ``server`` (llama.cpp protocol, no tokenizer check; its
     context read from the server's /props)."""

@@ -153,9 +153,17 @@ class TableEmbeddings(Embeddings):
         return self._vector(text)
 
 
+def _ordered_uuid(ref: str) -> str:
+    """A fresh UUID whose first bytes are ``ref``'s: ids sort as the refs do in every store
+    built from the same rows (a tie broken by id ranks the same records first)."""
+    head = ref.encode("utf-8", "surrogatepass")[:4].ljust(4, b"\0").hex()
+    return str(uuid.UUID(head + uuid.uuid4().hex[8:]))
+
+
 def _documents(rows: list[Row], *, uuids: bool = False) -> tuple[list[Document], list[str]]:
-    """Documents with ids unique to this store (PGVector's ids are unique across collections)."""
-    ids = [str(uuid.uuid4()) if uuids else f"{r.ref}-{uuid.uuid4().hex[:8]}" for r in rows]
+    """Documents with ids unique to this store (PGVector's ids are unique across collections),
+    in the order of their refs."""
+    ids = [_ordered_uuid(r.ref) if uuids else f"{r.ref}-{uuid.uuid4().hex[:8]}" for r in rows]
     docs = [Document(page_content=r.text, metadata=_metadata(r), id=i) for r, i in
             zip(rows, ids, strict=True)]  # fmt: skip
     return docs, ids
@@ -284,13 +292,21 @@ def li_embedding() -> Any:
     return QueryTable(model_name="table")
 
 
+def _node_id(ref: str) -> str:
+    """A node id from the ref (a UUID: Qdrant needs one), also for a ref with a lone surrogate."""
+    try:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, ref))
+    except UnicodeEncodeError:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, ref.encode("utf-8", "surrogatepass").hex()))
+
+
 def li_nodes(rows: list[Row]) -> list[Any]:
     """LlamaIndex nodes for ``rows``, with their vectors (uuid ids: Qdrant needs them)."""
     from llama_index.core.schema import TextNode
 
     return [
         TextNode(
-            id_=str(uuid.uuid5(uuid.NAMESPACE_URL, r.ref)),
+            id_=_node_id(r.ref),
             text=r.text,
             metadata=_metadata(r),
             embedding=list(r.vector),

@@ -1,0 +1,194 @@
+"""Deliberately leaky parts: the positive controls of the differential harness.
+
+Each leaks what the corpus holds into one observable, the way a real bug
+would; tests/differential/test_controls.py asserts that the harness reports a
+difference there (and none without the leak). The base is :class:`Quiet`, a
+well-behaved stand-in mechanism whose release never depends on its documents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from toy_mechanisms import ToyMechanism
+
+from dprag_core.accounting.ledger import SQLiteLedger
+from dprag_core.accounting.stores.errors import QueryIdReused
+from dprag_core.answers import DPAnswer
+from dprag_core.budget import Budget
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.query_ids import current_query_id
+from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.stop_reasons import EOS
+
+__all__ = [
+    "DocCharging",
+    "IdsInDetails",
+    "LeakyDetails",
+    "PerDocGeneration",
+    "PerDocSession",
+    "Quiet",
+    "ReuseLeak",
+    "UnitCountLedger",
+    "leaky_end_payload",
+]
+
+
+def real(docs: Sequence[ScoredDocument]) -> list[ScoredDocument]:
+    """The documents that are not placeholders."""
+    return [d for d in docs if not d.is_padding]
+
+
+class Quiet(ToyMechanism):
+    """A stand-in that releases ``"ok"`` whatever it reads (cost (1, 1e-6), ``k`` candidates)."""
+
+    name = "Quiet"
+
+    def answer(
+        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> DPAnswer:
+        details = {"stop_reason": EOS, **self.details(real(docs))}
+        return DPAnswer("ok", self.query_cost(), self.name, details)
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        """The answer's details besides its stop reason (none)."""
+        return {}
+
+
+class LeakyDetails(Quiet):
+    """Puts a count of its documents and the first one's id in public-kind details keys."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        return {"k": len(docs), "inner": docs[0].id if docs else ""}
+
+
+class IdsInDetails(Quiet):
+    """Breaks the release half of the mechanism contract: its details carry document ids
+    under a key outside the public vocabulary (issue 36 case 6)."""
+
+    name = "IdsInDetails"
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        return {"doc_ids": [d.id for d in docs]}
+
+
+class ReuseLeak(Quiet):
+    """Refuses a reused query id, but remembers ids only of queries that read 5 documents.
+
+    It charges no corpus budget (as MuRAG, whose ledger decides reuse), so the
+    second ask reaches it.
+    """
+
+    def __init__(self, *, k: int = 8) -> None:
+        super().__init__(k=k)
+        self.seen: set[str] = set()
+
+    def query_cost(self) -> None:  # type: ignore[override]
+        return None
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        qid = current_query_id() or ""
+        if qid in self.seen:
+            raise QueryIdReused("query_id was already charged")
+        if len(docs) >= 5:
+            self.seen.add(qid)
+        return {}
+
+
+class Using(Quiet):
+    """A :class:`Quiet` holding something to misuse (a budget, a model)."""
+
+    def __init__(self, used: Any, *, k: int = 8) -> None:
+        super().__init__(k=k)
+        self.used = used
+
+
+class DocCharging(Using):
+    """Charges the corpus budget (``used``) a little more for each document it read."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        for i, _ in enumerate(docs):
+            self.used.charge(Budget(1e-3), query_id=f"{current_query_id()}/doc{i}")
+        return {}
+
+
+class PerDocSession(Using):
+    """Opens one session of its token model (``used``) with a row per document it read."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        if docs:
+            self.used.prefill([d.text for d in docs]).greedy()
+        return {}
+
+
+class PerDocGeneration(Using):
+    """Asks its text model (``used``) once per document it read."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        for doc in docs:
+            self.used.generate([doc.text], max_new_tokens=2)
+        return {}
+
+
+class UnitCountLedger(SQLiteLedger):
+    """Charges each unit of a charge the cost times the number of units charged with it."""
+
+    def charge(self, query_id: str, units: Any, cost: float, **options: Any) -> Any:
+        units = list(units)
+        return super().charge(query_id, units, cost * max(1, len(units)), **options)
+
+
+def leaky_end_payload(count: Any) -> Any:
+    """An end-of-query payload that also says how many documents were retrieved
+    (``count()``), in a public field."""
+    from dprag_core.events import end_payload
+
+    def payload(answer: DPAnswer) -> dict[str, Any]:  # bound now: the original, unpatched
+        return {**end_payload(answer), "private_tokens": count()}
+
+    return payload
+
+
+@contextlib.contextmanager
+def patched_end_payload(monkeypatch: Any, count: Any) -> Iterator[None]:
+    """Every module of dprag that uses ``end_payload`` uses the leaky one."""
+    from dprag_core import events
+
+    original, leaky = events.end_payload, leaky_end_payload(count)
+    for name, module in list(sys.modules.items()):
+        top = name.split(".")[0]
+        if top in ("dprag_core", "langchain_dprag", "llamaindex_dprag") and (
+            getattr(module, "end_payload", None) is original
+        ):
+            monkeypatch.setattr(module, "end_payload", leaky)
+    yield
+
+
+def hnsw_retriever(rows: Sequence[Any]) -> Any:
+    """A core retriever over a FAISS HNSW index (efSearch 1) declared k-honouring: a broken
+    promise (one added record moves others through the graph)."""
+    import faiss
+    from store_cases import DIM, query_vector
+
+    from dprag_core.retrieval.capabilities import HonoursK
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # HNSW insertion is deterministic on one thread
+    try:
+        index = faiss.IndexHNSWFlat(DIM, 2, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction, index.hnsw.efSearch = 2, 1
+        index.add(np.array([r.vector for r in rows], dtype=np.float32))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    q = np.array([query_vector()], dtype=np.float32)
+
+    def search(question: str, k: int) -> list[ScoredDocument]:
+        scores, found = index.search(q, k)
+        return [ScoredDocument(rows[i].ref, rows[i].text, float(s), rows[i].ref)
+                for s, i in zip(scores[0], found[0], strict=True) if i >= 0]  # fmt: skip
+
+    return HonoursK(search)

@@ -1,0 +1,561 @@
+"""The two worlds of a differential cell: corpora D and D + x, their stores, engines and budgets.
+
+Everything here is built twice per cell, once per world, from the same public
+inputs: the same base corpus (x added or not), fresh stores, a fresh model
+session pool over the same weights, a fresh server double, fresh budgets in
+the world's own folder, the same seed. What differs between the two worlds is
+x alone.
+
+Corpora use the rows of tests/stores/store_cases.py (a reference, a text, a
+unit vector; the question ``"A"`` has the query vector ``q``), so every store
+ranks them by the cosine with ``q``. The base corpus is small (4 records,
+cosines 0.8 down to 0.5): with 8 voters of one record each, the padded voters
+share one prompt and carry the vote whatever x's voter says, so most releases
+are the same in both worlds and the observables that depend on the release
+(events, requests) can be compared too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from server_doubles import ContextLimited, ModelServer, ScriptedServer, served
+from store_cases import DIM, QUESTION, Row, at_cosine, lc_store, li_index, query_vector
+
+from dprag_core.accounting import SQLiteCorpusAccountant
+from dprag_core.accounting.ledger import SQLiteLedger
+from dprag_core.accounting.stores.errors import LedgerUnavailable
+from dprag_core.budget import Budget
+from dprag_core.models.base import stop_width
+from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.documents import ScoredDocument
+
+__all__ = [
+    "CONTEXT",
+    "QUERY_ID",
+    "QUESTION",
+    "SCRIPTS",
+    "SEED",
+    "Budgets",
+    "Corpus",
+    "Lab",
+    "Watched",
+]
+
+QUERY_ID = "q-1"
+"""The query id of a cell's question; asked twice, the second ask shows the id's reuse."""
+
+SEED = 7
+"""The seed of every world's noise: the same in D and D + x."""
+
+CONTEXT = 512
+"""The server double's context (tokens): a prompt of 512 tokens or more gets HTTP 400."""
+
+SCRIPTS = {
+    "salbutamol": " salbutamol",
+    "aspirin": " aspirin twice a day",
+    "": " aspirin twice a day",
+}
+"""The scripted server's rows: every voter of D and the public row agree (aspirin twice a
+day); a voter holding x (salbutamol) says something else."""
+
+
+# -- corpora --------------------------------------------------------------------------
+
+
+def base_rng() -> np.random.Generator:
+    """The generator every base corpus is drawn with (the same in both worlds)."""
+    return np.random.default_rng(1)
+
+
+def record(ref: str, cosine: float, rng: np.random.Generator, text: str | None = None) -> Row:
+    """A base record: aspirin, unique text, at ``cosine`` with the question."""
+    return Row(
+        ref,
+        text or f"Alice Martin takes aspirin, record {ref}.",
+        at_cosine(query_vector(), cosine, rng),
+    )
+
+
+def small_base(rng: np.random.Generator) -> list[Row]:
+    """Four records at cosines 0.8, 0.7, 0.6, 0.5."""
+    return [record(f"r{i}", c, rng) for i, c in enumerate((0.8, 0.7, 0.6, 0.5), start=1)]
+
+
+def tied_base(rng: np.random.Generator) -> list[Row]:
+    """Thirteen records: five above 0.7, six sharing one vector (0.6), two below.
+
+    Eight candidates (8 voters of one record) cut the tie group: 3 of its 6.
+    """
+    tied = at_cosine(query_vector(), 0.6, rng)
+    rows = [record(f"r{i}", c, rng) for i, c in enumerate((0.9, 0.85, 0.8, 0.75, 0.7), start=1)]
+    rows += [Row(f"t{i}", f"Alice Martin takes aspirin, record t{i}.", tied) for i in range(1, 7)]
+    return [*rows, record("r12", 0.3, rng), record("r13", 0.2, rng)]
+
+
+LONG_RECORD = "Alice Martin takes aspirin twice a day for her migraine. " * 40
+"""A record longer than every model's public prompt width (about 500 tokens)."""
+
+
+def long_base(rng: np.random.Generator) -> list[Row]:
+    """Eight long records: every voter's prompt (8 voters of one record) fills the public width."""
+    return [
+        record(f"r{i}", c, rng, text=f"{LONG_RECORD}(record r{i})")
+        for i, c in enumerate(np.linspace(0.8, 0.45, 8), start=1)
+    ]
+
+
+def large_base(rng: np.random.Generator) -> list[Row]:
+    """300 random records: enough for an approximate index to show (store_cases.random_rows)."""
+    from store_cases import random_rows
+
+    return random_rows(n=300, seed=3)
+
+
+def threshold_base(rng: np.random.Generator) -> list[Row]:
+    """31 records near the question, 9 far from it (store_cases.threshold_rows, without x)."""
+    from store_cases import threshold_rows
+
+    return threshold_rows(with_new_unit=False)
+
+
+BASES: dict[str, Callable[[np.random.Generator], list[Row]]] = {
+    "small": small_base,
+    "threshold": threshold_base,
+    "tied": tied_base,
+    "long": long_base,
+    "large": large_base,
+}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One world's rows, in insertion order, and x (the row D + x adds)."""
+
+    rows: tuple[Row, ...]
+    x: Row
+    has_x: bool
+    raising: tuple[str, ...] = ()  # refs whose retrieval makes the source raise
+    ledger_raising: tuple[str, ...] = ()  # units whose charge makes the ledger raise
+
+    @property
+    def side(self) -> str:
+        return "D+x" if self.has_x else "D"
+
+
+# -- budgets --------------------------------------------------------------------------
+
+
+RAISES: dict[str, Callable[[str], Exception]] = {
+    "x": lambda text: LedgerUnavailable(f"the store cannot read {text}"),
+    "r": lambda text: ValueError(f"the store cannot read {text}"),
+}
+"""What a raising record raises: x an error of dprag's own public class, r a plain one."""
+
+
+def raising_error(ref: str, text: str) -> Exception:
+    """The exception the source (or ledger) raises for record ``ref`` (x first, then r)."""
+    return RAISES["x" if ref.startswith("x") else "r"](text)
+
+
+class RaisingLedger(SQLiteLedger):
+    """A SQLite ledger whose charge raises when it includes a unit of ``raising`` (x's first)."""
+
+    raising: tuple[str, ...] = ()
+
+    def charge(self, query_id: str, units: Any, cost: float, **options: Any) -> Any:
+        units = list(units)
+        for unit in sorted(set(units) & set(self.raising), key=lambda u: not u.startswith("x")):
+            raise raising_error(unit, f"the ledger row of unit {unit}")
+        return super().charge(query_id, units, cost, **options)
+
+
+@dataclass
+class Budgets:
+    """A world's corpus budget and per-unit ledger: one SQLite file in the world's folder."""
+
+    folder: Path
+    raising: tuple[str, ...] = ()
+    _ledger: SQLiteLedger | None = None
+    _accountant: SQLiteCorpusAccountant | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.folder / "dprag.db"
+
+    def accountant(self) -> SQLiteCorpusAccountant:
+        if self._accountant is None:
+            self._accountant = SQLiteCorpusAccountant(
+                self.path, total=Budget(1e4, 0.5), create=True
+            )
+        return self._accountant
+
+    def ledger(self, budget_per_unit: float) -> SQLiteLedger:
+        if self._ledger is None:
+            kind = RaisingLedger if self.raising else SQLiteLedger
+            self._ledger = kind(self.path, budget_per_unit=budget_per_unit, create=True)
+            if isinstance(self._ledger, RaisingLedger):
+                self._ledger.raising = self.raising
+        return self._ledger
+
+    @property
+    def has_ledger(self) -> bool:
+        return self._ledger is not None
+
+    @property
+    def has_accountant(self) -> bool:
+        return self._accountant is not None
+
+
+# -- sources (stores) -------------------------------------------------------------------
+
+
+def core_list(corpus: Corpus) -> Any:
+    """An in-memory store: the exact cosine ranking (ties by reference), honouring k."""
+    q = query_vector()
+    ranked = sorted(corpus.rows, key=lambda r: (-float(np.asarray(r.vector) @ q), r.ref))
+    docs = [ScoredDocument(r.ref, r.text, float(np.asarray(r.vector) @ q), r.ref) for r in ranked]
+    return HonoursK(lambda question, k: docs[:k])
+
+
+def core_faiss(corpus: Corpus) -> Any:
+    """dprag's own FaissCorpus (flat inner product, native range search)."""
+    from dprag_core.retrieval.faiss_corpus import FaissCorpus
+
+    faiss_corpus = FaissCorpus(dim=DIM)
+    rows = list(corpus.rows)
+    faiss_corpus.add(
+        [r.ref for r in rows], [r.text for r in rows], np.array([r.vector for r in rows]),
+        units=[r.ref for r in rows],
+    )  # fmt: skip
+    return faiss_corpus.as_retriever(lambda question: query_vector())
+
+
+def lc_faiss_dprag(corpus: Corpus) -> Any:
+    """langchain_dprag's faiss_inner_product over the rows."""
+    from langchain_core.documents import Document
+    from store_cases import TableEmbeddings
+
+    from langchain_dprag.vectorstores import faiss_inner_product
+
+    docs = [Document(page_content=r.text, metadata={"ref": r.ref}, id=r.ref) for r in corpus.rows]
+    return faiss_inner_product(docs, TableEmbeddings(list(corpus.rows)))
+
+
+def lc_pgvector_v2(corpus: Corpus, pg_url: str) -> Any:
+    """langchain-postgres's current PGVectorStore (v2), cosine distance."""
+    import uuid
+
+    from langchain_core.documents import Document
+    from langchain_postgres import PGEngine, PGVectorStore
+    from store_cases import TableEmbeddings
+
+    engine = PGEngine.from_connection_string(url=pg_url)
+    table = f"v2_{uuid.uuid4().hex[:12]}"
+    engine.init_vectorstore_table(table_name=table, vector_size=DIM)
+    store = PGVectorStore.create_sync(
+        engine=engine, table_name=table, embedding_service=TableEmbeddings(list(corpus.rows))
+    )
+    docs = [Document(page_content=r.text, metadata={"ref": r.ref}) for r in corpus.rows]
+    store.add_documents(docs, ids=[str(uuid.uuid4()) for _ in docs])
+    return store
+
+
+def lc_chroma_hnsw(corpus: Corpus) -> Any:
+    """Chroma with a weak HNSW graph (what its own filtered search runs on)."""
+    return lc_store("chroma_cosine", list(corpus.rows), ef_search=1, ef_construction=2,
+                    max_neighbors=2)  # fmt: skip
+
+
+# -- the raising source wrappers ---------------------------------------------------------
+
+
+def _raise_for(refs: Sequence[str], raising: Sequence[str], texts: dict[str, str]) -> None:
+    found = [r for r in refs if r in raising]
+    for ref in sorted(found, key=lambda r: not r.startswith("x")):
+        raise raising_error(ref, texts[ref])
+
+
+def raising_core(source: Any, corpus: Corpus) -> Any:
+    """``source`` whose results raise when they hold a raising record (core retrievers)."""
+    texts = {r.ref: r.text for r in corpus.rows}
+
+    def search(question: str, k: int) -> list[ScoredDocument]:
+        docs = list(source(question, k))
+        _raise_for([d.unit for d in docs], corpus.raising, texts)
+        return docs
+
+    return HonoursK(search)
+
+
+def raising_lc(store: Any, corpus: Corpus, **options: Any) -> Any:
+    """A user's LangChain retriever over ``store`` that raises on a raising record
+    (``options``: how to read the store, ``open_store``'s)."""
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from langchain_dprag.vectorstores import open_store
+
+    texts = {r.ref: r.text for r in corpus.rows}
+    search = open_store(store, **options).searcher()  # the store's exact ranking, cosines
+
+    class RaisingRetriever(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+        ) -> list[Document]:
+            pairs = search(query, k)
+            _raise_for([d.metadata["ref"] for d, _ in pairs], corpus.raising, texts)
+            return [Document(page_content=d.page_content, id=d.id,
+                             metadata={**d.metadata, "score": s})
+                    for d, s in pairs]  # fmt: skip
+
+    return RaisingRetriever()
+
+
+def raising_li(index: Any, corpus: Corpus) -> Any:
+    """A user's LlamaIndex retriever over ``index`` (its whole ranking) raising on a record."""
+    from llama_index.core.retrievers import BaseRetriever
+
+    texts = {r.ref: r.text for r in corpus.rows}
+    inner = index.as_retriever(similarity_top_k=len(corpus.rows))
+
+    class RaisingRetriever(BaseRetriever):
+        def _retrieve(self, query_bundle: Any) -> list[Any]:
+            nodes = inner.retrieve(query_bundle)
+            _raise_for([n.node.metadata["ref"] for n in nodes], corpus.raising, texts)
+            return list(nodes)
+
+    return RaisingRetriever()
+
+
+# -- engines ------------------------------------------------------------------------------
+
+
+def _digest(row: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(row, dtype=np.float32).tobytes()).hexdigest()[:16]
+
+
+@dataclass
+class RowLog:
+    """One session of a watched token model: its prompts and, per read, each row's outputs.
+
+    ``reads``: (released prefix so far, per row the digest of its log-probabilities
+    or its lookahead tokens) at every ``greedy()`` / ``lookahead()`` read.
+    """
+
+    prompts: list[str]
+    appended: list[int] = field(default_factory=list)
+    reads: list[tuple[tuple[int, ...], list[str]]] = field(default_factory=list)
+
+
+class WatchedSession:
+    """A session that logs what each row shows (``RowLog``), passing everything through."""
+
+    def __init__(self, inner: Any, log: RowLog, *, logits: bool) -> None:
+        self.inner, self.log, self.logits = inner, log, logits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def greedy(self) -> Any:
+        out = self.inner.greedy()
+        if self.logits:
+            rows = [_digest(r) for r in np.asarray(self.inner.logprobs)]
+        else:
+            rows = [str(int(t)) for t in np.asarray(out)]
+        self.log.reads.append((tuple(self.log.appended), rows))
+        return out
+
+    @property
+    def logprobs(self) -> Any:
+        out = self.inner.logprobs
+        self.log.reads.append((tuple(self.log.appended), [_digest(r) for r in np.asarray(out)]))
+        return out
+
+    def lookahead(self, n: int, *, stop: Any = None) -> Any:
+        """Each row's own continuation, cut where the stop rule cuts that row alone (the
+        table's width follows every row; the word a row votes for is its own)."""
+        out = self.inner.lookahead(n, stop=stop)
+        rows = []
+        for row in np.asarray(out):
+            own = row[: stop_width(row[None, :], stop)] if stop is not None else row
+            rows.append(" ".join(str(int(t)) for t in own))
+        self.log.reads.append((tuple(self.log.appended), rows))
+        return out
+
+    def step(self, token: int) -> None:
+        self.log.appended.append(int(token))
+        self.inner.step(token)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        self.log.appended.extend(int(t) for t in tokens)
+        self.inner.extend(tokens)
+
+
+class Watched:
+    """A token model whose sessions are logged (:class:`RowLog`), for the rows observable.
+
+    ``logits=True`` logs each row's log-probabilities (bit for bit, as digests):
+    in-process engines, whose rows must be bit-identical whatever the other rows
+    hold; a server's rows log their greedy tokens.
+    """
+
+    def __init__(self, inner: Any, *, logits: bool) -> None:
+        self.inner, self.logits = inner, logits
+        self.sessions: list[RowLog] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.inner.vocab_size)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return frozenset(self.inner.eos_token_ids)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.inner.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.inner.decode(ids))
+
+    def check_lookahead(self) -> None:
+        self.inner.check_lookahead()
+
+    def _watch(self, session: Any, prompts: Sequence[str]) -> WatchedSession:
+        log = RowLog(list(prompts))
+        self.sessions.append(log)
+        return WatchedSession(session, log, logits=self.logits)
+
+    def prefill(self, prompts: Sequence[str]) -> WatchedSession:
+        return self._watch(self.inner.prefill(prompts), prompts)
+
+    def prefill_logprobs(self, prompts: Sequence[str]) -> WatchedSession:
+        return self._watch(self.inner.prefill_logprobs(prompts), prompts)
+
+
+@dataclass
+class Engine:
+    """A world's models: a token model (watched), a text model, and what the server received."""
+
+    token: Any = None
+    text: Any = None
+    server: Any = None  # a server double (its ``requests``), or None in process
+    hosted: list[dict[str, int]] | None = None  # calls to a hosted text API
+
+    def row_logs(self) -> list[RowLog]:
+        return list(self.token.sessions) if isinstance(self.token, Watched) else []
+
+
+class Lab:
+    """The session's shared, read-only parts: model weights and tokenizers."""
+
+    def __init__(self, tiny: dict[str, Any], tokenizer: Any) -> None:
+        self.tiny, self.tokenizer = tiny, tokenizer
+        self._reader: tuple[Any, Any] | None = None
+        self.cache: dict[Any, Any] = {}
+
+    def reader(self) -> tuple[Any, Any]:
+        """The shipped reader's weights and tokenizer, loaded once."""
+        if self._reader is None:
+            from dprag_core.eval.workbench import load_models
+
+            token_model, _ = load_models()
+            self._reader = (token_model.model, token_model.tokenizer)
+        return self._reader
+
+    def hf(self, weights: str, engine: str) -> Engine:
+        """A fresh HFTokenModel (its own cache pool) over shared weights, and its text model."""
+        from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+        model, tokenizer = (
+            self.reader() if weights == "reader" else (self.tiny[weights], self.tokenizer)
+        )
+        token = HFTokenModel(model, tokenizer, engine=engine)  # type: ignore[arg-type]
+        return Engine(token=Watched(token, logits=True), text=HFTextModel.on(token))
+
+    def server(self, kind: str, *, lookahead_tokens: int) -> Engine:
+        """An OpenAICompatModel on a server double with a context of :data:`CONTEXT` tokens."""
+        eos = int(self.tokenizer.eos_token_id)
+        double = (
+            ModelServer(self.tiny["gpt2"], eos=eos)
+            if kind == "model"
+            else ScriptedServer(self.tokenizer, SCRIPTS, eos=eos)
+        )
+        model = served(
+            ContextLimited(double, n_ctx=CONTEXT), self.tokenizer,
+            lookahead_tokens=lookahead_tokens,
+        )  # fmt: skip
+        return Engine(token=Watched(model, logits=False), text=model, server=double)
+
+    def hosted(self, framework: str) -> Engine:
+        """A hosted text API (a fake: LangChain's or LlamaIndex's chat model), its calls logged."""
+        if framework == "llamaindex":
+            from li_helpers import QuestionLLM
+
+            from llamaindex_dprag import LlamaIndexTextModel
+
+            model: Any = LlamaIndexTextModel(QuestionLLM(), max_concurrency=1)
+        else:
+            from lc_support import EchoChatModel
+
+            from langchain_dprag import LangChainTextModel
+
+            model = LangChainTextModel(EchoChatModel(), max_concurrency=1)
+        logged = LoggedText(model)
+        return Engine(text=logged, hosted=logged.calls)
+
+
+class LoggedText:
+    """A text model whose calls are logged: how many prompts, how long an answer."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, int]] = []
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        self.calls.append({"prompts": len(prompts), "max_new_tokens": max_new_tokens})
+        return list(self.inner.generate(prompts, max_new_tokens=max_new_tokens))
+
+
+def requests_of(server: Any) -> list[dict[str, Any]]:
+    """What a server double received, one entry per request: its shape, its prompt widths."""
+    out = []
+    for body in server.requests:
+        widths = [len(p) for p in body["prompt"]]
+        rest = {k: v for k, v in body.items() if k != "prompt"}
+        out.append({
+            "rows": len(widths),
+            "over_context": sum(w >= CONTEXT for w in widths),
+            "fields": json.dumps(rest, sort_keys=True),
+        })  # fmt: skip
+    return out
+
+
+def rows_with(rows: Sequence[Row], x: Row, *, first: bool) -> list[Row]:
+    """D + x in insertion order: x last, or x first and the rest reversed (another order)."""
+    return [x, *reversed(rows)] if first else [*rows, x]
+
+
+def lc_kind(kind: str) -> Callable[[Corpus, str | None], Any]:
+    """A store of store_cases.LC_KINDS over the corpus."""
+    return lambda corpus, pg: lc_store(kind, list(corpus.rows), pg)
+
+
+def li_kind(kind: str) -> Callable[[Corpus, str | None], Any]:
+    """A LlamaIndex index over a store of store_cases.LI_KINDS."""
+    return lambda corpus, pg: li_index(kind, list(corpus.rows), pg)
+
+
+def near(cosine: float, seed: int = 11) -> tuple[float, ...]:
+    """A unit vector at ``cosine`` with the question (x's vectors)."""
+    return at_cosine(query_vector(), cosine, np.random.default_rng(seed))
