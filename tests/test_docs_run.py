@@ -83,7 +83,8 @@ def test_the_readme_answers_right_and_a_rerun_names_the_budget(
     quick = [re.fullmatch(r"(.*) \| the records say: (\w+)", line) for line in lines]
     (first,) = [m for m in quick if m]
     assert first.group(2) == gold.answer and match(first.group(1), gold.answer), session.stdout
-    # the quick start's, the LangChain chains' (word-level DPVote, MuRAG), LlamaIndex's
+    # the quick start's, the LangChain chains' (word-level DPVote, DPAnswerVote, MuRAG),
+    # LlamaIndex's
     answered = [line for line in lines if match(line.split(" | ")[0], gold.answer)]
     assert len(answered) == 5, session.stdout
     assert any(line.endswith(" documents") for line in answered), session.stdout
