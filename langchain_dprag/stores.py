@@ -360,7 +360,7 @@ def _lancedb(store: Any) -> StoreReading:
             "it has no table yet (no texts were added), so its distance metric cannot be "
             "read. Fix: add the texts first (LanceDB.from_texts, add_texts), then build the app"
         )
-        return _fixed(StoreFacts("LanceDB (empty)", refused=refused), store.similarity_search)
+        return _refused("LanceDB (empty)", refused, store)
     distance = clients.lance_distance(store.get_table(), store._vector_key)
     facts = StoreFacts(
         f"LanceDB (distance {distance!r})",

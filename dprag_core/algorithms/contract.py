@@ -145,6 +145,7 @@ PUBLIC_DETAILS: Mapping[str, PublicDetail] = {
         "name",
         "set by the app: 'retry' when the query's id was accepted as a retry, before "
         "the private section, from the caller's own id and what the budget stores answered",
+    ),
     "answer_source": PublicDetail(
         "answer_source",
         "whether released text was decided from the documents or by the model alone "
