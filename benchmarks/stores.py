@@ -65,7 +65,8 @@ BATCH = 5000
 
 
 class Table(Embeddings):
-    """Texts are row numbers; a query text ``q<i>`` is query vector i."""
+    """Texts are row numbers; a query text ``q<i>`` is query vector i (any other text,
+    such as the adapters' dimension probe, embeds as query vector 0)."""
 
     def __init__(self, vectors: np.ndarray, queries: np.ndarray) -> None:
         self.vectors, self.queries = vectors, queries
@@ -74,7 +75,8 @@ class Table(Embeddings):
         return self.vectors[[int(t) if t.isdigit() else 0 for t in texts]].tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        return self.queries[int(text[1:])].tolist()
+        number = text[1:]
+        return self.queries[int(number) if text[:1] == "q" and number.isdigit() else 0].tolist()
 
 
 # -- data --------------------------------------------------------------------------

@@ -233,11 +233,20 @@ class _KeywordAnswerer(Mechanism):
         return PublicModel(self.model, self.zero_shot_template, self.answer_tokens)
 
     def _histogram(self, question: str, docs: Sequence[ScoredDocument]) -> KeywordHistogram:
+        """The keyword histogram of one response per privacy unit.
+
+        The model is asked for ``n_docs`` responses whatever the corpus holds:
+        one per unit, and for the rest of the ``n_docs`` slots (fewer units
+        than documents, or fewer documents than ``n_docs``) the prompt with an
+        empty context, whose responses are not counted. What a server or a
+        hosted API is asked (how many prompts, in one call) is then public.
+        """
         contexts = _unit_contexts(docs, self.n_docs)
+        empty = self.response_template.format(context="", question=question)
         prompts = [self.response_template.format(context=c, question=question) for c in contexts]
-        responses = (
-            self.model.generate(prompts, max_new_tokens=self.response_tokens) if prompts else []
-        )
+        prompts += [empty] * (self.n_docs - len(prompts))
+        responses = self.model.generate(prompts, max_new_tokens=self.response_tokens)
+        responses = responses[: len(contexts)]
         exclude: Iterable[str] = ()
         if self.drop_question_words:
             exclude = (

@@ -112,8 +112,10 @@ def test_dpksa_releases_the_consensus_keyword() -> None:
         "keywords_released",
         "epsilon_bound",
         "stop_reason",
+        "answer_source",
     }
     assert result.details["stop_reason"] == "keywords"
+    assert result.details["answer_source"] == "documents"
     assert "rumour" not in repr(result)
 
 
@@ -157,8 +159,23 @@ def test_one_response_per_privacy_unit_and_padding_ignored() -> None:
     docs.append(ScoredDocument.padding(0))
     model = ScriptedTextModel()
     KSA(model, n_docs=10).answer(QUESTION, docs)
-    assert len(model.calls[0]) == 2
-    assert "part one\npart two" in model.calls[0][0]
+    assert len(model.calls[0]) == 10  # n_docs prompts, whatever the corpus holds
+    assert "part one\npart two" in model.calls[0][0] and "other" in model.calls[0][1]
+    assert len(set(model.calls[0][2:])) == 1 and "other" not in model.calls[0][2]
+
+
+def test_the_model_is_asked_for_n_docs_responses_whatever_the_corpus_holds() -> None:
+    """D and D + x (and an empty corpus) send the same number of prompts in one call;
+    the empty-context responses are not counted."""
+    sent = []
+    for texts in ([], ["aspirin"] * 3, ["aspirin"] * 4):
+        model = ScriptedTextModel()
+        DPKSA(model, epsilon=1.0, n_docs=6).answer(QUESTION, _docs(texts), rng=0)
+        sent.append([len(call) for call in model.calls])
+    assert sent == [[6, 1]] * 3
+    model = ScriptedTextModel()
+    hist = KSA(model, n_docs=6)._histogram(QUESTION, _docs(["aspirin"] * 2))
+    assert hist.counts == (2,)
 
 
 def test_ksa_is_non_private_top_gap() -> None:
@@ -166,14 +183,21 @@ def test_ksa_is_non_private_top_gap() -> None:
     model = ScriptedTextModel()
     result = KSA(model).answer(QUESTION, _docs(texts))
     assert result.guarantee is None and result.epsilon == float("inf")
-    assert result.details == {"k_hat": 2, "keywords_released": 2, "stop_reason": "keywords"}
+    assert result.details == {
+        "k_hat": 2,
+        "keywords_released": 2,
+        "stop_reason": "keywords",
+        "answer_source": "documents",
+    }
     assert "alpha, beta" in model.calls[1][0]
 
 
 def test_empty_retrieval_is_zero_shot() -> None:
     model = ScriptedTextModel()
     result = DPKSA(model, epsilon=1.0).answer(QUESTION, [], rng=0)
-    assert len(model.calls) == 1 and result.details["keywords_released"] == 0
+    assert [len(call) for call in model.calls] == [80, 1]  # n_docs empty contexts, zero-shot
+    assert result.details["keywords_released"] == 0
+    assert result.details["answer_source"] == "model"
 
 
 def test_bad_input_spends_nothing() -> None:
