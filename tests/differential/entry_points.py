@@ -54,7 +54,7 @@ __all__ = [
     "use_mechanism",
 ]
 
-STORE_READING = ("score_function", "exact_search")
+STORE_READING = ("score_function", "exact_search", "partition")
 """The store options that say how to read a LangChain store (``open_store``'s)."""
 
 RUN_ID = uuid.UUID("00000000-0000-4000-8000-000000000036")
@@ -496,8 +496,16 @@ def engine_stream(world: World) -> None:
 
 def _postprocess(world: World, post: Any) -> None:
     from llamaindex_dprag.bundles import DPQueryBundle
+    from llamaindex_dprag.cell_retriever import PartitionedRetriever
 
-    nodes = world.store.as_retriever(similarity_top_k=len(world.corpus.rows)).retrieve(QUESTION)
+    top = len(world.corpus.rows)
+    partition = world.cell.store.options.get("partition")
+    retriever = (
+        world.store.as_retriever(similarity_top_k=top)
+        if partition is None
+        else PartitionedRetriever(world.store, partition, similarity_top_k=top)
+    )
+    nodes = retriever.retrieve(QUESTION)
 
     def run(ask: Ask) -> None:
         kept = post.postprocess_nodes(nodes, DPQueryBundle(QUESTION, query_id=QUERY_ID))
@@ -508,6 +516,11 @@ def _postprocess(world: World, post: Any) -> None:
         _ask(world, run)
 
 
+def _post_options(store: Any) -> dict[str, Any]:
+    """A store row's options for a postprocessor (a partition is its retriever's, above)."""
+    return {k: v for k, v in store.options.items() if k != "partition"}
+
+
 def threshold_postprocessor(world: World) -> None:
     from llamaindex_dprag import DPThresholdPostprocessor
 
@@ -515,7 +528,7 @@ def threshold_postprocessor(world: World) -> None:
     store = world.cell.store
     post = DPThresholdPostprocessor(
         epsilon=options["epsilon"], k=options["k"], budget=options["accountant"],
-        score_range=store.score_range, unit_key="ref", rng=SEED, **store.options,
+        score_range=store.score_range, unit_key="ref", rng=SEED, **_post_options(store),
     )  # fmt: skip
     _postprocess(world, post)
 
@@ -525,7 +538,7 @@ def budget_postprocessor(world: World) -> None:
 
     store = world.cell.store
     post = PrivacyBudgetPostprocessor(unit_key="ref", score_range=store.score_range,
-                                      **store.options, **world.subject)  # fmt: skip
+                                      **_post_options(store), **world.subject)  # fmt: skip
     _postprocess(world, post)
 
 

@@ -50,6 +50,8 @@ from dprag_core.algorithms import (
     DPKSA,
     KSA,
     RAG,
+    AnswerVote,
+    DPAnswerVote,
     DPSparseVote,
     DPVote,
     MuRAG,
@@ -147,6 +149,9 @@ MECHANISMS: list[MechanismRow] = [
                                  bounds=c.score_range)),
     MechanismRow("DPKSA", "text",
                  lambda c: DPKSA(c.engine.text, epsilon=1.0, delta=1e-4, **KSA_SMALL)),
+    MechanismRow("DPAnswerVote", "text",
+                 lambda c: DPAnswerVote(c.engine.text, **VOTE, epsilon=800.0, delta=1e-4)),
+    MechanismRow("AnswerVote", "text", lambda c: AnswerVote(c.engine.text, **VOTE)),
     MechanismRow("MuRAG", "token", _murag, ledger="public"),
     MechanismRow("MuRAGAda", "token", _murag_ada, ledger="derived"),
     MechanismRow("NaiveMulti", "token",
@@ -231,13 +236,17 @@ class StoreRow:
 
 def _stores() -> list[StoreRow]:
     from worlds import (
+        PARTITION,
         core_faiss,
+        core_faiss_cells,
         core_list,
         lc_chroma_hnsw,
         lc_faiss_dprag,
         lc_kind,
+        lc_faiss_cells,
         lc_pgvector_v2,
         li_kind,
+        li_simple_cells,
     )
 
     from langchain_dprag import COSINE
@@ -248,6 +257,12 @@ def _stores() -> list[StoreRow]:
     return [
         StoreRow("core-list", "core", lambda c, pg: core_list(c)),
         StoreRow("core-faiss", "core", lambda c, pg: core_faiss(c)),
+        # the partitioned search: exact in the cells the question probes (a public partition)
+        StoreRow("core-faiss-cells", "core", lambda c, pg: core_faiss_cells(c)),
+        StoreRow("lc-faiss-cells", "langchain", lambda c, pg: lc_faiss_cells(c),
+                 options={"partition": PARTITION}, refuses=frozenset({"raising"})),
+        StoreRow("li-simple-cells", "llamaindex", lambda c, pg: li_simple_cells(c),
+                 options={"partition": PARTITION}, refuses=frozenset({"raising"})),
         StoreRow("lc-inmemory", "langchain", lc_kind("inmemory")),
         StoreRow("lc-faiss", "langchain", lambda c, pg: lc_faiss_dprag(c)),
         StoreRow("lc-chroma", "langchain", lc_kind("chroma_cosine"), refuses=no_surrogate),
@@ -487,6 +502,17 @@ PINNED: list[dict[str, str]] = [
      "store": "lc-pgvector-v2", "neighbour": "nearest"},
     {"entry": "DPRAGChain.invoke", "mechanism": "VoteRAG", "engine": "eager",
      "store": "lc-chroma-filtered", "neighbour": "nearest"},
+    # the answer-level mechanism and the partitioned search, through every framework
+    {"entry": "PrivateRAG.answer", "mechanism": "DPAnswerVote", "engine": "server",
+     "store": "core-faiss-cells", "neighbour": "longest"},
+    {"entry": "DPRAGChain.invoke", "mechanism": "DPAnswerVote", "engine": "hosted",
+     "store": "lc-faiss-cells", "neighbour": "nearest"},
+    {"entry": "DPQueryEngine.query", "mechanism": "DPAnswerVote", "engine": "hosted",
+     "store": "li-simple-cells", "neighbour": "nearest"},
+    {"entry": "DPRetriever", "mechanism": "LedgerFilter", "store": "lc-faiss-cells",
+     "neighbour": "nearest"},
+    {"entry": "DPThresholdPostprocessor", "mechanism": "DPThreshold", "store": "li-simple-cells",
+     "neighbour": "unicode-id"},
     # new: a placeholder record grows the search, LangChain shows one more retriever run
     {"entry": "DPRAGChain.astream_events", "mechanism": "RAG", "engine": "hosted",
      "store": "lc-inmemory", "neighbour": "long-id"},

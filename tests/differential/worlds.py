@@ -34,6 +34,7 @@ from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.budget import Budget
 from dprag_core.models.base import stop_width
 from dprag_core.retrieval.capabilities import HonoursK
+from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 
 __all__ = [
@@ -235,6 +236,45 @@ def core_faiss(corpus: Corpus) -> Any:
         units=[r.ref for r in rows],
     )  # fmt: skip
     return faiss_corpus.as_retriever(lambda question: query_vector())
+
+
+PARTITION = PublicPartition.random(dim=DIM, cells=4, probes=2, seed=36)
+"""The partitioned rows' public partition: 4 random directions (no data), 2 probed."""
+
+
+def core_faiss_cells(corpus: Corpus) -> Any:
+    """dprag's own FaissCorpus searched in the probed cells of :data:`PARTITION`."""
+    from dprag_core.retrieval.faiss_corpus import FaissCorpus
+
+    faiss_corpus = FaissCorpus(dim=DIM, partition=PARTITION)
+    rows = list(corpus.rows)
+    faiss_corpus.add(
+        [r.ref for r in rows], [r.text for r in rows], np.array([r.vector for r in rows]),
+        units=[r.ref for r in rows],
+    )  # fmt: skip
+    return faiss_corpus.as_retriever(lambda question: query_vector())
+
+
+def lc_faiss_cells(corpus: Corpus) -> Any:
+    """langchain_dprag's partitioned FAISS store (the partition's IndexIVFFlat) over the rows."""
+    from langchain_core.documents import Document
+    from store_cases import TableEmbeddings
+
+    from langchain_dprag.cells import partitioned_faiss
+
+    docs = [Document(page_content=r.text, metadata={"ref": r.ref}, id=r.ref) for r in corpus.rows]
+    return partitioned_faiss(docs, TableEmbeddings(list(corpus.rows)), PARTITION)
+
+
+def li_simple_cells(corpus: Corpus) -> Any:
+    """A LlamaIndex SimpleVectorStore index over nodes tagged with their cells."""
+    from llama_index.core import VectorStoreIndex
+    from store_cases import li_embedding, li_nodes
+
+    from llamaindex_dprag.cells import tag_nodes
+
+    nodes = tag_nodes(li_nodes(list(corpus.rows)), PARTITION)
+    return VectorStoreIndex(nodes, embed_model=li_embedding())
 
 
 def lc_faiss_dprag(corpus: Corpus) -> Any:
