@@ -331,9 +331,12 @@ def build_lancedb(vectors: np.ndarray, emb: Table, partition: PublicPartition, u
         embedding=emb,
         table_name=f"b{uuid.uuid4().hex[:10]}",
         distance="cosine",
+        mode="append",  # the default, "overwrite", replaces the table on every add
     )
     _fill(store, len(vectors), partition)
     table = store.get_table()
+    if table.count_rows() != len(vectors):
+        raise RuntimeError(f"LanceDB holds {table.count_rows()} rows, {len(vectors)} added")
     exact, part = _searchers(store, partition)  # before the IVF index: its metric is cosine
     table.create_index(
         metric="cosine",

@@ -122,7 +122,10 @@ def add_documents(
     ``metadata["dprag_cell"]`` (FAISS: the list it goes to), after refusing
     vectors the partition was fitted on. The store's index on the cell is
     created if missing (Qdrant server: a payload index; PGVector: a B-tree;
-    LanceDB: a bitmap index).
+    LanceDB: a bitmap index, made again after each add; rows it does not
+    cover yet are scanned, so the search stays exact). A LanceDB store in
+    ``mode="overwrite"`` (LangChain's default) whose table exists is refused:
+    its add would replace the table.
     """
     partition = check_partition(partition)
     kind = _kind(store)
@@ -142,6 +145,8 @@ def add_documents(
     embeddings = store.embeddings
     if embeddings is None:
         raise refusal(type(store).__name__, "it has no embeddings", "give the store its embeddings")
+    if kind == "lancedb":
+        _refuse_overwrite(store)
     texts = [d.page_content for d in docs]
     vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float64)
     partition.refuse_training(vectors)
@@ -158,6 +163,20 @@ def add_documents(
         added = store.add_documents(tagged, ids=id_list)
     _index_cells(store, kind)
     return list(added)
+
+
+def _refuse_overwrite(store: Any) -> None:
+    """Refuse adding to a LanceDB table in ``mode="overwrite"`` (LangChain's default).
+
+    Its ``add_texts`` would replace the table's rows with the new ones: the
+    corpus would be the last batch added, not every document.
+    """
+    if store.mode == "overwrite" and store.get_table() is not None:
+        raise refusal(
+            'LanceDB(mode="overwrite")',
+            "adding would replace every row of its table with the new documents",
+            'open the store with LanceDB(..., mode="append")',
+        )
 
 
 def _index_cells(store: Any, kind: str) -> None:

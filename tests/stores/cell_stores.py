@@ -65,8 +65,10 @@ def lc_cell_store(
     return store
 
 
-def lc_empty(kind: str, emb: Embeddings, pg_url: str | None = None) -> Any:
-    """An empty LangChain store of ``kind`` with embeddings ``emb``."""
+def lc_empty(
+    kind: str, emb: Embeddings, pg_url: str | None = None, lance_mode: str = "append"
+) -> Any:
+    """An empty LangChain store of ``kind`` with embeddings ``emb`` (LanceDB: ``lance_mode``)."""
     store, _, metric = kind.partition("_")
     name = f"c{uuid.uuid4().hex[:12]}"
     if store == "inmemory":
@@ -119,6 +121,7 @@ def lc_empty(kind: str, emb: Embeddings, pg_url: str | None = None) -> Any:
             embedding=emb,
             table_name=name,
             distance=metric,
+            mode=lance_mode,
         )
     raise ValueError(kind)
 

@@ -11,6 +11,7 @@ count chosen from the data (the mutation) fails the audit.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -124,6 +125,62 @@ def test_chain_mutation_probe_count_from_the_data_fails(
         runs.append(_chain_units(request, kind, rows, partition))
     assert not set(runs[0][0]) & set(runs[1][0])  # every slot changed
     assert audit_pair(runs[0][1], runs[1][1], seed=52).epsilon_lower_bound > EPSILON
+
+
+# -- LanceDB: rows written after its cell index ----------------------------------------
+
+
+def _lance_batches(
+    rows: Sequence[Row], partition: PublicPartition, questions: dict[str, np.ndarray]
+) -> Any:
+    """A LanceDB store filled in four batches: the first through dprag's ``add_documents``
+    (which makes the bitmap index on the cell), the rest through LangChain's own
+    ``add_documents`` with their cells, as another writer would: not in that index."""
+    emb = RowEmbeddings(rows)
+    emb.table.update({q: list(v) for q, v in questions.items()})
+    store = lc_empty("lancedb_l2", emb)
+    docs = [
+        Document(page_content=r.text, metadata={"ref": r.unit}, id=str(uuid.uuid4()))
+        for r in rows
+    ]
+    cells = partition.assign(np.array([r.vector for r in rows]))
+    add_documents(store, docs[:30], partition)
+    for start in range(30, len(docs), 30):
+        store.add_documents(
+            [
+                Document(page_content=d.page_content, metadata={**d.metadata, CELL_KEY: int(c)})
+                for d, c in zip(docs[start : start + 30], cells[start : start + 30], strict=True)
+            ]
+        )
+    return store
+
+
+def test_lancedb_rows_added_after_the_cell_index_are_ranked_exactly() -> None:
+    rows = _random_rows(n=120, seed=11)
+    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
+    x = np.random.default_rng(12).normal(size=(8, 8))
+    questions = {f"question {i}": v / np.linalg.norm(v) for i, v in enumerate(x)}
+    store = _lance_batches(rows, partition, questions)
+    (index,) = store.get_table().list_indices()
+    assert store.get_table().index_stats(index.name).num_unindexed_rows == 90
+    search = open_store(store, reading=partitioned_reading(store, partition)).searcher()
+    by_text = {r.text: r.id for r in rows}
+    later = {r.id for r in rows[30:]}
+    for question, query in questions.items():
+        want = brute_force_in_cells(rows, partition, 10, query)
+        assert [by_text[d.page_content] for d, _ in search(question, 10)] == want
+        assert later & set(want)  # the unindexed rows rank: a search skipping them fails
+
+
+def test_lancedb_in_overwrite_mode_is_refused_once_its_table_exists() -> None:
+    rows = _random_rows(n=20)
+    store = lc_empty("lancedb_l2", RowEmbeddings(rows), lance_mode="overwrite")
+    docs = [Document(page_content=r.text) for r in rows]
+    partition = PublicPartition.random(dim=8, cells=4, probes=1)
+    add_documents(store, docs[:10], partition)  # the first add makes the table
+    with pytest.raises(ValueError, match=r'replace every row.*mode="append"'):
+        add_documents(store, docs[10:], partition)
+    assert store.get_table().count_rows() == 10
 
 
 # -- DPRetriever: the DP threshold over every unit of the probed cells -------------------
