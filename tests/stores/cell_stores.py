@@ -152,19 +152,10 @@ def li_cell_index(
 ) -> Any:
     """A LlamaIndex ``VectorStoreIndex`` of ``kind`` over ``rows``, nodes tagged with cells."""
     from llama_index.core import StorageContext, VectorStoreIndex
-    from llama_index.core.schema import TextNode
 
     from llamaindex_dprag.cells import partitioned_faiss_store, tag_nodes
 
-    nodes = [
-        TextNode(
-            id_=str(uuid.uuid5(uuid.NAMESPACE_URL, r.id)),
-            text=r.text,
-            metadata={"ref": r.unit},
-            embedding=list(r.vector),
-        )
-        for r in rows
-    ]
+    nodes = li_nodes(rows)
     if kind == "faiss":
         vector_store = partitioned_faiss_store(partition)
     else:
@@ -174,6 +165,21 @@ def li_cell_index(
         tag_nodes(nodes, partition), storage_context=storage, embed_model=li_query_embedding(query)
     )
     return index
+
+
+def li_nodes(rows: Sequence[Row]) -> list[Any]:
+    """LlamaIndex ``TextNode`` s of ``rows``: their text, unit (``ref``) and vector."""
+    from llama_index.core.schema import TextNode
+
+    return [
+        TextNode(
+            id_=str(uuid.uuid5(uuid.NAMESPACE_URL, r.id)),
+            text=r.text,
+            metadata={"ref": r.unit},
+            embedding=list(r.vector),
+        )
+        for r in rows
+    ]
 
 
 def brute_force_in_cells(

@@ -30,6 +30,7 @@ from cell_stores import (
     audit_selections,
     brute_force_in_cells,
     li_cell_index,
+    li_nodes,
     record_selections,
 )
 from llama_index.core.schema import QueryBundle
@@ -49,6 +50,7 @@ from dprag_core.retrieval.cells import PartitionProvenance, PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
 from llamaindex_dprag import DPQueryEngine, DPThresholdPostprocessor, PrivacyBudgetPostprocessor
 from llamaindex_dprag.cell_retriever import PartitionedRetriever
+from llamaindex_dprag.cells import tag_nodes
 from llamaindex_dprag.sources import IndexSource
 
 DIRECTION = {"chroma_cosine": "distance", "lancedb_l2": "distance"}
@@ -84,6 +86,24 @@ def test_partitioned_query_is_the_exact_ranking_of_the_probed_cells(
     assert [by_text[d.text.split("\n")[-1]] for d in found] == brute_force_in_cells(
         rows, partition, 10
     )
+
+
+def test_lancedb_nodes_inserted_after_the_cell_index_are_ranked_exactly() -> None:
+    x = np.random.default_rng(13).normal(size=(120, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    rows = [Row(f"r{i:03d}", f"r{i:03d}", f"Q:0 r{i:03d}", tuple(v)) for i, v in enumerate(x)]
+    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
+    index = li_cell_index("lancedb_l2", rows[:30], partition)
+    source = IndexSource(index, partition=partition, score_direction="distance")  # its index
+    for start in range(30, len(rows), 30):  # three batches the bitmap index does not cover
+        index.insert_nodes(tag_nodes(li_nodes(rows[start : start + 30]), partition))
+    table = index.vector_store.table
+    (cell_index,) = table.list_indices()
+    assert table.index_stats(cell_index.name).num_unindexed_rows == 90
+    want = brute_force_in_cells(rows, partition, 10)
+    by_text = {r.text: r.id for r in rows}
+    assert [by_text[d.text.split("\n")[-1]] for d in source.bind(QUESTION)(QUESTION, 10)] == want
+    assert {r.id for r in rows[30:]} & set(want)  # the unindexed rows rank
 
 
 def _engine_units(
