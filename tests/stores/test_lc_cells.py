@@ -140,8 +140,7 @@ def _lance_batches(
     emb.table.update({q: list(v) for q, v in questions.items()})
     store = lc_empty("lancedb_l2", emb)
     docs = [
-        Document(page_content=r.text, metadata={"ref": r.unit}, id=str(uuid.uuid4()))
-        for r in rows
+        Document(page_content=r.text, metadata={"ref": r.unit}, id=str(uuid.uuid4())) for r in rows
     ]
     cells = partition.assign(np.array([r.vector for r in rows]))
     add_documents(store, docs[:30], partition)
