@@ -169,9 +169,10 @@ def _refuse_overwrite(store: Any) -> None:
     """Refuse adding to a LanceDB table in ``mode="overwrite"`` (LangChain's default).
 
     Its ``add_texts`` would replace the table's rows with the new ones: the
-    corpus would be the last batch added, not every document.
+    corpus would be the last batch added, not every document (LanceDB Cloud,
+    with an ``api_key``, always appends).
     """
-    if store.mode == "overwrite" and store.get_table() is not None:
+    if store.mode == "overwrite" and store.api_key is None and store.get_table() is not None:
         raise refusal(
             'LanceDB(mode="overwrite")',
             "adding would replace every row of its table with the new documents",
