@@ -521,7 +521,14 @@ PINNED: list[dict[str, str]] = [
      "neighbour": "nearest"},
     {"entry": "DPThresholdPostprocessor", "mechanism": "DPThreshold", "store": "li-simple-cells",
      "neighbour": "unicode-id"},
-    # new: a placeholder record grows the search, LangChain shows one more retriever run
+    # still open: case 5 through the ledger-filter selection steps, ties in FaissCorpus's cells
+    {"entry": "DPRetriever", "mechanism": "LedgerFilter", "store": "lc-inmemory",
+     "neighbour": "ledger-raising"},
+    {"entry": "PrivacyBudgetPostprocessor", "mechanism": "LedgerFilter", "store": "li-simple",
+     "neighbour": "ledger-raising"},
+    {"entry": "PrivateRAG.answer", "mechanism": "VoteRAG", "engine": "eager",
+     "store": "core-faiss-cells", "neighbour": "tied"},
+    # a placeholder record grows the search, LangChain shows one more retriever run
     {"entry": "DPRAGChain.astream_events", "mechanism": "RAG", "engine": "hosted",
      "store": "lc-inmemory", "neighbour": "long-id"},
 ]  # fmt: skip
