@@ -6,7 +6,8 @@ accept the app and fail at the first query, after that query's charge. So when
 the app is built, the dimension of the stored vectors is read from the store
 object (the table's classes: FAISS ``index.d``, one stored vector of
 InMemoryVectorStore or Chroma, the Qdrant collection's vector size, the LanceDB
-table's vector column, PGVector's ``embedding_length``), a fixed public probe
+table's vector column, PGVector's ``embedding_length``, PGVectorStore's
+``vector(n)`` column type), a fixed public probe
 text is embedded once with the store's embedding function, and a mismatch is
 refused naming both. A store whose dimension cannot be read (an empty one, an
 unknown class, PGVector without ``embedding_length``) is not checked.
@@ -54,6 +55,27 @@ def _pgvector(store: Any) -> int | None:
     return None if length is None else int(length)
 
 
+def _pgvector_store(store: Any) -> int | None:
+    """langchain-postgres's PGVectorStore (v2): the ``vector(n)`` type of its embedding column."""
+    from sqlalchemy import text
+
+    vs = store._PGVectorStore__vs  # the async store it wraps (v2 keeps its state there)
+    query = text(
+        "SELECT a.atttypmod FROM pg_catalog.pg_attribute AS a "
+        "WHERE a.attrelid = pg_catalog.to_regclass(:table) AND a.attname = :column"
+    )
+    table = f'"{vs.schema_name}"."{vs.table_name}"'
+
+    async def read() -> int | None:
+        async with vs.engine.connect() as conn:
+            found = (await conn.execute(query, {"table": table, "column": vs.embedding_column}))
+            row = found.first()
+        return None if row is None or int(row[0]) <= 0 else int(row[0])
+
+    result: int | None = store._engine._run_as_sync(read())
+    return result
+
+
 def _qdrant(store: Any) -> int | None:
     vectors = store.client.get_collection(store.collection_name).config.params.vectors
     params = vectors.get(store.vector_name) if isinstance(vectors, dict) else vectors
@@ -72,6 +94,7 @@ _READERS: dict[str, Callable[[Any], int | None]] = {
     "langchain_community.vectorstores.faiss.FAISS": _faiss,
     "langchain_chroma.vectorstores.Chroma": _chroma,
     "langchain_postgres.vectorstores.PGVector": _pgvector,
+    "langchain_postgres.v2.vectorstores.PGVectorStore": _pgvector_store,
     "langchain_qdrant.qdrant.QdrantVectorStore": _qdrant,
     "langchain_community.vectorstores.lancedb.LanceDB": _lancedb,
 }

@@ -44,8 +44,8 @@ FACES: dict[str, list[str]] = {
         "LedgerOutcomeUnknown LedgerUnavailable PostgresTimeouts"
     ),
     "dprag_core.algorithms": words("""
-        DPICL DPKSA DPSparseVote DPVote KSA Mechanism MuRAG MuRAGAda NaiveMulti NonRAG RAG
-        VoteRAG
+        AnswerVote DPAnswerVote DPICL DPKSA DPSparseVote DPVote KSA Mechanism MuRAG MuRAGAda
+        NaiveMulti NonRAG RAG VoteRAG
     """),
     "dprag_core.datastore": words(
         "DPSimHashDatastore SimHashIndex embedding_keys token_distribution_keys"

@@ -53,7 +53,7 @@ table runs it on every mechanism of dprag_core).
 >>> class Api:  # a text model
 ...     def generate(self, prompts, *, max_new_tokens=64): return ["Paris"] * len(prompts)
 >>> conformance(NonRAG(Api()), "Capital of France?", []).details
-mappingproxy({'stop_reason': 'text_model'})
+mappingproxy({'stop_reason': 'text_model', 'answer_source': 'model'})
 """
 
 from __future__ import annotations

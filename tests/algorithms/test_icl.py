@@ -48,6 +48,7 @@ def test_consensus_answer_one_session_and_eos() -> None:
         "stopped_at_eos": True,
         "private_tokens": 5,
         "stop_reason": "eos",
+        "answer_source": "documents",
     }
     assert result.guarantee == mech.query_cost()  # all 8 tokens charged despite EOS at 6
 

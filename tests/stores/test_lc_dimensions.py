@@ -56,7 +56,11 @@ def test_an_embedding_of_another_dimension_is_refused_when_built(
     budget = accountant()
     _chain(store, budget)  # the model the vectors were made with: built
     SEEN.clear()
-    setattr(store, EMBEDDING_ATTRIBUTE[kind.partition("_")[0]], Counting(size=DIM - 3))
+    family = kind.partition("_")[0]
+    if family == "pgvector2":  # PGVectorStore (v2) keeps its model in the store it wraps
+        store._PGVectorStore__vs.embedding_service = Counting(size=DIM - 3)
+    else:
+        setattr(store, EMBEDDING_ATTRIBUTE[family], Counting(size=DIM - 3))
     for build in (
         lambda: _chain(store, budget),
         lambda: DPRetriever(vectorstore=store, epsilon=1.0, accountant=budget, k=4),
