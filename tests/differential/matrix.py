@@ -286,10 +286,10 @@ def _stores() -> list[StoreRow]:
         StoreRow("li-simple", "llamaindex", li_kind("simple")),
         StoreRow("li-faiss", "llamaindex", li_kind("faiss_cosine")),
         StoreRow("li-chroma", "llamaindex", li_kind("chroma_cosine"), options=distance,
-                 score=lambda c: c - 1.0, score_range=(-2.0, 0.0)),
+                 score=lambda c: c - 1.0, score_range=(-2.0, 0.0), refuses=no_surrogate),
         StoreRow("li-qdrant", "llamaindex", li_kind("qdrant_cosine")),
         StoreRow("li-lancedb", "llamaindex", li_kind("lancedb_l2"), options=distance,
-                 score=lambda c: 2.0 * c - 2.0, score_range=(-4.0, 0.0)),
+                 score=lambda c: 2.0 * c - 2.0, score_range=(-4.0, 0.0), refuses=no_surrogate),
         StoreRow("li-pgvector", "llamaindex", li_kind("pgvector"), postgres=True,
                  refuses=postgres),
     ]  # fmt: skip
