@@ -279,7 +279,8 @@ def _stores() -> list[StoreRow]:
                  lambda c, pg: lc_pgvector_v2(c, pg or ""),
                  options={"score_function": COSINE, "exact_search": True}, postgres=True,
                  corpus="threshold", refuses=postgres, may_be_refused=True),
-        # a filtered retriever declared k-honouring: Chroma's own (approximate) HNSW search
+        # a filtered retriever declared k-honouring over a weak HNSW graph: dprag searches the
+        # store itself, exactly, with the retriever's filter
         StoreRow("lc-chroma-filtered", "langchain", lambda c, pg: lc_chroma_hnsw(c),
                  options={"retriever_honours_k": True}, corpus="large", refuses=no_surrogate,
                  retriever=lambda s: s.as_retriever(search_kwargs={"filter": {"group": "even"}})),
