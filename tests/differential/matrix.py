@@ -522,7 +522,7 @@ PINNED: list[dict[str, str]] = [
      "neighbour": "nearest"},
     {"entry": "DPThresholdPostprocessor", "mechanism": "DPThreshold", "store": "li-simple-cells",
      "neighbour": "unicode-id"},
-    # still open: case 5 through the ledger-filter selection steps, ties in FaissCorpus's cells
+    # case 5 through the ledger-filter selection steps, ties in FaissCorpus's cells
     {"entry": "DPRetriever", "mechanism": "LedgerFilter", "store": "lc-inmemory",
      "neighbour": "ledger-raising"},
     {"entry": "PrivacyBudgetPostprocessor", "mechanism": "LedgerFilter", "store": "li-simple",
@@ -592,17 +592,6 @@ TOP_N = frozenset(
 """The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
 
 KNOWN: list[Known] = [
-    Known("case 5", "a per-unit ledger raising in DPRetriever's ledger filter or the "
-          "PrivacyBudgetPostprocessor reaches the caller as it is (class and message, the "
-          "unit's id in it; LangChain's on_retriever_error too): the selection steps run "
-          "no sealed section",
-          lambda c: c.neighbour.ledger_raising and c.mechanism.needs == "ledger"
-          and not c.store.may_be_refused),
-    Known("case 7a", "FaissCorpus's partitioned search breaks ties by insertion order "
-          "(dprag_core/retrieval/faiss_corpus.py, _cell_search: ident is the row number): "
-          "D + x built in another order takes other units of the tie group",
-          lambda c: c.store.name == "core-faiss-cells" and c.neighbour.name == "tied"
-          and c.mechanism.name in TOP_N),
     Known("case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
           "Document.id: dprag's document_id hashes text and metadata, the collection's "
           "random name included, so ties are broken by a hash that differs between the two "
