@@ -18,8 +18,10 @@ docs/evaluation.md ("Tuning", "The instruct reader") on a development world
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
+from dprag_core.algorithms.answer_keys import AnswerKey, answer_key
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
 
 if TYPE_CHECKING:
@@ -48,7 +50,9 @@ class Reader:
     the model's chat template); ``token_share`` / ``word_share``: ε per private
     token / word as a share of the query's ε (1/share private decisions);
     ``threshold_share``: DPSparseVote's threshold as a share of m;
-    ``max_new_tokens``: the answer's length limit.
+    ``max_new_tokens``: the answer's length limit; ``answer_words``: the answer
+    key's length in words (answer-level voting's public key map,
+    :func:`~dprag_core.algorithms.answer_keys.answer_key`'s ``max_words``).
 
     >>> READERS["reader"].template == RAG_TEMPLATE
     True
@@ -62,6 +66,7 @@ class Reader:
     word_share: float
     threshold_share: float
     max_new_tokens: int
+    answer_words: int = 6
 
     def threshold(self, m: int) -> float:
         """DPSparseVote's threshold for ``m`` voters."""
@@ -74,6 +79,14 @@ class Reader:
         ['public_template', 'template']
         """
         return {"template": self.template, "public_template": self.public_template}
+
+    def answer_key(self) -> AnswerKey:
+        """AnswerVote's and DPAnswerVote's key map: ``answer_key`` with ``answer_words``.
+
+        >>> READERS["reader"].answer_key()("Kirzyafil is the treatment.", "Which treatment?")
+        'kirzyafil'
+        """
+        return partial(answer_key, max_words=self.answer_words)
 
     def ksa_prompts(self) -> dict[str, str]:
         """KSA's and DP-KSA's prompt keywords.
