@@ -12,9 +12,11 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.answer_keys import AnswerKey, answer_key
 from dprag_core.algorithms.answer_vote import DPAnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
@@ -94,6 +96,12 @@ def reader_settings(args: argparse.Namespace) -> Reader:
     )
 
 
+def answer_key_of(reader: Reader) -> AnswerKey:
+    """AnswerVote's and DPAnswerVote's public key map: ``answer_key`` with the reader's
+    ``answer_words``."""
+    return partial(answer_key, max_words=reader.answer_words)
+
+
 def dp_mechanisms(
     token_model: HFTokenModel,
     text_model: TextModel,
@@ -168,7 +176,7 @@ def dp_mechanisms(
             epsilon=e,
             delta=delta,
             max_new_tokens=max_new_tokens,
-            key=reader.answer_key(),
+            key=answer_key_of(reader),
             **prompts,
         ),
         "DP-RAG (Grislain)": lambda e: DPICL(

@@ -48,6 +48,7 @@ import numpy as np
 from _mechanisms import (
     TEXT_ONLY,
     MemoTextModel,
+    answer_key_of,
     dp_mechanisms_for,
     load_for,
     mechanism_arguments,
@@ -616,7 +617,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     m, mnt = args.voters, args.max_new_tokens
     voters = reader.voting_prompts()
     answer_voting = AnswerVote(
-        text_model, m=m, k=1, max_new_tokens=mnt, key=reader.answer_key(), **voters
+        text_model, m=m, k=1, max_new_tokens=mnt, key=answer_key_of(reader), **voters
     )
 
     baselines: dict[str, Mechanism] = {

@@ -18,10 +18,8 @@ docs/evaluation.md ("Tuning", "The instruct reader") on a development world
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
-from dprag_core.algorithms.answer_keys import AnswerKey, answer_key
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE
 
 if TYPE_CHECKING:
@@ -79,14 +77,6 @@ class Reader:
         ['public_template', 'template']
         """
         return {"template": self.template, "public_template": self.public_template}
-
-    def answer_key(self) -> AnswerKey:
-        """AnswerVote's and DPAnswerVote's key map: ``answer_key`` with ``answer_words``.
-
-        >>> READERS["reader"].answer_key()("Kirzyafil is the treatment.", "Which treatment?")
-        'kirzyafil'
-        """
-        return partial(answer_key, max_words=self.answer_words)
 
     def ksa_prompts(self) -> dict[str, str]:
         """KSA's and DP-KSA's prompt keywords.
