@@ -94,12 +94,13 @@ def test_privacy_utility_reruns_the_text_rows_from_its_cache(tmp_path: Path) -> 
     assert "| AnswerVote (m=10) |" in first and "DPAnswerVote eps=2" in first
     kept = json.loads(cache.read_text())
     assert kept and all(len(row) == 3 for row in kept)
-    cache.write_text(json.dumps([[prompt, n, "Quinquina is the answer."] for prompt, n, _ in kept]))
+    cache.write_text(json.dumps([[prompt, n, "Quinquina bark extract."] for prompt, n, _ in kept]))
     again = run_benchmark(
-        "privacy_utility.py", tmp_path / "b", "--only", "AnswerVote", "--text-cache", str(cache)
-    )
-    assert "| quinquina (10) |" in again  # every voter's answer came from the cache
-    assert "answer key words 6" in again
+        "privacy_utility.py", tmp_path / "b", "--only", "AnswerVote", "--text-cache", str(cache),
+        "--answer-words", "1",
+    )  # fmt: skip
+    assert "| quinquina (10) |" in again  # every voter's answer came from the cache, 1 word kept
+    assert "answer key words 1" in again
 
 
 def test_attacks_quick(tmp_path: Path) -> None:
