@@ -9,11 +9,14 @@ repository root: ``python benchmarks/attacks.py``).
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
+from dprag_core.algorithms.answer_keys import AnswerKey, answer_key
 from dprag_core.algorithms.answer_vote import DPAnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
@@ -69,6 +72,12 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
         default=None,
         help="DPSparseVote's threshold = share * m (votes for the public token)",
     )
+    ap.add_argument(
+        "--answer-words",
+        type=int,
+        default=None,
+        help="AnswerVote/DPAnswerVote: the answer key's length in words (answer_key's max_words)",
+    )
     ap.add_argument("--delta", type=float, default=1e-4)
     return ap
 
@@ -83,7 +92,14 @@ def reader_settings(args: argparse.Namespace) -> Reader:
         threshold_share=(
             base.threshold_share if args.threshold_share is None else args.threshold_share
         ),
+        answer_words=base.answer_words if args.answer_words is None else args.answer_words,
     )
+
+
+def answer_key_of(reader: Reader) -> AnswerKey:
+    """AnswerVote's and DPAnswerVote's public key map: ``answer_key`` with the reader's
+    ``answer_words``."""
+    return partial(answer_key, max_words=reader.answer_words)
 
 
 def dp_mechanisms(
@@ -160,6 +176,7 @@ def dp_mechanisms(
             epsilon=e,
             delta=delta,
             max_new_tokens=max_new_tokens,
+            key=answer_key_of(reader),
             **prompts,
         ),
         "DP-RAG (Grislain)": lambda e: DPICL(
@@ -196,11 +213,23 @@ class MemoTextModel:
     same answers, so a benchmark computes them once (the prompts it has not seen, in
     one batch). For a benchmark on the synthetic corpus only: a library never keeps
     prompts holding private documents.
+
+    ``cache``: a JSON file of the answers, read when it exists and written by
+    :meth:`save`, so that a rerun of the same prompts (another key map, other rows)
+    costs no model calls — synthetic prompts only, like the memo itself.
     """
 
-    def __init__(self, model: TextModel) -> None:
+    def __init__(self, model: TextModel, *, cache: Path | None = None) -> None:
         self.model = model
+        self.cache = cache
         self.seen: dict[tuple[str, int], str] = {}
+        if cache is not None and cache.exists():
+            self.seen = {(p, int(n)): a for p, n, a in json.loads(cache.read_text())}
+
+    def save(self) -> None:
+        """Write the answers seen so far to ``cache`` (nothing without one)."""
+        if self.cache is not None:
+            self.cache.write_text(json.dumps([[p, n, a] for (p, n), a in self.seen.items()]))
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         new = list(dict.fromkeys(p for p in prompts if (p, max_new_tokens) not in self.seen))

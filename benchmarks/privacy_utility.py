@@ -48,6 +48,7 @@ import numpy as np
 from _mechanisms import (
     TEXT_ONLY,
     MemoTextModel,
+    answer_key_of,
     dp_mechanisms_for,
     load_for,
     mechanism_arguments,
@@ -571,6 +572,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--kinds", nargs="+", choices=["treatment", "disease"], default=["treatment", "disease"]
     )
     ap.add_argument("--diagnose", action="store_true", help="what limits the answers")
+    ap.add_argument(
+        "--text-cache",
+        type=Path,
+        default=None,
+        help="a JSON file of the text-only rows' answers (greedy: read when it exists,\n"
+        "written after the run), so a rerun of the same prompts costs no model calls",
+    )
     ap.add_argument("--tau", type=float, default=0.4, help="MuRAG public score threshold")
     ap.add_argument("--multi-queries", type=int, default=100, help="0: no multi-query run")
     ap.add_argument("--multi-totals", type=float, nargs="+", default=[10.0, 20.0, 40.0, 80.0])
@@ -604,10 +612,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     index = CorpusIndex.build(corpus)
     token_model, hf_text = load_for(args)
-    text_model = MemoTextModel(hf_text)  # the text-only rows' answers, computed once
+    # the text-only rows' answers, computed once (and kept in --text-cache when given)
+    text_model = MemoTextModel(hf_text, cache=args.text_cache)
     m, mnt = args.voters, args.max_new_tokens
     voters = reader.voting_prompts()
-    answer_voting = AnswerVote(text_model, m=m, k=1, max_new_tokens=mnt, **voters)
+    answer_voting = AnswerVote(
+        text_model, m=m, k=1, max_new_tokens=mnt, key=answer_key_of(reader), **voters
+    )
 
     baselines: dict[str, Mechanism] = {
         "NonRAG": NonRAG(token_model, max_new_tokens=mnt, template=reader.public_template),
@@ -646,6 +657,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         limits += answer_votes(
             answer_voting, index, items, args.seed, epsilons=args.epsilons, delta=args.delta
         )
+    text_model.save()
     wall = time.perf_counter() - t0
 
     lines = [
@@ -656,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"model `{args.model or args.reader}` ({args.dtype}), seed {args.seed}"
         f"{', real drug names' if args.real_treatments else ''}; word share "
         f"{reader.word_share:g}, token share {reader.token_share:g}, threshold "
-        f"{reader.threshold(m):g}; wall {wall:.0f}s.",
+        f"{reader.threshold(m):g}, answer key words {reader.answer_words}; wall {wall:.0f}s.",
         "",
         "| mechanism | " + " | ".join(METRIC_NAMES) + " | s/query |",
         "|---|" + "---|" * (len(METRIC_NAMES) + 1),

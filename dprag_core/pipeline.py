@@ -566,10 +566,14 @@ def select_by_ledger(
     before anything is charged, so a reused id is refused whatever the filter
     would have charged (a charge of no unit records nothing: a refusal decided
     from the charges would tell whether some unit scored above ``tau``).
-    :func:`~dprag_core.retrieval.selection.ledger_filter` records every charge
-    under that id, so a retry after ``LedgerOutcomeUnknown`` (of the claim or
-    of the charge) with the same id on the same ledger object is charged once.
-    Used by LangChain's ``DPRetriever`` and LlamaIndex's
+    The claim is the public part: its errors leave as themselves. The filter
+    reads which units score above ``tau`` and what each has left, so it is a
+    private section (:func:`~dprag_core.errors.guarded`): whatever fails in it
+    leaves as the one fixed ``PrivateDataError``, never as its own class or
+    message. :func:`~dprag_core.retrieval.selection.ledger_filter` records every
+    charge under that id, so a retry after a failure (of the claim, or of the
+    charge: the fixed failure) with the same id on the same ledger object is
+    charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
     ``PrivacyBudgetPostprocessor``.
 
     >>> from dprag_core.accounting.ledger import InMemoryLedger
@@ -584,7 +588,9 @@ def select_by_ledger(
     """
     qid = selection_query_id(query_id)
     ledger.claim(qid)
-    return ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+    return guarded(
+        lambda: ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+    )
 
 
 def selection_query_id(query_id: object = None) -> str:

@@ -68,7 +68,7 @@ def _pgvector_store(store: Any) -> int | None:
 
     async def read() -> int | None:
         async with vs.engine.connect() as conn:
-            found = (await conn.execute(query, {"table": table, "column": vs.embedding_column}))
+            found = await conn.execute(query, {"table": table, "column": vs.embedding_column})
             row = found.first()
         return None if row is None or int(row[0]) <= 0 else int(row[0])
 

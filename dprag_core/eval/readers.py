@@ -48,7 +48,9 @@ class Reader:
     the model's chat template); ``token_share`` / ``word_share``: ε per private
     token / word as a share of the query's ε (1/share private decisions);
     ``threshold_share``: DPSparseVote's threshold as a share of m;
-    ``max_new_tokens``: the answer's length limit.
+    ``max_new_tokens``: the answer's length limit; ``answer_words``: the answer
+    key's length in words (answer-level voting's public key map,
+    :func:`~dprag_core.algorithms.answer_keys.answer_key`'s ``max_words``).
 
     >>> READERS["reader"].template == RAG_TEMPLATE
     True
@@ -62,6 +64,7 @@ class Reader:
     word_share: float
     threshold_share: float
     max_new_tokens: int
+    answer_words: int = 6
 
     def threshold(self, m: int) -> float:
         """DPSparseVote's threshold for ``m`` voters."""

@@ -139,8 +139,9 @@ class FaissCorpus:
         """The ``k`` most similar documents (fewer if the corpus is smaller), best first.
 
         Honours k: the first ``min(k, len(self))`` of one fixed ranking (score,
-        then insertion order among ties), so one added document is inserted into
-        it and moves no other document's relative place.
+        then id among ties, the tie group completed whatever k: insertion order
+        never matters), so one added document is inserted into it and moves no
+        other document's relative place.
         """
         k = positive_int("k", k)
         q = _normalised(query_embedding, self.dim, "query_embedding")
@@ -150,16 +151,23 @@ class FaissCorpus:
             return []
         if self.partition is not None:
             return self._cell_search(q, k)
-        scores, rows = self._index.search(q, min(k, len(self._ids)))
-        # one fixed rank order, whatever k: score, then insertion order among ties
-        hits = sorted(
-            ((float(s), int(r)) for s, r in zip(scores[0], rows[0], strict=True) if r >= 0),
-            key=lambda sr: (-sr[0], sr[1]),
-        )
+
+        def first(n: int) -> list[tuple[float, int]]:
+            scores, rows = self._index.search(q, min(n, len(self._ids)))
+            found = zip(scores[0].tolist(), rows[0].tolist(), strict=True)
+            return sorted(((s, r) for s, r in found if r >= 0), key=lambda h: -h[0])
+
+        return self._ranked(first, k)
+
+    def _ranked(
+        self, first: Callable[[int], list[tuple[float, int]]], k: int
+    ) -> list[ScoredDocument]:
+        """The first k of one fixed ranking: score, then id among ties (tie groups completed)."""
+        hits = tie_complete(first, k, score=lambda h: h[0], ident=lambda h: self._ids[h[1]])
         return [self._doc(r, s) for s, r in hits]
 
     def _cell_search(self, q: npt.NDArray[np.float32], k: int) -> list[ScoredDocument]:
-        """The first k of the probed cells' exact ranking (ties by insertion order)."""
+        """The first k of the probed cells' exact ranking (ties by id)."""
         assert self.partition is not None
         cells = self.partition.probe(q)
 
@@ -167,11 +175,10 @@ class FaissCorpus:
             scores, rows = cell_search.faiss_search(self._index, q, cells, min(n, len(self._ids)))
             return sorted(zip(scores.tolist(), rows.tolist(), strict=True), key=lambda h: -h[0])
 
-        hits = tie_complete(first, k, score=lambda h: h[0], ident=lambda h: f"{h[1]:020d}")
-        return [self._doc(r, s) for s, r in hits]
+        return self._ranked(first, k)
 
     def range_search(self, query_embedding: npt.ArrayLike, tau: float) -> list[ScoredDocument]:
-        """Every document with score > ``tau``, best first.
+        """Every document with score > ``tau``, best first (ties by id).
 
         ``tau`` follows the one threshold rule (:meth:`ScoreScale.check_threshold`):
         in [-1, 1), since no cosine is above 1.
@@ -188,7 +195,7 @@ class FaissCorpus:
             scores, rows = cell_search.faiss_range(self._index, q, self.partition.probe(q), tau)
         hits = sorted(
             ((float(s), int(r)) for s, r in zip(scores, rows, strict=True) if s > tau),
-            key=lambda sr: (-sr[0], sr[1]),
+            key=lambda sr: (-sr[0], self._ids[sr[1]]),
         )
         return [self._doc(r, s) for s, r in hits]
 

@@ -332,13 +332,13 @@ def _lc_config() -> dict[str, Any]:
 def _lc_output(out: Any) -> tuple[Any, Any]:
     data = out.model_dump()
     details = data.pop("details")
-    answer = data.pop("answer")
+    release = {"text": data.pop("answer"), "answer_source": data.pop("answer_source")}
     output = {
         **normalise(data),
         "keys": sorted(details),
         "details": normalise(public_part(details)),
     }
-    return output, {"text": answer, "details": normalise(released_part(details))}
+    return output, {**release, "details": normalise(released_part(details))}
 
 
 def chain_invoke(world: World) -> None:
@@ -449,6 +449,7 @@ def _li_output(response: Any, chunks: list[str] | None = None) -> tuple[Any, Any
     metadata = dict(response.metadata or {})
     details = metadata.pop("details", {})
     stop = metadata.pop("stop_reason", None)
+    source = metadata.pop("answer_source", None)
     output = {
         "type": type(response).__name__,
         "source_nodes": len(response.source_nodes),
@@ -457,7 +458,8 @@ def _li_output(response: Any, chunks: list[str] | None = None) -> tuple[Any, Any
         "details": normalise(public_part(details)),
     }
     text = response.response if chunks is None else "".join(chunks)
-    release = {"text": text, "stop_reason": stop, "details": normalise(released_part(details))}
+    release = {"text": text, "stop_reason": stop, "answer_source": source,
+               "details": normalise(released_part(details))}  # fmt: skip
     return output, release if chunks is None else {**release, "chunks": chunks}
 
 

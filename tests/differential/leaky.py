@@ -35,6 +35,7 @@ __all__ = [
     "ReuseLeak",
     "UnitCountLedger",
     "leaky_end_payload",
+    "uncut_prompts",
 ]
 
 
@@ -132,6 +133,13 @@ class PerDocGeneration(Using):
         for doc in docs:
             self.used.generate([doc.text], max_new_tokens=2)
         return {}
+
+
+def uncut_prompts(model: Any) -> None:
+    """Make a served model (``OpenAICompatModel``) send every prompt whole, as it did before
+    the public envelope: its width set beyond any prompt, so a long document makes a prompt
+    over the server's context (issue 36 case 2)."""
+    model.prompt_width = 10**9
 
 
 class UnitCountLedger(SQLiteLedger):

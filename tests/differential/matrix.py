@@ -241,9 +241,9 @@ def _stores() -> list[StoreRow]:
         core_faiss_cells,
         core_list,
         lc_chroma_hnsw,
+        lc_faiss_cells,
         lc_faiss_dprag,
         lc_kind,
-        lc_faiss_cells,
         lc_pgvector_v2,
         li_kind,
         li_simple_cells,
@@ -270,21 +270,27 @@ def _stores() -> list[StoreRow]:
         StoreRow("lc-lancedb", "langchain", lc_kind("lancedb_l2"), refuses=no_surrogate),
         StoreRow("lc-pgvector", "langchain", lc_kind("pgvector_cosine"), postgres=True,
                  refuses=postgres),
-        # the refusal's suggested fix for langchain-postgres's PGVectorStore v2, followed
+        # langchain-postgres's PGVectorStore v2, read with its own distance strategy; and
+        # with the built-in COSINE given (the fix an older refusal suggested): refused with
+        # the right fix, or read right
         StoreRow("lc-pgvector-v2", "langchain", lambda c, pg: lc_pgvector_v2(c, pg or ""),
+                 postgres=True, corpus="threshold", refuses=postgres),
+        StoreRow("lc-pgvector-v2-cosine", "langchain",
+                 lambda c, pg: lc_pgvector_v2(c, pg or ""),
                  options={"score_function": COSINE, "exact_search": True}, postgres=True,
                  corpus="threshold", refuses=postgres, may_be_refused=True),
-        # a filtered retriever declared k-honouring: Chroma's own (approximate) HNSW search
+        # a filtered retriever declared k-honouring over a weak HNSW graph: dprag searches the
+        # store itself, exactly, with the retriever's filter
         StoreRow("lc-chroma-filtered", "langchain", lambda c, pg: lc_chroma_hnsw(c),
                  options={"retriever_honours_k": True}, corpus="large", refuses=no_surrogate,
                  retriever=lambda s: s.as_retriever(search_kwargs={"filter": {"group": "even"}})),
         StoreRow("li-simple", "llamaindex", li_kind("simple")),
         StoreRow("li-faiss", "llamaindex", li_kind("faiss_cosine")),
         StoreRow("li-chroma", "llamaindex", li_kind("chroma_cosine"), options=distance,
-                 score=lambda c: c - 1.0, score_range=(-2.0, 0.0)),
+                 score=lambda c: c - 1.0, score_range=(-2.0, 0.0), refuses=no_surrogate),
         StoreRow("li-qdrant", "llamaindex", li_kind("qdrant_cosine")),
         StoreRow("li-lancedb", "llamaindex", li_kind("lancedb_l2"), options=distance,
-                 score=lambda c: 2.0 * c - 2.0, score_range=(-4.0, 0.0)),
+                 score=lambda c: 2.0 * c - 2.0, score_range=(-4.0, 0.0), refuses=no_surrogate),
         StoreRow("li-pgvector", "llamaindex", li_kind("pgvector"), postgres=True,
                  refuses=postgres),
     ]  # fmt: skip
@@ -426,8 +432,9 @@ def valid(cell: Cell) -> bool:
         return False
     if store.retriever is not None and not generator:
         return False  # DPRetriever and the postprocessors take no retriever of the store's
-    if x.raising and (not generator or store.retriever is not None):
-        return False  # the source is wrapped: a generator's own retrieval only
+    if x.raising and (not generator or store.retriever is not None or store.corpus != "small"):
+        return False  # the source is wrapped: a generator's own retrieval only, and D's
+        # raising record must be read (the small base: every record is)
     if x.ledger_raising and not mech.ledger:
         return False
     if x.name in store.refuses:
@@ -500,6 +507,8 @@ PINNED: list[dict[str, str]] = [
      "store": "lc-faiss", "neighbour": "tied"},
     {"entry": "DPRAGChain.invoke", "mechanism": "MuRAG", "engine": "eager",
      "store": "lc-pgvector-v2", "neighbour": "nearest"},
+    {"entry": "DPRAGChain.invoke", "mechanism": "MuRAG", "engine": "eager",
+     "store": "lc-pgvector-v2-cosine", "neighbour": "nearest"},
     {"entry": "DPRAGChain.invoke", "mechanism": "VoteRAG", "engine": "eager",
      "store": "lc-chroma-filtered", "neighbour": "nearest"},
     # the answer-level mechanism and the partitioned search, through every framework
@@ -513,7 +522,14 @@ PINNED: list[dict[str, str]] = [
      "neighbour": "nearest"},
     {"entry": "DPThresholdPostprocessor", "mechanism": "DPThreshold", "store": "li-simple-cells",
      "neighbour": "unicode-id"},
-    # new: a placeholder record grows the search, LangChain shows one more retriever run
+    # case 5 through the ledger-filter selection steps, ties in FaissCorpus's cells
+    {"entry": "DPRetriever", "mechanism": "LedgerFilter", "store": "lc-inmemory",
+     "neighbour": "ledger-raising"},
+    {"entry": "PrivacyBudgetPostprocessor", "mechanism": "LedgerFilter", "store": "li-simple",
+     "neighbour": "ledger-raising"},
+    {"entry": "PrivateRAG.answer", "mechanism": "VoteRAG", "engine": "eager",
+     "store": "core-faiss-cells", "neighbour": "tied"},
+    # a placeholder record grows the search, LangChain shows one more retriever run
     {"entry": "DPRAGChain.astream_events", "mechanism": "RAG", "engine": "hosted",
      "store": "lc-inmemory", "neighbour": "long-id"},
 ]  # fmt: skip
@@ -569,74 +585,20 @@ class Known:
     settled: Callable[[Cell], bool] = lambda cell: True  # False: the cell may pass, by chance
 
 
-SERVERS = frozenset({"server", "scripted-server"})
-ABOVE_TAU = frozenset({"nearest", "longest", "unicode-id"})  # valid ids, x above MuRAG's tau
-PLACEHOLDERS = frozenset({"surrogate-id", "nul-id", "long-id"})  # x dropped as a placeholder
-WORDS = frozenset({"DPVote-word", "DPSparseVote-word"})
 TOP_N = frozenset(
     {"DPVote", "DPVote-word", "DPSparseVote", "DPSparseVote-word", "DPSparseVote-exponential",
-     "DPKSA", "NaiveMulti", "VoteRAG", "RAG", "KSA"}
+     "DPKSA", "DPAnswerVote", "AnswerVote", "NaiveMulti", "VoteRAG", "KSA", "IdsInDetails"}
 )  # fmt: skip
-
-
-def _engine(cell: Cell) -> str:
-    return cell.engine.name if cell.engine else "-"
-
-
-def _reads(cell: Cell) -> bool:
-    """Whether the mechanism reads the corpus at all (NonRAG does not)."""
-    return cell.mechanism.name != "NonRAG"
-
+"""The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
 
 KNOWN: list[Known] = [
-    Known("case 7a", "ties at the cut are not completed (float32 scores): D + x, built in "
-          "another insertion order, loses two units of the tie group",
-          lambda c: c.neighbour.name == "tied" and c.mechanism.name in TOP_N - {"RAG"}
-          and c.store.name in {"lc-faiss", "lc-qdrant"}),
-    Known("case 7b", "PGVectorStore v2 with the refusal's suggested COSINE: its distances read "
-          "as similarities make MuRAG charge the least relevant records, in D only",
-          lambda c: c.store.name == "lc-pgvector-v2" and c.mechanism.name == "MuRAG"
-          and c.neighbour.name in ABOVE_TAU | {"long-id"},
-          settled=lambda c: c.neighbour.name in ABOVE_TAU),
-    Known("case 7c", "retriever_honours_k=True on a filtered retriever: Chroma's approximate "
-          "HNSW search moves other records when x is added",
-          lambda c: c.store.name == "lc-chroma-filtered" and _reads(c),
-          settled=lambda c: c.mechanism.name in TOP_N or c.neighbour.name == "nearest"),
-    Known("new (seal)", "LangChain reports one retriever run per store query: a record that "
-          "becomes a placeholder grows the top-n search and adds a run to the events",
-          lambda c: c.entry.framework == "langchain" and c.mechanism.name == "RAG"
-          and c.neighbour.name in PLACEHOLDERS),
-    Known("case 6", "the release half of the mechanism contract is not enforced: document ids "
-          "under an unknown details key reach the output",
-          lambda c: c.mechanism.name == "IdsInDetails" and c.neighbour.name not in PLACEHOLDERS
-          and not (c.neighbour.raising or c.neighbour.ledger_raising)),
-    Known("case 1", "a reused query id raises QueryIdReused only where x was charged (the "
-          "per-unit ledger records a query id only for a non-empty charge)",
-          lambda c: c.mechanism.name in {"MuRAG", "LedgerFilter"}
-          and c.neighbour.name in ABOVE_TAU and c.store.name != "lc-chroma-filtered"),
-    Known("case 2", "the server answers HTTP 400 to the prompt holding a record over its "
-          "context (sent untruncated): in D + x only, or for another number of rows",
-          lambda c: _engine(c) in SERVERS and _reads(c) and (
-              c.neighbour.name == "longest"
-              or (c.neighbour.name == "short" and c.mechanism.name not in {"MuRAG", "RAG"}))),
-    Known("case 3", "eager engine: once x's voter is the one row short of the public width, "
-          "the other voters' log-probabilities move",
-          lambda c: _engine(c) == "eager" and c.neighbour.name == "short"
-          and c.mechanism.name in {"DPVote", "VoteRAG"}),
-    Known("case 4", "word units over a server: the requests follow the voters' words "
-          "(2 requests in D, 4 in D + x for the same answer)",
-          lambda c: _engine(c) in SERVERS and c.mechanism.name in WORDS
-          and c.neighbour.name not in PLACEHOLDERS,
-          settled=lambda c: _engine(c) == "scripted-server"),  # a model's words: by chance
-    Known("case 4", "one prompt per retrieved record (DP-KSA, KSA): the server or hosted API "
-          "is asked for 4 records in D, 5 in D + x",
-          lambda c: c.mechanism.name in {"DPKSA", "KSA"}
-          and _engine(c) in SERVERS | {"hosted"}
-          and c.neighbour.name not in PLACEHOLDERS and c.neighbour.base == "small"
-          and c.store.corpus == "small"),
-    Known("case 5", "a source or ledger raising dprag's own public error class gets its class "
-          "and message (the record's text) to the caller; a plain error is withheld",
-          lambda c: (c.neighbour.raising or c.neighbour.ledger_raising) and _reads(c)),
+    Known("case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
+          "Document.id: dprag's document_id hashes text and metadata, the collection's "
+          "random name included, so ties are broken by a hash that differs between the two "
+          "worlds' collections",
+          lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
+          and c.mechanism.name in TOP_N,
+          settled=lambda c: False),  # which units a random order takes: by chance
 ]  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from leaky import (
     UnitCountLedger,
     hnsw_retriever,
     patched_end_payload,
+    uncut_prompts,
 )
 from matrix import Cell, cell_of
 
@@ -185,28 +186,33 @@ def test_a_ledger_charging_by_the_units_charged_together_is_caught(
 
 
 @pytest.mark.parametrize(
-    ("engine", "neighbour", "channel"),
+    ("engine", "neighbour", "channel", "uncut"),
     [
-        ("scripted-server", "nearest", "server requests"),
-        ("scripted-server", "longest", "prompts over the server's context"),
-        ("eager", "nearest", "model sessions"),
+        ("scripted-server", "nearest", "server requests", False),
+        ("scripted-server", "longest", "prompts over the server's context", True),
+        ("eager", "nearest", "model sessions", False),
     ],
 )
 def test_a_session_per_document_is_caught(
     engine: str,
     neighbour: str,
     channel: str,
+    uncut: bool,
     lab: Any,
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    """A mechanism prefilling one untruncated row per document it read: the server sees the
-    rows (and a prompt over its context), the engine a batch of that size."""
+    """A mechanism prefilling one row per document it read: the server sees the rows, the
+    engine a batch of that size; ``uncut``: on a served model that sends its prompts whole
+    (as before the public envelope), x's row is a prompt over the server's context."""
     cell = cell_of("PrivateRAG.answer", "NonRAG", "core-list", neighbour, engine=engine)
-    clean, leaky = _controlled(
-        cell, lab, tmp_path, request, base=_quiet,
-        leak=lambda w: use_mechanism(w, PerDocSession(w.engine.token, k=8)),
-    )  # fmt: skip
+
+    def leak(world: World) -> None:
+        if uncut:
+            uncut_prompts(world.engine.text)
+        use_mechanism(world, PerDocSession(world.engine.token, k=8))
+
+    clean, leaky = _controlled(cell, lab, tmp_path, request, base=_quiet, leak=leak)
     assert channel not in clean and channel in leaky
 
 

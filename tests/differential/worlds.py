@@ -263,7 +263,8 @@ def lc_faiss_cells(corpus: Corpus) -> Any:
     from langchain_dprag.cells import partitioned_faiss
 
     docs = [Document(page_content=r.text, metadata={"ref": r.ref}, id=r.ref) for r in corpus.rows]
-    return partitioned_faiss(docs, TableEmbeddings(list(corpus.rows)), PARTITION)
+    refs = [r.ref for r in corpus.rows]  # the same ids in both worlds (ties are broken by id)
+    return partitioned_faiss(docs, TableEmbeddings(list(corpus.rows)), PARTITION, ids=refs)
 
 
 def li_simple_cells(corpus: Corpus) -> Any:

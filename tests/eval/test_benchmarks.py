@@ -6,6 +6,7 @@ exactly as a user runs them: real reader, MiniLM, FAISS, every mechanism.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -82,6 +83,24 @@ def test_realtext_quick(tmp_path: Path) -> None:
         assert row in table
     assert "What any DP voting mechanism could release here" in table
     assert "model " in table.split("| NonRAG |")[1].splitlines()[0]  # its answers' source
+
+
+def test_privacy_utility_reruns_the_text_rows_from_its_cache(tmp_path: Path) -> None:
+    """--text-cache keeps the text-only rows' answers; a rerun reads them, not the model."""
+    cache = tmp_path / "answers.json"
+    first = run_benchmark(
+        "privacy_utility.py", tmp_path / "a", "--only", "AnswerVote", "--text-cache", str(cache)
+    )
+    assert "| AnswerVote (m=10) |" in first and "DPAnswerVote eps=2" in first
+    kept = json.loads(cache.read_text())
+    assert kept and all(len(row) == 3 for row in kept)
+    cache.write_text(json.dumps([[prompt, n, "Quinquina bark extract."] for prompt, n, _ in kept]))
+    again = run_benchmark(
+        "privacy_utility.py", tmp_path / "b", "--only", "AnswerVote", "--text-cache", str(cache),
+        "--answer-words", "1",
+    )  # fmt: skip
+    assert "| quinquina (10) |" in again  # every voter's answer came from the cache, 1 word kept
+    assert "answer key words 1" in again
 
 
 def test_attacks_quick(tmp_path: Path) -> None:

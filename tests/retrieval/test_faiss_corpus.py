@@ -110,3 +110,29 @@ def test_a_declared_scale_must_be_a_score_scale() -> None:
         PrivateRAG(
             AboveToy(), Odd(lambda q, k: []), accountant=InMemoryCorpusAccountant(Budget(1.0))
         )
+
+
+@pytest.mark.parametrize("cells", [False, True])
+def test_ties_are_ranked_by_id_whatever_the_insertion_order(cells: bool) -> None:
+    """Six documents tied at the cut of the top 3 (and x tied with them): D + x built in
+    another order returns the same first three (by id) as D with x appended, on the flat
+    and on the partitioned index; above a threshold, ties come by id too."""
+    from dprag_core.retrieval.cells import PublicPartition
+
+    q = np.eye(5, dtype=np.float32)[0]
+    axes = [sign * np.eye(5)[a] for a in (1, 2, 3) for sign in (1, -1)]
+    rows = [(f"t{i}", q + 0.5 * v) for i, v in enumerate(axes)]
+    rows.append(("far", -q + 0.1 * np.eye(5)[4]))
+    x = ("a-x", q + 0.5 * np.eye(5)[4])
+
+    def build(order: list[tuple[str, np.ndarray]]) -> tuple[list[str], list[str]]:
+        partition = PublicPartition.random(dim=5, cells=2, probes=2, seed=1) if cells else None
+        corpus = FaissCorpus(dim=5, partition=partition)
+        corpus.add([i for i, _ in order], [i for i, _ in order], np.array([v for _, v in order]))
+        found = [d.id for d in corpus.search(q, 3)]
+        return found, [d.id for d in corpus.range_search(q, 0.5)]
+
+    appended, reordered = build([*rows, x]), build([x, *reversed(rows)])
+    assert appended == reordered
+    assert appended == (["a-x", "t0", "t1"], ["a-x", "t0", "t1", "t2", "t3", "t4", "t5"])
+    assert build(rows)[0] == build(list(reversed(rows)))[0] == ["t0", "t1", "t2"]
