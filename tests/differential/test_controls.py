@@ -26,7 +26,7 @@ from leaky import (
     patched_end_payload,
     uncut_prompts,
 )
-from matrix import Cell, cell_of
+from matrix import AVX2_ROWS, Cell, cell_of
 
 from dprag_core.errors import reveal_private_errors
 from dprag_core.retrieval.capabilities import HonoursK
@@ -227,6 +227,7 @@ def test_a_call_per_document_to_a_hosted_api_is_caught(
     assert "hosted text API calls" not in clean and "hosted text API calls" in leaky
 
 
+@AVX2_ROWS
 def test_rows_padded_to_the_longest_row_are_caught(
     lab: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
