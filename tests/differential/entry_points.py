@@ -191,7 +191,7 @@ def read_engine(world: World, obs: Observation) -> None:
         obs.hosted = list(engine.hosted)
         obs.first_call = engine.hosted[:1]
     logs = engine.row_logs()
-    obs.sessions = [len(log.prompts) for log in logs]
+    obs.sessions = [{"rows": len(log.prompts), "steps": log.steps} for log in logs]
     obs.rows = logs
 
 

@@ -602,43 +602,17 @@ KNOWN: list[Known] = [
 ]  # fmt: skip
 
 
-IN_PROCESS_ENGINES = frozenset({"eager", "static", "reader"})
-
-
-@functools.cache
-def avx512_kernels() -> bool:
-    """Whether torch runs its AVX-512 CPU kernels here (not on AVX2-only CPUs, or forced)."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-
-
 def marks(cell: Cell) -> list[Any]:
     """The cell's xfail markers (:data:`KNOWN`): strict where the difference always shows.
 
-    Without AVX-512 kernels every in-process engine's cell is a non-strict
-    expected failure too: issue 36 case 8 (on AVX2 kernels a row's log-probabilities
-    move in the last bits when the other rows change, e.g. once x's voter is the
-    one short row; tests/differential/test_kernels.py, docs/architecture.md,
-    "Floating point").
+    No marker depends on the CPU: rows are compared within
+    ``observations.ROW_TOLERANCE`` and the prefill layouts exactly, on every CPU.
     """
-    known = [
+    return [
         pytest.mark.xfail(strict=k.settled(cell), reason=f"issue 36 {k.case}: {k.what}")
         for k in KNOWN
         if k.applies(cell)
     ]
-    if cell.engine is not None and cell.engine.name in IN_PROCESS_ENGINES:
-        known.append(AVX2_ROWS)
-    return known
-
-
-AVX2_ROWS = pytest.mark.xfail(
-    not avx512_kernels(),
-    strict=False,
-    reason="issue 36 case 8: on AVX2 kernels an in-process engine's rows move in the last "
-    "bits when the other rows change",
-)
-"""Case 8 where it shows: the in-process engines' cells and controls, on AVX2 kernels."""
 
 
 def settled(cell: Cell) -> bool:

@@ -17,9 +17,9 @@ are the same in both worlds and the observables that depend on the release
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,36 +379,75 @@ def raising_li(index: Any, corpus: Corpus) -> Any:
 # -- engines ------------------------------------------------------------------------------
 
 
-def _digest(row: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(row, dtype=np.float32).tobytes()).hexdigest()[:16]
+def _logprobs(row: np.ndarray) -> np.ndarray:
+    return np.array(row, dtype=np.float32, copy=True)
+
+
+@contextmanager
+def forwards_logged(module: Any, into: list[Any], *, rows: int | None) -> Iterator[None]:
+    """Log the shapes of each forward of ``module`` (a torch model) while inside.
+
+    ``rows=None`` (the decode steps: [B, 1] tokens over a mask as wide as the public
+    width plus the tokens released) logs every dimension; a prefill of ``rows`` rows
+    logs every dimension of a forward over the whole batch (a static batch: [B,
+    prompt_width]) and the batch dimension alone of a forward over one row (the
+    eager engine prefills each row alone, at its own length within the public
+    width: what that length costs in time is measured by ``benchmarks/timing.py``).
+    """
+    if not hasattr(module, "register_forward_pre_hook"):
+        yield
+        return
+
+    def shapes(_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        named = [
+            (k, tuple(v.shape))
+            for k, v in [*((str(i), a) for i, a in enumerate(args)), *sorted(kwargs.items())]
+            if hasattr(v, "shape")
+        ]
+        whole = rows is None or (rows > 1 and all(shape[:1] == (rows,) for _, shape in named))
+        into.append(tuple((k, shape if whole else shape[:1]) for k, shape in named))
+
+    hook = module.register_forward_pre_hook(shapes, with_kwargs=True)
+    try:
+        yield
+    finally:
+        hook.remove()
 
 
 @dataclass
 class RowLog:
     """One session of a watched token model: its prompts and, per read, each row's outputs.
 
-    ``reads``: (released prefix so far, per row the digest of its log-probabilities
-    or its lookahead tokens) at every ``greedy()`` / ``lookahead()`` read.
+    ``reads``: (released prefix so far, per row its log-probabilities or its
+    lookahead tokens) at every ``greedy()`` / ``lookahead()`` read; ``prefill`` and
+    ``steps``: the shapes of every forward the session's prefill and its later
+    steps ran in process (:func:`forwards_logged`), a function of public numbers
+    alone (the rows, the public prompt width, the tokens released).
     """
 
     prompts: list[str]
     appended: list[int] = field(default_factory=list)
-    reads: list[tuple[tuple[int, ...], list[str]]] = field(default_factory=list)
+    reads: list[tuple[tuple[int, ...], list[Any]]] = field(default_factory=list)
+    prefill: list[tuple[tuple[str, tuple[int, ...]], ...]] = field(default_factory=list)
+    steps: list[tuple[tuple[str, tuple[int, ...]], ...]] = field(default_factory=list)
 
 
 class WatchedSession:
     """A session that logs what each row shows (``RowLog``), passing everything through."""
 
-    def __init__(self, inner: Any, log: RowLog, *, logits: bool) -> None:
-        self.inner, self.log, self.logits = inner, log, logits
+    def __init__(self, inner: Any, log: RowLog, *, logits: bool, module: Any = None) -> None:
+        self.inner, self.log, self.logits, self.module = inner, log, logits, module
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def _forwards(self) -> Any:
+        return forwards_logged(self.module, self.log.steps, rows=None)
+
     def greedy(self) -> Any:
         out = self.inner.greedy()
         if self.logits:
-            rows = [_digest(r) for r in np.asarray(self.inner.logprobs)]
+            rows = [_logprobs(r) for r in np.asarray(self.inner.logprobs)]
         else:
             rows = [str(int(t)) for t in np.asarray(out)]
         self.log.reads.append((tuple(self.log.appended), rows))
@@ -417,13 +456,14 @@ class WatchedSession:
     @property
     def logprobs(self) -> Any:
         out = self.inner.logprobs
-        self.log.reads.append((tuple(self.log.appended), [_digest(r) for r in np.asarray(out)]))
+        self.log.reads.append((tuple(self.log.appended), [_logprobs(r) for r in np.asarray(out)]))
         return out
 
     def lookahead(self, n: int, *, stop: Any = None) -> Any:
         """Each row's own continuation, cut where the stop rule cuts that row alone (the
         table's width follows every row; the word a row votes for is its own)."""
-        out = self.inner.lookahead(n, stop=stop)
+        with self._forwards():
+            out = self.inner.lookahead(n, stop=stop)
         rows = []
         for row in np.asarray(out):
             own = row[: stop_width(row[None, :], stop)] if stop is not None else row
@@ -433,19 +473,22 @@ class WatchedSession:
 
     def step(self, token: int) -> None:
         self.log.appended.append(int(token))
-        self.inner.step(token)
+        with self._forwards():
+            self.inner.step(token)
 
     def extend(self, tokens: Sequence[int]) -> None:
         self.log.appended.extend(int(t) for t in tokens)
-        self.inner.extend(tokens)
+        with self._forwards():
+            self.inner.extend(tokens)
 
 
 class Watched:
     """A token model whose sessions are logged (:class:`RowLog`), for the rows observable.
 
-    ``logits=True`` logs each row's log-probabilities (bit for bit, as digests):
-    in-process engines, whose rows must be bit-identical whatever the other rows
-    hold; a server's rows log their greedy tokens.
+    ``logits=True`` logs each row's log-probabilities: in-process engines, whose
+    rows must not depend on what the other rows hold (compared within
+    ``observations.ROW_TOLERANCE``), and the shapes each prefill's forwards took
+    (compared exactly); a server's rows log their greedy tokens.
     """
 
     def __init__(self, inner: Any, *, logits: bool) -> None:
@@ -472,16 +515,19 @@ class Watched:
     def check_lookahead(self) -> None:
         self.inner.check_lookahead()
 
-    def _watch(self, session: Any, prompts: Sequence[str]) -> WatchedSession:
+    def _watch(self, start: Callable[[], Any], prompts: Sequence[str]) -> WatchedSession:
         log = RowLog(list(prompts))
+        module = getattr(self.inner, "model", None) if self.logits else None
+        with forwards_logged(module, log.prefill, rows=len(prompts)):
+            session = start()
         self.sessions.append(log)
-        return WatchedSession(session, log, logits=self.logits)
+        return WatchedSession(session, log, logits=self.logits, module=module)
 
     def prefill(self, prompts: Sequence[str]) -> WatchedSession:
-        return self._watch(self.inner.prefill(prompts), prompts)
+        return self._watch(lambda: self.inner.prefill(prompts), prompts)
 
     def prefill_logprobs(self, prompts: Sequence[str]) -> WatchedSession:
-        return self._watch(self.inner.prefill_logprobs(prompts), prompts)
+        return self._watch(lambda: self.inner.prefill_logprobs(prompts), prompts)
 
 
 @dataclass
