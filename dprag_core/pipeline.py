@@ -49,7 +49,9 @@ translation of what left the section.
 The DP selection steps without a generator (LangChain's ``DPRetriever``,
 LlamaIndex's node postprocessors) are here too, one function each:
 :func:`select_above_threshold` (charge ``DPThreshold.cost()``, then fetch and
-select) and :func:`select_by_ledger` (claim the query's id, then MuRAG's ledger filter).
+select) and :func:`select_by_ledger` (claim the query's id, then fetch and run MuRAG's
+ledger filter), each fetching only after its public step, in a private section of its own
+(:func:`private_step`).
 
 >>> from dprag_core.algorithms.baselines import NonRAG
 >>> class Api:  # a text model
@@ -89,6 +91,7 @@ from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
+from dprag_core.quiet_logs import muted_logs
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
@@ -115,6 +118,7 @@ __all__ = [
     "check_source",
     "clean_documents",
     "own_accountant",
+    "private_step",
     "question_tokens",
     "require_accountant",
     "retrieve_for",
@@ -327,11 +331,14 @@ class QueryRun:
         """Run a step of the private section: its result, or the one fixed failure.
 
         A failure before anything was ``released`` leaves the query open to a
-        retry with its id (:meth:`_record`).
+        retry with its id (:meth:`_record`). The step is quiet
+        (:func:`private_step`): no log record, warning or Python-level
+        stdout/stderr write made inside it is shown.
         """
         try:
-            return guarded(fn)
+            return private_step(fn)
         except Exception:
+            del fn  # its closure holds the retriever and the hooks: not in a failure's frames
             if not released:
                 self._failed.remember(query.query_id, True)
             raise
@@ -536,7 +543,11 @@ def select_above_threshold(
     would overspend is refused before the store is searched. ``candidates``
     must return every unit scoring above the selector's lower bound (the
     completeness :class:`~dprag_core.retrieval.threshold.DPThreshold`'s claim
-    needs); the units above the DP threshold come back. Used by LangChain's
+    needs); the units above the DP threshold come back. The fetch and the
+    selection are a private section (:func:`private_step`): whatever fails there
+    leaves as the one fixed ``PrivateDataError``, and the errors of the charge
+    (``PrivacyBudgetExhausted``, a store's) are raised before anything was
+    fetched, from frames that hold no document. Used by LangChain's
     ``DPRetriever`` and LlamaIndex's ``DPThresholdPostprocessor``.
 
     >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -548,11 +559,11 @@ def select_above_threshold(
     (True, 1.0)
     """
     charge(accountant, selector.cost(), query_id=selection_query_id(query_id))
-    return list(selector.select(candidates(), rng=rng))
+    return private_step(lambda: list(selector.select(candidates(), rng=rng)))
 
 
 def select_by_ledger(
-    docs: Sequence[ScoredDocument],
+    candidates: Callable[[], Sequence[ScoredDocument]],
     *,
     ledger: Ledger,
     tau: float,
@@ -566,11 +577,12 @@ def select_by_ledger(
     before anything is charged, so a reused id is refused whatever the filter
     would have charged (a charge of no unit records nothing: a refusal decided
     from the charges would tell whether some unit scored above ``tau``).
-    The claim is the public part: its errors leave as themselves. The filter
-    reads which units score above ``tau`` and what each has left, so it is a
-    private section (:func:`~dprag_core.errors.guarded`): whatever fails in it
-    leaves as the one fixed ``PrivateDataError``, never as its own class or
-    message. :func:`~dprag_core.retrieval.selection.ledger_filter` records every
+    The claim is the public part: its errors leave as themselves, raised
+    before ``candidates()`` fetched anything (so from frames that hold no
+    document). The fetch and the filter read which units score above ``tau``
+    and what each has left, so they are a private section (:func:`private_step`):
+    whatever fails in it leaves as the one fixed ``PrivateDataError``, never as
+    its own class or message. :func:`~dprag_core.retrieval.selection.ledger_filter` records every
     charge under that id, so a retry after a failure (of the claim, or of the
     charge: the fixed failure) with the same id on the same ledger object is
     charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
@@ -579,18 +591,30 @@ def select_by_ledger(
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> led = InMemoryLedger(budget_per_unit=1.0)
     >>> far = [ScoredDocument("a", "", 0.1)]  # below tau: nothing is charged
-    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    >>> select_by_ledger(lambda: far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
     []
-    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    >>> select_by_ledger(lambda: far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
     Traceback (most recent call last):
     ...
     dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
     """
     qid = selection_query_id(query_id)
     ledger.claim(qid)
-    return guarded(
-        lambda: ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+    return private_step(
+        lambda: ledger_filter(candidates(), ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
     )
+
+
+def private_step(fn: Callable[[], T]) -> T:
+    """Run ``fn`` as a private section: quiet (:func:`~dprag_core.quiet_logs.muted_logs`:
+    no log record, warning or Python-level stdout/stderr write leaves it) and guarded (any
+    failure is the one fixed :class:`~dprag_core.errors.PrivateDataError`).
+
+    >>> private_step(lambda: 2 + 1)
+    3
+    """
+    with muted_logs():
+        return guarded(fn)
 
 
 def selection_query_id(query_id: object = None) -> str:
