@@ -83,13 +83,14 @@ from dprag_core.admission import (
     question_tokens,
     require_accountant,
 )
-from dprag_core.algorithms.base import Mechanism, check_question
+from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.contract import check_answer, check_mechanism
 from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.models.text_envelope import DPRAG_PACKAGES
 from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
 from dprag_core.quiet_logs import muted_logs
 from dprag_core.retrieval.above import Retriever, retrieve_above
@@ -111,6 +112,7 @@ __all__ = [
     "QueryRun",
     "Released",
     "RunHooks",
+    "as_answered",
     "charge_query",
     "check_accountant",
     "check_query",
@@ -125,6 +127,7 @@ __all__ = [
     "select_above_threshold",
     "select_by_ledger",
     "selection_query_id",
+    "streams_own_text",
 ]
 
 T = TypeVar("T")
@@ -262,6 +265,7 @@ class QueryRun:
         self.fallback = check_public_fallback(public_fallback, mechanism)
         self.rng = None if rng is None else make_rng(rng)
         self.ledger = mechanism.unit_ledger()
+        self._live = streams_own_text(mechanism)  # else: a stream is checked whole first
         self._failed = PendingRetries()  # ids of queries that failed before releasing
 
     def start(
@@ -363,7 +367,8 @@ class QueryRun:
     def _open(self, query: Query, docs: list[ScoredDocument]) -> Iterator[str | DPAnswer]:
         with query_scope(query.query_id, retry=query.retry):
             items = self.mechanism.stream(query.question, docs, rng=query.rng)
-        return fallback_stream(items, self.fallback, query.question)
+        joined = as_answered(items, live=self._live)
+        return fallback_stream(joined, self.fallback, query.question)
 
     def _step(self, query: Query, items: Iterator[str | DPAnswer]) -> object:
         """The stream's next release (a text chunk, or the checked DPAnswer), ``_END`` after."""
@@ -383,12 +388,81 @@ class QueryRun:
         return f"QueryRun(mechanism={self.mechanism!r}, accountant={self.accountant!r})"
 
 
+def streams_own_text(mechanism: Mechanism) -> bool:
+    """True when every ``stream`` of ``mechanism`` (and of the mechanisms it wraps) is dprag's.
+
+    Read from the types: the class of each mechanism's MRO that defines
+    ``stream`` must come from a dprag package. dprag's own streams are held to
+    the contract by its conformance tests (their chunks join to the answer's
+    text); a mechanism of the user's own is not trusted to be.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> streams_own_text(NonRAG(Api()))
+    True
+    """
+    node: object = mechanism
+    while isinstance(node, Mechanism):
+        owner = next(cls for cls in type(node).__mro__ if "stream" in vars(cls))
+        if str(owner.__module__).split(".")[0] not in DPRAG_PACKAGES:
+            return False
+        node = node.inner if isinstance(node, MechanismWrapper) else None
+    return True
+
+
+def as_answered(items: Iterator[str | DPAnswer], *, live: bool) -> Iterator[str | DPAnswer]:
+    """A mechanism's stream, held to its answer: the chunks joined are the answer's text.
+
+    ``live`` (dprag's own mechanisms: :func:`streams_own_text`): each chunk
+    leaves as it comes, and a stream whose chunks turn out not to join to the
+    answer's text fails at its end (inside the private section: the one fixed
+    failure, and the answer is not released). Otherwise (a mechanism of the
+    user's own) the whole stream is run first and checked before its first
+    chunk leaves: a stream of other chunks is refused before anything is
+    released, and what is released is exactly the answer's text, chunk by chunk.
+
+    >>> list(as_answered(iter(["Par", "is", DPAnswer("Paris", None, "M")]), live=False))[:2]
+    ['Par', 'is']
+    >>> list(as_answered(iter(["Rome", DPAnswer("Paris", None, "M")]), live=False))
+    Traceback (most recent call last):
+    ...
+    ValueError: a mechanism's stream must yield text chunks that join to its DPAnswer's text, ...
+    """
+    if not live:
+        whole = list(items)  # the whole stream, before any chunk leaves
+        _check_joined(whole)
+        yield from whole
+        return
+    chunks: list[str | DPAnswer] = []
+    for item in items:
+        chunks.append(item)
+        if isinstance(item, DPAnswer):
+            _check_joined(chunks)
+        yield item
+
+
+def _check_joined(items: Sequence[str | DPAnswer]) -> None:
+    *chunks, last = items or [""]
+    if (
+        not isinstance(last, DPAnswer)
+        or not all(isinstance(c, str) for c in chunks)
+        or "".join(c for c in chunks if isinstance(c, str)) != last.text
+    ):
+        raise ValueError(
+            "a mechanism's stream must yield text chunks that join to its DPAnswer's text, "
+            "then that DPAnswer (docs/new-mechanism.md)"
+        )
+
+
 class Released(Iterator["str | DPAnswer"]):
     """What a streamed query releases: text chunks, then its DPAnswer, one sealed step each.
 
     Each step runs in the query's private section (the run's seal, then the
     hooks' context for the mechanism): a text chunk or the checked DPAnswer
-    leaves it, or the one fixed failure. :meth:`close` closes the mechanism's
+    leaves it, or the one fixed failure. The chunks joined are the answer's
+    text (:func:`as_answered`): a mechanism of the user's own is run whole and
+    checked before its first chunk leaves. :meth:`close` closes the mechanism's
     stream the same way (its frame holds the documents), at once and exactly
     once: call it when a consumer stops early.
     """
