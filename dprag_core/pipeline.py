@@ -49,7 +49,9 @@ translation of what left the section.
 The DP selection steps without a generator (LangChain's ``DPRetriever``,
 LlamaIndex's node postprocessors) are here too, one function each:
 :func:`select_above_threshold` (charge ``DPThreshold.cost()``, then fetch and
-select) and :func:`select_by_ledger` (claim the query's id, then MuRAG's ledger filter).
+select) and :func:`select_by_ledger` (claim the query's id, then fetch and run MuRAG's
+ledger filter), each fetching only after its public step, in a private section of its own
+(:func:`private_step`).
 
 >>> from dprag_core.algorithms.baselines import NonRAG
 >>> class Api:  # a text model
@@ -81,14 +83,16 @@ from dprag_core.admission import (
     question_tokens,
     require_accountant,
 )
-from dprag_core.algorithms.base import Mechanism, check_question
+from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.contract import check_answer, check_mechanism
 from dprag_core.answers import DPAnswer
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.models.text_envelope import DPRAG_PACKAGES
 from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
+from dprag_core.quiet_logs import muted_logs
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
@@ -108,6 +112,7 @@ __all__ = [
     "QueryRun",
     "Released",
     "RunHooks",
+    "as_answered",
     "charge_query",
     "check_accountant",
     "check_query",
@@ -115,12 +120,14 @@ __all__ = [
     "check_source",
     "clean_documents",
     "own_accountant",
+    "private_step",
     "question_tokens",
     "require_accountant",
     "retrieve_for",
     "select_above_threshold",
     "select_by_ledger",
     "selection_query_id",
+    "streams_own_text",
 ]
 
 T = TypeVar("T")
@@ -258,6 +265,7 @@ class QueryRun:
         self.fallback = check_public_fallback(public_fallback, mechanism)
         self.rng = None if rng is None else make_rng(rng)
         self.ledger = mechanism.unit_ledger()
+        self._live = streams_own_text(mechanism)  # else: a stream is checked whole first
         self._failed = PendingRetries()  # ids of queries that failed before releasing
 
     def start(
@@ -327,11 +335,14 @@ class QueryRun:
         """Run a step of the private section: its result, or the one fixed failure.
 
         A failure before anything was ``released`` leaves the query open to a
-        retry with its id (:meth:`_record`).
+        retry with its id (:meth:`_record`). The step is quiet
+        (:func:`private_step`): no log record, warning or Python-level
+        stdout/stderr write made inside it is shown.
         """
         try:
-            return guarded(fn)
+            return private_step(fn)
         except Exception:
+            del fn  # its closure holds the retriever and the hooks: not in a failure's frames
             if not released:
                 self._failed.remember(query.query_id, True)
             raise
@@ -356,7 +367,8 @@ class QueryRun:
     def _open(self, query: Query, docs: list[ScoredDocument]) -> Iterator[str | DPAnswer]:
         with query_scope(query.query_id, retry=query.retry):
             items = self.mechanism.stream(query.question, docs, rng=query.rng)
-        return fallback_stream(items, self.fallback, query.question)
+        joined = as_answered(items, live=self._live)
+        return fallback_stream(joined, self.fallback, query.question)
 
     def _step(self, query: Query, items: Iterator[str | DPAnswer]) -> object:
         """The stream's next release (a text chunk, or the checked DPAnswer), ``_END`` after."""
@@ -376,12 +388,81 @@ class QueryRun:
         return f"QueryRun(mechanism={self.mechanism!r}, accountant={self.accountant!r})"
 
 
+def streams_own_text(mechanism: Mechanism) -> bool:
+    """True when every ``stream`` of ``mechanism`` (and of the mechanisms it wraps) is dprag's.
+
+    Read from the types: the class of each mechanism's MRO that defines
+    ``stream`` must come from a dprag package. dprag's own streams are held to
+    the contract by its conformance tests (their chunks join to the answer's
+    text); a mechanism of the user's own is not trusted to be.
+
+    >>> from dprag_core.algorithms.baselines import NonRAG
+    >>> class Api:
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
+    >>> streams_own_text(NonRAG(Api()))
+    True
+    """
+    node: object = mechanism
+    while isinstance(node, Mechanism):
+        owner = next(cls for cls in type(node).__mro__ if "stream" in vars(cls))
+        if str(owner.__module__).split(".")[0] not in DPRAG_PACKAGES:
+            return False
+        node = node.inner if isinstance(node, MechanismWrapper) else None
+    return True
+
+
+def as_answered(items: Iterator[str | DPAnswer], *, live: bool) -> Iterator[str | DPAnswer]:
+    """A mechanism's stream, held to its answer: the chunks joined are the answer's text.
+
+    ``live`` (dprag's own mechanisms: :func:`streams_own_text`): each chunk
+    leaves as it comes, and a stream whose chunks turn out not to join to the
+    answer's text fails at its end (inside the private section: the one fixed
+    failure, and the answer is not released). Otherwise (a mechanism of the
+    user's own) the whole stream is run first and checked before its first
+    chunk leaves: a stream of other chunks is refused before anything is
+    released, and what is released is exactly the answer's text, chunk by chunk.
+
+    >>> list(as_answered(iter(["Par", "is", DPAnswer("Paris", None, "M")]), live=False))[:2]
+    ['Par', 'is']
+    >>> list(as_answered(iter(["Rome", DPAnswer("Paris", None, "M")]), live=False))
+    Traceback (most recent call last):
+    ...
+    ValueError: a mechanism's stream must yield text chunks that join to its DPAnswer's text, ...
+    """
+    if not live:
+        whole = list(items)  # the whole stream, before any chunk leaves
+        _check_joined(whole)
+        yield from whole
+        return
+    chunks: list[str | DPAnswer] = []
+    for item in items:
+        chunks.append(item)
+        if isinstance(item, DPAnswer):
+            _check_joined(chunks)
+        yield item
+
+
+def _check_joined(items: Sequence[str | DPAnswer]) -> None:
+    *chunks, last = items or [""]
+    if (
+        not isinstance(last, DPAnswer)
+        or not all(isinstance(c, str) for c in chunks)
+        or "".join(c for c in chunks if isinstance(c, str)) != last.text
+    ):
+        raise ValueError(
+            "a mechanism's stream must yield text chunks that join to its DPAnswer's text, "
+            "then that DPAnswer (docs/new-mechanism.md)"
+        )
+
+
 class Released(Iterator["str | DPAnswer"]):
     """What a streamed query releases: text chunks, then its DPAnswer, one sealed step each.
 
     Each step runs in the query's private section (the run's seal, then the
     hooks' context for the mechanism): a text chunk or the checked DPAnswer
-    leaves it, or the one fixed failure. :meth:`close` closes the mechanism's
+    leaves it, or the one fixed failure. The chunks joined are the answer's
+    text (:func:`as_answered`): a mechanism of the user's own is run whole and
+    checked before its first chunk leaves. :meth:`close` closes the mechanism's
     stream the same way (its frame holds the documents), at once and exactly
     once: call it when a consumer stops early.
     """
@@ -536,7 +617,11 @@ def select_above_threshold(
     would overspend is refused before the store is searched. ``candidates``
     must return every unit scoring above the selector's lower bound (the
     completeness :class:`~dprag_core.retrieval.threshold.DPThreshold`'s claim
-    needs); the units above the DP threshold come back. Used by LangChain's
+    needs); the units above the DP threshold come back. The fetch and the
+    selection are a private section (:func:`private_step`): whatever fails there
+    leaves as the one fixed ``PrivateDataError``, and the errors of the charge
+    (``PrivacyBudgetExhausted``, a store's) are raised before anything was
+    fetched, from frames that hold no document. Used by LangChain's
     ``DPRetriever`` and LlamaIndex's ``DPThresholdPostprocessor``.
 
     >>> from dprag_core.accounting.accountant import InMemoryCorpusAccountant
@@ -548,11 +633,11 @@ def select_above_threshold(
     (True, 1.0)
     """
     charge(accountant, selector.cost(), query_id=selection_query_id(query_id))
-    return list(selector.select(candidates(), rng=rng))
+    return private_step(lambda: list(selector.select(candidates(), rng=rng)))
 
 
 def select_by_ledger(
-    docs: Sequence[ScoredDocument],
+    candidates: Callable[[], Sequence[ScoredDocument]],
     *,
     ledger: Ledger,
     tau: float,
@@ -566,11 +651,12 @@ def select_by_ledger(
     before anything is charged, so a reused id is refused whatever the filter
     would have charged (a charge of no unit records nothing: a refusal decided
     from the charges would tell whether some unit scored above ``tau``).
-    The claim is the public part: its errors leave as themselves. The filter
-    reads which units score above ``tau`` and what each has left, so it is a
-    private section (:func:`~dprag_core.errors.guarded`): whatever fails in it
-    leaves as the one fixed ``PrivateDataError``, never as its own class or
-    message. :func:`~dprag_core.retrieval.selection.ledger_filter` records every
+    The claim is the public part: its errors leave as themselves, raised
+    before ``candidates()`` fetched anything (so from frames that hold no
+    document). The fetch and the filter read which units score above ``tau``
+    and what each has left, so they are a private section (:func:`private_step`):
+    whatever fails in it leaves as the one fixed ``PrivateDataError``, never as
+    its own class or message. :func:`~dprag_core.retrieval.selection.ledger_filter` records every
     charge under that id, so a retry after a failure (of the claim, or of the
     charge: the fixed failure) with the same id on the same ledger object is
     charged once. Used by LangChain's ``DPRetriever`` and LlamaIndex's
@@ -579,18 +665,30 @@ def select_by_ledger(
     >>> from dprag_core.accounting.ledger import InMemoryLedger
     >>> led = InMemoryLedger(budget_per_unit=1.0)
     >>> far = [ScoredDocument("a", "", 0.1)]  # below tau: nothing is charged
-    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    >>> select_by_ledger(lambda: far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
     []
-    >>> select_by_ledger(far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
+    >>> select_by_ledger(lambda: far, ledger=led, tau=0.5, cost=1.0, k=1, query_id="q")
     Traceback (most recent call last):
     ...
     dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
     """
     qid = selection_query_id(query_id)
     ledger.claim(qid)
-    return guarded(
-        lambda: ledger_filter(docs, ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+    return private_step(
+        lambda: ledger_filter(candidates(), ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
     )
+
+
+def private_step(fn: Callable[[], T]) -> T:
+    """Run ``fn`` as a private section: quiet (:func:`~dprag_core.quiet_logs.muted_logs`:
+    no log record, warning or Python-level stdout/stderr write leaves it) and guarded (any
+    failure is the one fixed :class:`~dprag_core.errors.PrivateDataError`).
+
+    >>> private_step(lambda: 2 + 1)
+    3
+    """
+    with muted_logs():
+        return guarded(fn)
 
 
 def selection_query_id(query_id: object = None) -> str:

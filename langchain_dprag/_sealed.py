@@ -11,8 +11,9 @@ prompts and documents of a retrieval or a model call over the private corpus.
 variables and the configure hooks are cleared and LangSmith tracing is
 disabled; :func:`sealed_config` is the config to pass to the private calls
 (no callbacks; a muted console handler, so that ``set_debug(True)`` does not
-attach a printer). Inside a sealed context the provider clients' loggers are
-muted too (:mod:`dprag_core.quiet_logs`).
+attach a printer). A sealed context is quiet too (:mod:`dprag_core.quiet_logs`):
+no log record of any logger, no warning and no Python-level stdout/stderr write
+made inside it is shown.
 
 Two routes still reach a run started with ``invoke`` even there: a configure
 hook switched on by its *environment variable* (``register_configure_hook(...,

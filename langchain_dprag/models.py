@@ -17,8 +17,9 @@ model's constructor, set later or attached by ``with_config`` /
 config or by their environment variable), ``set_debug`` / ``set_verbose``
 printers, LangSmith tracing and instrumentors that patch the callback manager
 (OpenInference, MLflow autolog) are never reached, and neither is the global
-LLM cache (``set_llm_cache``), which would store the prompts. The provider
-clients' loggers are muted for the duration (:mod:`dprag_core.quiet_logs`).
+LLM cache (``set_llm_cache``), which would store the prompts. The calls are
+quiet (:mod:`dprag_core.quiet_logs`): no log record, warning or Python-level
+stdout/stderr write made during them is shown.
 The model's ``rate_limiter`` still applies. What is lost: these calls do not
 appear in traces or token-usage callbacks (on purpose: the voter prompts'
 token counts depend on the documents' lengths).

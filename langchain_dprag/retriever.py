@@ -36,6 +36,14 @@ claims the id in the ledger before it charges
 whatever the filter would have charged. A misspelt keyword
 is a ``TypeError`` naming the nearest field.
 
+What an error carries: the public errors (``QueryIdReused``,
+``PrivacyBudgetExhausted``, a budget store's) are raised by the charge or the
+claim, *before* the store is searched, so no frame of their traceback holds a
+document; whatever fails while fetching or selecting is the one fixed
+``PrivateDataError`` (:func:`~dprag_core.pipeline.private_step`), and the
+documents fetched by then are dropped from the retriever's own frame before it
+propagates. LangChain's ``on_retriever_error`` callbacks receive only these.
+
 Both read the store as ``DPRAGChain(vectorstore=...)`` does, through
 :class:`~langchain_dprag._retrieval.DocumentSource` and the store table
 (:mod:`langchain_dprag.stores`): the store's exact ranking, one fixed ranking
@@ -205,9 +213,13 @@ class DPRetriever(KnownFields, BaseRetriever):
 
     def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
-        relevant = retrieve_above(search, query, self.tau, initial_k=self.fetch_k)
-        return select_by_ledger(
-            relevant, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=k
+        tau = self.tau
+        return select_by_ledger(  # claims the id, then fetches: a reuse is refused unread
+            lambda: retrieve_above(search, query, tau, initial_k=self.fetch_k),
+            ledger=self.ledger,
+            tau=tau,
+            cost=self.epsilon_query,
+            k=k,
         )
 
     def invoke(
@@ -230,8 +242,12 @@ class DPRetriever(KnownFields, BaseRetriever):
         k = self.k if k is None else positive_int("k", k)
         found: dict[str, Document] = {}
         select = self._threshold if self.ledger is None else self._ledger_filter
-        with query_scope(str(run_manager.run_id)):  # the charges' query id (module docstring)
-            selected = select(query, k, self._searcher(found))
+        try:
+            with query_scope(str(run_manager.run_id)):  # the charges' query id (module docstring)
+                selected = select(query, k, self._searcher(found))
+        except BaseException:
+            found.clear()  # what was fetched stays out of the failure's frames (module docstring)
+            raise
         return [
             Document(
                 page_content=d.text,

@@ -9,10 +9,11 @@ Inside a DP query those payloads are the private documents and the voters'
 outputs, so they must not reach any handler.
 
 The retriever also logs the start of every retrieved node at DEBUG
-(``llama_index.core.indices.utils``) and provider clients log their requests
-(``openai._base_client`` the request JSON with the prompt), so inside a private
-section the records of those loggers are dropped too
-(:func:`dprag_core.quiet_logs.muted_logs`).
+(``llama_index.core.indices.utils``), provider clients log their requests
+(``openai._base_client`` the request JSON with the prompt) and numpy warns about
+a zero embedding in a ``SimpleVectorStore``, so a private section is quiet
+(:func:`dprag_core.quiet_logs.muted_logs`): no log record of any logger, no
+warning and no Python-level stdout/stderr write made inside it is shown.
 
 The dispatcher has no per-call switch (``propagate`` is a per-dispatcher flag,
 global to the process), so :func:`private_section` sets a context variable and
@@ -32,8 +33,9 @@ fixed :class:`~dprag_core.errors.PrivateDataError` (``PrivateStageError`` is
 the same class, under the name this package used first).
 
 >>> from llama_index.core.instrumentation import get_dispatcher
->>> with private_section():
-...     get_dispatcher().event  # doctest: +ELLIPSIS
+>>> with private_section():  # nothing inside is reported, logged, warned or printed
+...     event = get_dispatcher().event
+>>> event  # doctest: +ELLIPSIS
 <bound method ...>
 """
 
@@ -129,8 +131,9 @@ def private_section() -> Iterator[None]:
     (context variables are copied into them); ``asyncio.to_thread`` copies it too.
 
     >>> with private_section():
-    ...     is_private()
-    True
+    ...     inside = is_private()
+    >>> inside, is_private()
+    (True, False)
     """
     _install()
     token = _PRIVATE.set(True)

@@ -23,6 +23,13 @@ one; the budget filter claims it in the ledger before it charges
 whatever the filter would have charged. A misspelt keyword is a ``TypeError``
 naming the nearest valid one.
 
+Their public errors (``QueryIdReused``, ``PrivacyBudgetExhausted``, a budget
+store's) are raised by the claim or the charge, before a node is read, and
+whatever fails while selecting is the one fixed ``PrivateDataError``
+(:func:`~dprag_core.pipeline.private_step`). The frames above them hold the
+nodes the caller passed (LlamaIndex's own ``postprocess_nodes`` and its span,
+whose handlers receive those nodes too): nothing else.
+
 Which relation they keep: a postprocessor sees only the nodes it is given, so
 its guarantee is conditional on that list being **complete**: every node
 scoring above the lower end of ``score_range`` (threshold) or above ``tau``
@@ -282,9 +289,8 @@ class PrivacyBudgetPostprocessor(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        docs = _scored(nodes, unit_key=self.unit_key, scale=self._scale)
-        best = select_by_ledger(
-            docs,
+        best = select_by_ledger(  # claims the id before reading the nodes
+            lambda: _scored(nodes, unit_key=self.unit_key, scale=self._scale),
             ledger=self.ledger,
             tau=self.tau,
             cost=self.epsilon_query,

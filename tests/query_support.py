@@ -67,7 +67,9 @@ class PureToy(ToyMechanism):
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        yield self.answer(question, docs, rng=rng)
+        result = self.answer(question, docs, rng=rng)
+        yield result.text  # the chunks join to the answer's text (the contract)
+        yield result
 
 
 def murag(ledger: Ledger, *, tau: float = 0.5, k: int = 2) -> MuRAG:

@@ -76,7 +76,9 @@ class Recorder(Mechanism):
     def stream(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        yield self.answer(question, docs, rng=rng)
+        result = self.answer(question, docs, rng=rng)
+        yield result.text  # the chunks join to the answer's text (the contract)
+        yield result
 
 
 def label(question: str, text: str) -> int:

@@ -233,8 +233,9 @@ def test_each_mechanism_states_its_public_model_and_length(name: str) -> None:
     model = Text() if name == "DPKSA" else FakeTokenModel([])
     mechanism = build(model)
     answerer = public_answerer(mechanism)
-    assert answerer.model is model and answerer.template == TEMPLATE
+    own = getattr(answerer.model, "inner", answerer.model)  # a text model: in its envelope
+    assert own is model and answerer.template == TEMPLATE
     assert answerer.max_new_tokens == length  # DP-ICL's own length (was 64)
     stated = mechanism.public_model()
-    assert stated is not None and stated.model is model
+    assert stated is not None and stated.model is answerer.model
     assert ToyMechanism().public_model() is None

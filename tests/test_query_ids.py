@@ -238,6 +238,8 @@ def test_a_stream_that_released_a_chunk_is_not_retried() -> None:
     """A failure after a chunk left: that chunk was a release, so the id is spent."""
 
     class BreaksMidway(ToyMechanism):
+        __module__ = "dprag_core.algorithms"  # streamed live, as dprag's own mechanisms are
+
         def stream(
             self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
         ) -> Iterator[str | DPAnswer]:

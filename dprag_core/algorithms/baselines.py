@@ -39,7 +39,7 @@ from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
-from dprag_core.models.checks import check_text_model, framework_of
+from dprag_core.models.checks import callback_attributes, check_text_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import EOS, MAX_TOKENS, TEXT_MODEL
@@ -49,8 +49,8 @@ __all__ = ["RAG", "NonRAG", "VoteRAG"]
 
 
 def _check_model(model: object) -> TokenModel | TextModel:
-    if framework_of(model) is not None:
-        return check_text_model(model)  # refused, with the wrapper to use
+    if framework_of(model) is not None or callback_attributes(model):
+        return check_text_model(model)  # refused, with the fix
     if not isinstance(model, (TokenModel, TextModel)):
         raise TypeError(f"model must be a TokenModel or a TextModel, got {type(model).__name__}")
     return model

@@ -59,7 +59,7 @@ from dprag_core.mechanisms.icl import dp_icl_token
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
-from dprag_core.models.checks import check_token_model, framework_of
+from dprag_core.models.checks import callback_attributes, check_token_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.threshold import DPThreshold
@@ -114,7 +114,7 @@ class DPICL(StreamingMechanism):
         template: str = RAG_TEMPLATE,
         public_template: str = NO_CONTEXT_TEMPLATE,
     ) -> None:
-        if framework_of(model) is not None:
+        if framework_of(model) is not None or callback_attributes(model):
             check_token_model(model)  # refused, saying what to use
         for attr in ("prefill_logprobs", "eos_token_ids", "vocab_size"):
             if not hasattr(model, attr):

@@ -32,7 +32,14 @@ from langchain_dprag import DPRAGChain
 
 
 class Closable(ToyMechanism):
-    """Streams word by word, optionally pausing after the first; records being closed."""
+    """Streams word by word, optionally pausing after the first; records being closed.
+
+    It stands in for dprag's own streaming mechanisms, which stream live
+    (:func:`dprag_core.pipeline.streams_own_text`: a mechanism of the user's own is run
+    whole before its first chunk leaves, so it never pauses between released chunks).
+    """
+
+    __module__ = "dprag_core.algorithms"  # streamed live, as dprag's own mechanisms are
 
     def __init__(self, pause: threading.Event | None = None) -> None:
         super().__init__(k=3)
