@@ -188,6 +188,9 @@ SERVED = frozenset({"token", "text"})
 
 ENGINES: list[EngineRow] = [
     EngineRow("eager", IN_PROCESS, lambda lab, fw: lab.hf("llama", "eager")),
+    # the tiny Llama with a tokenizer whose model_max_length is set (transformers then warns
+    # on a longer text)
+    EngineRow("eager-capped", IN_PROCESS, lambda lab, fw: lab.hf("llama", "eager", capped=True)),
     EngineRow("static", IN_PROCESS, lambda lab, fw: lab.hf("llama", "static")),
     EngineRow("reader", IN_PROCESS, lambda lab, fw: lab.hf("reader", "eager")),
     EngineRow("server", SERVED, lambda lab, fw: lab.server("model", lookahead_tokens=1)),
@@ -309,7 +312,10 @@ class Neighbour:
     reversed); ``raising``: references whose retrieval makes the source raise
     (x an error of dprag's own public class, ``r`` in D a plain one: both worlds
     fail, and must fail alike); ``ledger_raising``: units whose charge makes the
-    per-unit ledger raise, alike.
+    per-unit ledger raise, alike; ``endpoint``: how the world's endpoints fail on an input
+    holding ``worlds.MARKER`` (x's text holds it): ``refuse`` (the model endpoint's content
+    filter), ``timeout`` (the model endpoint times out), ``embedding`` (the embedding
+    endpoint raises); ``framework``: the x needs a framework store (metadata, embeddings).
     """
 
     name: str
@@ -319,12 +325,14 @@ class Neighbour:
     extra: Callable[[], list[Any]] = lambda: []
     raising: bool = False
     ledger_raising: bool = False
+    endpoint: str = ""
+    framework: bool = False
 
 
-def _row(ref: str, text: str, vector: tuple[float, ...]) -> Any:
+def _row(ref: str, text: str, vector: tuple[float, ...], **metadata: Any) -> Any:
     from store_cases import Row
 
-    return Row(ref, text, vector)
+    return Row(ref, text, vector, tuple(metadata.items()))
 
 
 def _q() -> tuple[float, ...]:
@@ -335,6 +343,22 @@ def _q() -> tuple[float, ...]:
 
 LONG_X = "Bob Durand takes salbutamol every morning for his asthma. " * 70
 """About 4 000 tokens (the tiny models' tokenizer), far over every public prompt width."""
+
+
+HUGE_X = "Bob Durand takes salbutamol every morning for his asthma. " * 2000
+"""20 000 words (about 118 000 bytes): work that grows with it shows (tests/differential/host.py)."""
+
+FLAGGED_X = "Bob Durand takes salbutamol ({marker})."
+"""x's text where an endpoint fails on it (``worlds.MARKER`` in it)."""
+
+COLLIDING = {"unit_key": "r1", "id": "r1", "score": 99.0, "_id": "r1", "doc_id": "r1"}
+"""x's metadata: dprag's own keys and the stores' (``_id``, ``doc_id``), naming record r1."""
+
+
+def _flagged(ref: str) -> Any:
+    from worlds import MARKER
+
+    return _row(ref, FLAGGED_X.format(marker=MARKER), near(0.95))
 
 
 def _tied() -> Any:
@@ -364,6 +388,16 @@ NEIGHBOURS: list[Neighbour] = [
               ledger_raising=True),
     Neighbour("short", lambda: _row("x-short", "Bob takes salbutamol.", near(0.85)),
               base="long"),
+    Neighbour("refused", lambda: _flagged("x-refused"), endpoint="refuse"),
+    Neighbour("timeout", lambda: _flagged("x-timeout"), endpoint="timeout"),
+    Neighbour("embedding-raising", lambda: _flagged("x-embed"), endpoint="embedding",
+              framework=True),
+    Neighbour("colliding-metadata",
+              lambda: _row("x-meta", "Bob Durand takes salbutamol.", near(0.95), **COLLIDING),
+              framework=True),
+    Neighbour("huge", lambda: _row("x-huge", HUGE_X, near(0.95))),
+    Neighbour("zero-vector", lambda: _row("x-zero", "Bob Durand takes salbutamol.",
+                                          (0.0,) * len(near(0.5)))),
 ]  # fmt: skip
 
 # -- entry points ------------------------------------------------------------------------
@@ -378,7 +412,8 @@ class EntryPoint:
     framework: str
     accepts: frozenset[str]
     runner: str
-    events: bool = True  # False: its framework's events carry the caller's own documents
+    events: bool = True  # False: its framework's events (and the frames of an exception
+    # raised in it: the caller's own hold every node) carry the caller's own documents
 
 
 GENERATORS = frozenset({"token", "logprob", "text"})
@@ -437,6 +472,10 @@ def valid(cell: Cell) -> bool:
         # raising record must be read (the small base: every record is)
     if x.ledger_raising and not mech.ledger:
         return False
+    if x.endpoint in ("refuse", "timeout") and (engine is None or "logprob" in engine.gives):
+        return False  # a model endpoint's failure: served and hosted engines only
+    if x.framework and store.framework == "core":
+        return False  # metadata and embeddings are a framework store's
     if x.name in store.refuses:
         return False
     return not (store.corpus != "small" and x.base != "small")
