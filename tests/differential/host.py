@@ -52,8 +52,8 @@ from observations import normalise, normalise_text
 
 __all__ = ["HARNESS", "WORK_BOUND_BYTES", "Seen", "Work", "frames_of", "watching"]
 
-HARNESS = str(Path(__file__).resolve().parent)
-"""Frames of files here are the host's own (the runners), not dprag's: left out of frames."""
+HARNESS = str(Path(__file__).resolve().with_name("entry_points.py"))
+"""The runners' file: its frames are the host's own (the caller's), left out of frames."""
 
 WORK_BOUND_BYTES = 16 * 1024
 """A tokenizer input longer than this (UTF-8 bytes) is work that grows with a document:
@@ -249,7 +249,7 @@ def frames_of(error: BaseException) -> list[dict[str, Any]]:
         tb = exc.__traceback__
         while tb is not None:
             frame = tb.tb_frame
-            if not frame.f_code.co_filename.startswith(HARNESS):
+            if frame.f_code.co_filename != HARNESS:
                 out.append({
                     "exception": type(exc).__name__,
                     "function": frame.f_code.co_qualname,

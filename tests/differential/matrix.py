@@ -256,14 +256,16 @@ def _stores() -> list[StoreRow]:
 
     distance = {"score_direction": "distance"}
     no_surrogate = frozenset({"surrogate-id"})
+    no_vector = frozenset({"zero-vector"})  # FaissCorpus refuses a zero vector when added
     postgres = frozenset({"surrogate-id", "nul-id"})
     return [
         StoreRow("core-list", "core", lambda c, pg: core_list(c)),
-        StoreRow("core-faiss", "core", lambda c, pg: core_faiss(c)),
+        StoreRow("core-faiss", "core", lambda c, pg: core_faiss(c), refuses=no_vector),
         # the partitioned search: exact in the cells the question probes (a public partition)
-        StoreRow("core-faiss-cells", "core", lambda c, pg: core_faiss_cells(c)),
+        StoreRow("core-faiss-cells", "core", lambda c, pg: core_faiss_cells(c),
+                 refuses=no_vector),
         StoreRow("lc-faiss-cells", "langchain", lambda c, pg: lc_faiss_cells(c),
-                 options={"partition": PARTITION}, refuses=frozenset({"raising"})),
+                 options={"partition": PARTITION}, refuses=frozenset({"raising", *no_vector})),
         StoreRow("li-simple-cells", "llamaindex", lambda c, pg: li_simple_cells(c),
                  options={"partition": PARTITION}, refuses=frozenset({"raising"})),
         StoreRow("lc-inmemory", "langchain", lc_kind("inmemory")),
@@ -571,6 +573,28 @@ PINNED: list[dict[str, str]] = [
     # a placeholder record grows the search, LangChain shows one more retriever run
     {"entry": "DPRAGChain.astream_events", "mechanism": "RAG", "engine": "hosted",
      "store": "lc-inmemory", "neighbour": "long-id"},
+    # issue 40 case 1: an endpoint refusing (or timing out on) x's prompt
+    {"entry": "PrivateRAG.answer", "mechanism": "DPKSA", "engine": "hosted",
+     "store": "core-list", "neighbour": "refused"},
+    {"entry": "DPRAGChain.invoke", "mechanism": "DPKSA", "engine": "server",
+     "store": "lc-inmemory", "neighbour": "timeout"},
+    {"entry": "DPQueryEngine.query", "mechanism": "DPAnswerVote", "engine": "hosted",
+     "store": "li-simple", "neighbour": "refused"},
+    # case 3: work that grows with a retrieved document's length
+    {"entry": "PrivateRAG.answer", "mechanism": "DPVote", "engine": "eager",
+     "store": "core-list", "neighbour": "huge"},
+    {"entry": "PrivateRAG.answer", "mechanism": "DPSparseVote", "engine": "server",
+     "store": "core-list", "neighbour": "huge"},
+    # case 4: transformers' length warning on stderr, numpy's warning on a zero vector
+    {"entry": "PrivateRAG.answer", "mechanism": "DPKSA", "engine": "eager-capped",
+     "store": "core-list", "neighbour": "huge"},
+    {"entry": "DPQueryEngine.query", "mechanism": "RAG", "engine": "hosted",
+     "store": "li-simple", "neighbour": "zero-vector"},
+    # the embedding endpoint and dprag's own metadata keys, through each framework
+    {"entry": "DPRAGChain.invoke", "mechanism": "RAG", "engine": "hosted",
+     "store": "lc-inmemory", "neighbour": "embedding-raising"},
+    {"entry": "DPQueryEngine.query", "mechanism": "DPSparseVote", "engine": "scripted-server",
+     "store": "li-qdrant", "neighbour": "colliding-metadata"},
 ]  # fmt: skip
 
 
@@ -630,6 +654,17 @@ TOP_N = frozenset(
 )  # fmt: skip
 """The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
 
+UNUSABLE = frozenset({"long-id", "nul-id", "surrogate-id"})
+"""The x kinds no ledger accepts as a unit: a placeholder keeps their rank slot."""
+
+USES_DOCUMENTS = frozenset({m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG",
+                                                                                  "IdsInDetails"})
+"""The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
+calls no model)."""
+
+GROWN_SEARCH = frozenset({"lc-faiss-cells", "lc-inmemory", "lc-faiss", "lc-qdrant", "lc-lancedb"})
+"""LangChain stores whose search grows past a placeholder with the question embedded again."""
+
 KNOWN: list[Known] = [
     Known("case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
           "Document.id: dprag's document_id hashes text and metadata, the collection's "
@@ -638,6 +673,40 @@ KNOWN: list[Known] = [
           lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
           and c.mechanism.name in TOP_N,
           settled=lambda c: False),  # which units a random order takes: by chance
+    Known("issue 40 case 1", "outcome: a model endpoint refusing (HTTP 400 content_filter) or "
+          "timing out on x's prompt makes the query fail in D + x only (no per-prompt abstain)",
+          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
+          and c.mechanism.name in USES_DOCUMENTS - {"DPAnswerVote", "AnswerVote"}),
+    Known("issue 40 case 1", "model endpoint requests: DPAnswerVote's and AnswerVote's "
+          "fallback re-sends every prompt alone once one was refused (1 call becomes 9)",
+          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
+          and c.mechanism.name in ("DPAnswerVote", "AnswerVote")),
+    Known("issue 40 case 2", "frames: DPRetriever with a ledger fetches before it claims the "
+          "query id: the reused id's QueryIdReused is raised from a frame whose local 'found' "
+          "holds every fetched document",
+          lambda c: c.entry.name == "DPRetriever" and c.mechanism.name == "LedgerFilter"),
+    Known("issue 40 case 2", "frames: a PrivateDataError's frames hold the app's "
+          "FaissRetriever, whose repr shows the corpus size (documents=4 in D, 5 in D + x)",
+          lambda c: c.entry.framework == "core" and c.store.name.startswith("core-faiss")
+          and (c.mechanism.name == "IdsInDetails" or c.neighbour.ledger_raising)),
+    Known("issue 40 case 3", "work past the bound: every token engine (and the served "
+          "model's client) tokenizes a whole prompt before cutting it to prompt_width",
+          lambda c: c.neighbour.name == "huge" and c.engine is not None
+          and c.engine.name != "hosted" and c.mechanism.name in USES_DOCUMENTS),
+    Known("issue 40 case 4", "stderr and logs: transformers' 'Token indices sequence length "
+          "is longer than the specified maximum' for D + x only (x's length)",
+          lambda c: c.engine is not None and c.engine.name == "eager-capped"
+          and c.neighbour.name in ("huge", "longest") and c.mechanism.name in USES_DOCUMENTS),
+    Known("issue 40 case 4", "warnings: numpy's RuntimeWarning in LlamaIndex's "
+          "SimpleVectorStore on x's zero vector",
+          lambda c: c.store.name == "li-simple" and c.neighbour.name == "zero-vector"
+          and c.entry.runner in ("engine_query", "engine_stream")),
+    Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
+          "placeholder embeds the question again (2 requests in D, 4 in D + x)",
+          lambda c: c.entry.runner in ("chain_invoke", "chain_events")
+          and c.mechanism.name == "RAG" and c.neighbour.name in UNUSABLE
+          and (c.store.name in GROWN_SEARCH or c.store.postgres),
+          settled=lambda c: not c.store.postgres),  # PostgreSQL stores: not measured here
 ]  # fmt: skip
 
 
