@@ -126,33 +126,37 @@ def _logs(into: list[dict[str, Any]]) -> Iterator[None]:
 @contextlib.contextmanager
 def _fds(seen: Seen) -> Iterator[None]:
     """fds 1 and 2 (and sys.stdout / sys.stderr) onto temporary files for the block."""
-    files = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    saved = [os.dup(1), os.dup(2)]
     streams = (sys.stdout, sys.stderr)
-    texts = [open(f.fileno(), "w", closefd=False, encoding="utf-8", errors="backslashreplace")
-             for f in files]  # fmt: skip
-    try:
-        os.dup2(files[0].fileno(), 1)
-        os.dup2(files[1].fileno(), 2)
-        sys.stdout, sys.stderr = texts[0], texts[1]
-        yield
-    finally:
-        for text in texts:
-            text.flush()
-        sys.stdout, sys.stderr = streams
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
-        out = []
-        for f in files:
-            f.seek(0)
-            out.append(normalise_text(f.read().decode("utf-8", "backslashreplace")))
-            f.close()
-        seen.stdout, seen.stderr = out
+    with contextlib.ExitStack() as files:
+        raw = [files.enter_context(tempfile.TemporaryFile()) for _ in range(2)]
+        texts = [
+            files.enter_context(
+                open(f.fileno(), "w", closefd=False, encoding="utf-8", errors="backslashreplace")
+            )
+            for f in raw
+        ]
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(raw[0].fileno(), 1)
+            os.dup2(raw[1].fileno(), 2)
+            sys.stdout, sys.stderr = texts[0], texts[1]
+            yield
+        finally:
+            for text in texts:
+                text.flush()
+            sys.stdout, sys.stderr = streams
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            out = []
+            for f in raw:
+                f.seek(0)
+                out.append(normalise_text(f.read().decode("utf-8", "backslashreplace")))
+            seen.stdout, seen.stderr = out
 
 
 def _text_bytes(text: Any) -> list[int]:
@@ -193,9 +197,11 @@ def _work(work: Work) -> Iterator[None]:
         work.forwards += 1
 
     hook = torch.nn.modules.module.register_module_forward_hook(
-        lambda module, args, output: forward(module, args, output)
-        if hasattr(module, "config") and hasattr(module, "generation_config")
-        else None
+        lambda module, args, output: (
+            forward(module, args, output)
+            if hasattr(module, "config") and hasattr(module, "generation_config")
+            else None
+        )
     )
     TokenizersBackend._encode_plus = counted  # type: ignore[method-assign]
     try:

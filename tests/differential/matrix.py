@@ -348,7 +348,7 @@ LONG_X = "Bob Durand takes salbutamol every morning for his asthma. " * 70
 
 
 HUGE_X = "Bob Durand takes salbutamol every morning for his asthma. " * 2000
-"""20 000 words (about 118 000 bytes): work that grows with it shows (tests/differential/host.py)."""
+"""20 000 words (about 118 000 bytes): work that grows with it shows (host.py)."""
 
 FLAGGED_X = "Bob Durand takes salbutamol ({marker})."
 """x's text where an endpoint fails on it (``worlds.MARKER`` in it)."""
@@ -657,8 +657,9 @@ TOP_N = frozenset(
 UNUSABLE = frozenset({"long-id", "nul-id", "surrogate-id"})
 """The x kinds no ledger accepts as a unit: a placeholder keeps their rank slot."""
 
-USES_DOCUMENTS = frozenset({m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG",
-                                                                                  "IdsInDetails"})
+USES_DOCUMENTS = frozenset(
+    {m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG", "IdsInDetails"}
+)
 """The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
 calls no model)."""
 

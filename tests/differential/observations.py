@@ -191,8 +191,10 @@ class Observation:
             **{f"ask {i + 1}: output": a.output for i, a in enumerate(self.asks)},
             **host,
             **{f"ask {i + 1}: frames": a.frames for i, a in enumerate(self.asks)},
-            **{f"ask {i + 1}: work past the bound": (a.work or {}).get("over_bound")
-               for i, a in enumerate(self.asks)},
+            **{
+                f"ask {i + 1}: work past the bound": (a.work or {}).get("over_bound")
+                for i, a in enumerate(self.asks)
+            },
             "embedding requests": self.embedding,
             "corpus budget (dprag ledger)": self.budget,
             "per-unit ledger (identity, refusals)": self.ledger_public,
@@ -211,11 +213,17 @@ class Observation:
             "server requests": self.requests,
             "hosted text API calls": self.hosted,
             "model endpoint requests": _schedule(self.endpoint),
-            **{f"ask {i + 1}: {channel} in order": (a.host or {}).get(channel)
-               for i, a in enumerate(self.asks) for channel in ("warnings", "logs")},
-            **{f"ask {i + 1}: work": {k: v for k, v in (a.work or {}).items()
-                                      if k in ("tokenizer_calls", "forwards")}
-               for i, a in enumerate(self.asks)},
+            **{
+                f"ask {i + 1}: {channel} in order": (a.host or {}).get(channel)
+                for i, a in enumerate(self.asks)
+                for channel in ("warnings", "logs")
+            },
+            **{
+                f"ask {i + 1}: work": {
+                    k: v for k, v in (a.work or {}).items() if k in ("tokenizer_calls", "forwards")
+                }
+                for i, a in enumerate(self.asks)
+            },
             "model sessions": self.sessions,
         }
 

@@ -42,13 +42,13 @@ from dprag_core.retrieval.documents import ScoredDocument
 __all__ = [
     "CONTEXT",
     "MARKER",
-    "Fault",
     "QUERY_ID",
     "QUESTION",
     "SCRIPTS",
     "SEED",
     "Budgets",
     "Corpus",
+    "Fault",
     "Lab",
     "Watched",
 ]
@@ -284,8 +284,10 @@ def lc_faiss_cells(corpus: Corpus) -> Any:
 
     from langchain_dprag.cells import partitioned_faiss
 
-    docs = [Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
-            for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
+        for r in corpus.rows
+    ]
     refs = [r.ref for r in corpus.rows]  # the same ids in both worlds (ties are broken by id)
     return partitioned_faiss(docs, TableEmbeddings(list(corpus.rows)), PARTITION, ids=refs)
 
@@ -308,8 +310,10 @@ def lc_faiss_dprag(corpus: Corpus) -> Any:
 
     from langchain_dprag.vectorstores import faiss_inner_product
 
-    docs = [Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
-            for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
+        for r in corpus.rows
+    ]
     return faiss_inner_product(docs, TableEmbeddings(list(corpus.rows)))
 
 
@@ -327,8 +331,10 @@ def lc_pgvector_v2(corpus: Corpus, pg_url: str) -> Any:
     store = PGVectorStore.create_sync(
         engine=engine, table_name=table, embedding_service=TableEmbeddings(list(corpus.rows))
     )
-    docs = [Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref})
-            for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref})
+        for r in corpus.rows
+    ]
     store.add_documents(docs, ids=[str(uuid.uuid4()) for _ in docs])
     return store
 
@@ -733,12 +739,14 @@ def embedding_endpoint(fault: Fault, log: list[dict[str, Any]]) -> Iterator[None
                 raise ValueError("the embedding endpoint refused the input")
 
         if is_async:
+
             async def awatched(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
                 record(list(text) if many else [text], name)
                 return await original(self, text, *args, **kwargs)
 
             setattr(owner, name, awatched)
         else:
+
             def watched(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
                 record(list(text) if many else [text], name)
                 return original(self, text, *args, **kwargs)
