@@ -12,11 +12,11 @@ error tracker and a model provider see besides the answer:
   (``warnings.catch_warnings(record=True)`` with ``simplefilter("default")``);
 - **every log record of every logger at DEBUG**: a handler on the root logger
   (its level DEBUG for the ask) and on every logger that does not propagate
-  (transformers' own root among them); a logger's own level and filters are
+  when the ask starts (transformers' own root among them); a logger's own level and filters are
   respected (a record dropped there is not seen by any host either);
 - **the work done in the private section**: every text a transformers
   tokenizer reads (its UTF-8 bytes, the tokens it made) and every forward of a
-  transformers model (:class:`Work`).
+  transformers model (:class:`Work`), a server double's own (:func:`serving`) left out.
 
 The frames of an exception that reaches the caller or a callback are read by
 :func:`frames_of` (every frame's locals, as an error tracker captures them,
@@ -50,7 +50,7 @@ from typing import Any
 
 from observations import normalise, normalise_text
 
-__all__ = ["HARNESS", "WORK_BOUND_BYTES", "Seen", "Work", "frames_of", "watching"]
+__all__ = ["HARNESS", "WORK_BOUND_BYTES", "Seen", "Work", "frames_of", "serving", "watching"]
 
 HARNESS = str(Path(__file__).resolve().with_name("entry_points.py"))
 """The runners' file: its frames are the host's own (the caller's), left out of frames."""
@@ -58,6 +58,19 @@ HARNESS = str(Path(__file__).resolve().with_name("entry_points.py"))
 WORK_BOUND_BYTES = 16 * 1024
 """A tokenizer input longer than this (UTF-8 bytes) is work that grows with a document:
 more than any public prompt width here (at most 1 024 tokens) at 16 bytes a token."""
+
+
+_SERVING = [0]  # > 0 while a server double computes: the provider's work, not the query's
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[None]:
+    """A server double's own computation: its tokenizer calls and forwards are not counted."""
+    _SERVING[0] += 1
+    try:
+        yield
+    finally:
+        _SERVING[0] -= 1
 
 
 @dataclasses.dataclass
@@ -185,6 +198,8 @@ def _work(work: Work) -> Iterator[None]:
     original = TokenizersBackend._encode_plus
 
     def counted(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
+        if _SERVING[0]:
+            return original(self, text, *args, **kwargs)
         sizes = _text_bytes(text) + _text_bytes(kwargs.get("text_pair"))
         work.tokenizer_calls += 1
         work.bytes_read += sum(sizes)
@@ -194,7 +209,8 @@ def _work(work: Work) -> Iterator[None]:
         return out
 
     def forward(module: Any, args: Any, output: Any) -> None:
-        work.forwards += 1
+        if not _SERVING[0]:
+            work.forwards += 1
 
     hook = torch.nn.modules.module.register_module_forward_hook(
         lambda module, args, output: (

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from host import serving
 from server_doubles import ContextLimited, ModelServer, ScriptedServer, served
 from store_cases import DIM, QUESTION, Row, at_cosine, lc_store, li_index, query_vector
 
@@ -697,7 +698,8 @@ class ObservedServer:
         import httpx
 
         if request.url.path != "/completion":
-            return self.inner(request)
+            with serving():
+                return self.inner(request)
         body = json.loads(request.content)
         texts = [self.tokenizer.decode(row) for row in body["prompt"]]
         failures = [self.fault.hit(t, "refuse", "timeout") for t in texts]
@@ -712,7 +714,8 @@ class ObservedServer:
             entry["status"] = 400
             return httpx.Response(400, json={"error": {"code": "content_filter", "type":
                                   "invalid_request_error", "message": "refused"}})  # fmt: skip
-        response = self.inner(request)
+        with serving():  # the provider's own work
+            response = self.inner(request)
         entry["status"] = response.status_code
         return response
 
