@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import uuid
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from host import Seen, frames_of, watching
 from matrix import Cell, Context, Neighbour
 from observations import Ask, Observation, normalise, outcome_of, public_part, released_part
 from worlds import (
@@ -32,6 +34,7 @@ from worlds import (
     Engine,
     Lab,
     base_rng,
+    embedding_endpoint,
     raising_core,
     raising_lc,
     raising_li,
@@ -86,6 +89,7 @@ class World:
     budgets: Budgets
     subject: Any  # the mechanism (generators) or the selection step's options
     asks: list[Ask]
+    embedding: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # its requests
 
     @property
     def x_unit(self) -> str:
@@ -136,6 +140,7 @@ def build_world(cell: Cell, lab: Lab, folder: Path, pg_url: str | None, *, has_x
         )
     folder.mkdir(parents=True)
     engine = cell.engine.build(lab, cell.entry.framework) if cell.engine else Engine()
+    engine.fault.mode = cell.neighbour.endpoint
     budgets = Budgets(folder, raising=corpus.ledger_raising)
     ctx = Context(engine, budgets, cell.store.score, cell.store.score_range)
     world = World(cell, corpus, store, engine, budgets, cell.mechanism.build(ctx), [])
@@ -193,6 +198,9 @@ def read_engine(world: World, obs: Observation) -> None:
     logs = engine.row_logs()
     obs.sessions = [{"rows": len(log.prompts), "steps": log.steps} for log in logs]
     obs.rows = logs
+    if engine.endpoint is not None:
+        obs.endpoint = list(engine.endpoint)
+    obs.embedding = list(world.embedding)
 
 
 Tamper = Callable[[World], None]
@@ -212,6 +220,7 @@ def observe(
     world = build_world(cell, lab, folder, pg_url, has_x=has_x)
     if tamper is not None:
         tamper(world)
+    lab.fresh_host_state()
     try:
         RUNNERS[cell.entry.runner](world)
     except Exception as error:  # the entry point refused the store when built
@@ -237,13 +246,55 @@ def use_mechanism(world: World, mechanism: Mechanism) -> None:
 
 
 def _ask(world: World, run: Callable[[Ask], None]) -> None:
-    """Ask once: ``run`` fills the Ask; an exception is its outcome."""
+    """Ask once: ``run`` fills the Ask; an exception is its outcome (and its frames what an
+    error tracker captures); what the host saw meanwhile is recorded (host.py)."""
     ask = Ask()
     world.asks.append(ask)
+    seen = Seen()
     try:
-        run(ask)
+        with watching(seen), embedding_endpoint(world.engine.fault, world.embedding):
+            run(ask)
     except Exception as error:
         ask.outcome = outcome_of(error)
+        if world.cell.entry.events:  # else the caller's own frames hold every document
+            ask.frames.append({"to": "caller", "frames": frames_of(error)})
+    ask.host = {"stdout": seen.stdout, "stderr": seen.stderr, "warnings": seen.warnings,
+                "logs": seen.logs}  # fmt: skip
+    ask.work = dataclasses.asdict(seen.work)
+
+
+def _callback_frames(ask: Ask, errors: list[BaseException]) -> None:
+    """The frames of the exceptions a callback received (an error tracker's handler)."""
+    for error in {id(e): e for e in errors}.values():
+        ask.frames.append({"to": "callback", "frames": frames_of(error)})
+
+
+def _handler() -> Any:
+    """lc_support's RecordingHandler that also keeps every exception it receives."""
+    from lc_support import RecordingHandler
+
+    class Handler(RecordingHandler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.errors: list[BaseException] = []
+
+        def _error(self, name: str, error: BaseException, *args: Any, **kwargs: Any) -> None:
+            self.errors.append(error)
+            self.records.append(f"{name} {(error, *args)!r} {kwargs!r}")
+
+        def on_chain_error(self, error: BaseException, *args: Any, **kwargs: Any) -> None:
+            self._error("on_chain_error", error, *args, **kwargs)
+
+        def on_retriever_error(self, error: BaseException, *args: Any, **kwargs: Any) -> None:
+            self._error("on_retriever_error", error, *args, **kwargs)
+
+        def on_llm_error(self, error: BaseException, *args: Any, **kwargs: Any) -> None:
+            self._error("on_llm_error", error, *args, **kwargs)
+
+        def on_tool_error(self, error: BaseException, *args: Any, **kwargs: Any) -> None:
+            self._error("on_tool_error", error, *args, **kwargs)
+
+    return Handler()
 
 
 def _accountant(world: World) -> Any:
@@ -342,17 +393,16 @@ def _lc_output(out: Any) -> tuple[Any, Any]:
 
 
 def chain_invoke(world: World) -> None:
-    from lc_support import RecordingHandler
-
     chain = _chain(world)
 
     def run(ask: Ask) -> None:
-        handler = RecordingHandler()
+        handler = _handler()
         try:
             out = chain.invoke(QUESTION, {**_lc_config(), "callbacks": [handler]})
             ask.output, ask.release = _lc_output(out)
         finally:
             ask.events = [normalise(r) for r in handler.records]
+            _callback_frames(ask, handler.errors)
 
     for _ in range(2):
         _ask(world, run)
@@ -379,8 +429,6 @@ def chain_events(world: World) -> None:
 
 
 def dp_retriever(world: World) -> None:
-    from lc_support import RecordingHandler
-
     from langchain_dprag import DPRetriever
 
     options = {k: v for k, v in world.cell.store.options.items() if k in STORE_READING}
@@ -388,13 +436,14 @@ def dp_retriever(world: World) -> None:
                             **world.subject)  # fmt: skip
 
     def run(ask: Ask) -> None:
-        handler = RecordingHandler()
+        handler = _handler()
         try:
             docs = retriever.invoke(QUESTION, {"run_id": RUN_ID, "callbacks": [handler]})
             ask.output = {"type": type(docs).__name__}
             ask.release = [normalise(d.model_dump()) for d in docs]  # returned in full
         finally:
             ask.events = [normalise(r) for r in handler.records]
+            _callback_frames(ask, handler.errors)
 
     for _ in range(2):
         _ask(world, run)
@@ -483,6 +532,8 @@ def _engine_runs(world: World, *, streaming: bool) -> None:
                 ask.output, ask.release = _li_output(response, chunks)
             finally:
                 ask.events = _li_events(events, spans, callbacks)
+                dropped = [e for kind, _, e, *_ in spans.seen if kind == "drop" and e]
+                _callback_frames(ask, dropped)
 
         for _ in range(2):
             _ask(world, run)

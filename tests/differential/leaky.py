@@ -27,13 +27,17 @@ from dprag_core.stop_reasons import EOS
 
 __all__ = [
     "DocCharging",
+    "DocEmbedding",
+    "DocTokenizing",
     "IdsInDetails",
     "LeakyDetails",
     "PerDocGeneration",
     "PerDocSession",
     "Quiet",
+    "RaisingWithDocuments",
     "ReuseLeak",
     "UnitCountLedger",
+    "emitting_end_payload",
     "leaky_end_payload",
     "uncut_prompts",
 ]
@@ -135,6 +139,47 @@ class PerDocGeneration(Using):
         return {}
 
 
+class DocEmbedding(Using):
+    """Embeds each document it read with the store's embedding model (``used``): one request
+    to the embedding endpoint per document."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        for doc in docs:
+            self.used.embed_query(doc.text)
+        return {}
+
+
+class DocTokenizing(Using):
+    """Tokenizes each document it read, whole, with its token model (``used``): work that
+    grows with a document's length."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        for doc in docs:
+            self.used.encode(doc.text)
+        return {}
+
+
+class RaisingWithDocuments(Quiet):
+    """Fails with one fixed message from a frame whose local ``docs`` holds what it read:
+    sealed, the same failure in both worlds; let out (the data owner's debug switch), the
+    message is still the same, the frames are not."""
+
+    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+        raise ValueError("this mechanism always fails")
+
+
+def emitting_end_payload(emit: Any, count: Any) -> Any:
+    """An end-of-query payload (the original one) whose adapter also emits ``count()``, how
+    many documents were retrieved, through ``emit`` (stdout, stderr, a log, a warning)."""
+    from dprag_core.events import end_payload
+
+    def payload(answer: DPAnswer) -> dict[str, Any]:  # bound now: the original, unpatched
+        emit(f"read {count()} documents")
+        return end_payload(answer)
+
+    return payload
+
+
 def uncut_prompts(model: Any) -> None:
     """Make a served model (``OpenAICompatModel``) send every prompt whole, as it did before
     the public envelope: its width set beyond any prompt, so a long document makes a prompt
@@ -162,11 +207,13 @@ def leaky_end_payload(count: Any) -> Any:
 
 
 @contextlib.contextmanager
-def patched_end_payload(monkeypatch: Any, count: Any) -> Iterator[None]:
-    """Every module of dprag that uses ``end_payload`` uses the leaky one."""
+def patched_end_payload(monkeypatch: Any, count: Any, emit: Any = None) -> Iterator[None]:
+    """Every module of dprag that uses ``end_payload`` uses the leaky one (``emit``: the one
+    that emits the count, :func:`emitting_end_payload`; else the count in a field)."""
     from dprag_core import events
 
-    original, leaky = events.end_payload, leaky_end_payload(count)
+    original = events.end_payload
+    leaky = leaky_end_payload(count) if emit is None else emitting_end_payload(emit, count)
     for name, module in list(sys.modules.items()):
         top = name.split(".")[0]
         if top in ("dprag_core", "langchain_dprag", "llamaindex_dprag") and (

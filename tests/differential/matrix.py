@@ -188,6 +188,9 @@ SERVED = frozenset({"token", "text"})
 
 ENGINES: list[EngineRow] = [
     EngineRow("eager", IN_PROCESS, lambda lab, fw: lab.hf("llama", "eager")),
+    # the tiny Llama with a tokenizer whose model_max_length is set (transformers then warns
+    # on a longer text)
+    EngineRow("eager-capped", IN_PROCESS, lambda lab, fw: lab.hf("llama", "eager", capped=True)),
     EngineRow("static", IN_PROCESS, lambda lab, fw: lab.hf("llama", "static")),
     EngineRow("reader", IN_PROCESS, lambda lab, fw: lab.hf("reader", "eager")),
     EngineRow("server", SERVED, lambda lab, fw: lab.server("model", lookahead_tokens=1)),
@@ -253,14 +256,16 @@ def _stores() -> list[StoreRow]:
 
     distance = {"score_direction": "distance"}
     no_surrogate = frozenset({"surrogate-id"})
+    no_vector = frozenset({"zero-vector"})  # FaissCorpus refuses a zero vector when added
     postgres = frozenset({"surrogate-id", "nul-id"})
     return [
         StoreRow("core-list", "core", lambda c, pg: core_list(c)),
-        StoreRow("core-faiss", "core", lambda c, pg: core_faiss(c)),
+        StoreRow("core-faiss", "core", lambda c, pg: core_faiss(c), refuses=no_vector),
         # the partitioned search: exact in the cells the question probes (a public partition)
-        StoreRow("core-faiss-cells", "core", lambda c, pg: core_faiss_cells(c)),
+        StoreRow("core-faiss-cells", "core", lambda c, pg: core_faiss_cells(c),
+                 refuses=no_vector),
         StoreRow("lc-faiss-cells", "langchain", lambda c, pg: lc_faiss_cells(c),
-                 options={"partition": PARTITION}, refuses=frozenset({"raising"})),
+                 options={"partition": PARTITION}, refuses=frozenset({"raising", *no_vector})),
         StoreRow("li-simple-cells", "llamaindex", lambda c, pg: li_simple_cells(c),
                  options={"partition": PARTITION}, refuses=frozenset({"raising"})),
         StoreRow("lc-inmemory", "langchain", lc_kind("inmemory")),
@@ -309,7 +314,10 @@ class Neighbour:
     reversed); ``raising``: references whose retrieval makes the source raise
     (x an error of dprag's own public class, ``r`` in D a plain one: both worlds
     fail, and must fail alike); ``ledger_raising``: units whose charge makes the
-    per-unit ledger raise, alike.
+    per-unit ledger raise, alike; ``endpoint``: how the world's endpoints fail on an input
+    holding ``worlds.MARKER`` (x's text holds it): ``refuse`` (the model endpoint's content
+    filter), ``timeout`` (the model endpoint times out), ``embedding`` (the embedding
+    endpoint raises); ``framework``: the x needs a framework store (metadata, embeddings).
     """
 
     name: str
@@ -319,12 +327,14 @@ class Neighbour:
     extra: Callable[[], list[Any]] = lambda: []
     raising: bool = False
     ledger_raising: bool = False
+    endpoint: str = ""
+    framework: bool = False
 
 
-def _row(ref: str, text: str, vector: tuple[float, ...]) -> Any:
+def _row(ref: str, text: str, vector: tuple[float, ...], **metadata: Any) -> Any:
     from store_cases import Row
 
-    return Row(ref, text, vector)
+    return Row(ref, text, vector, tuple(metadata.items()))
 
 
 def _q() -> tuple[float, ...]:
@@ -335,6 +345,22 @@ def _q() -> tuple[float, ...]:
 
 LONG_X = "Bob Durand takes salbutamol every morning for his asthma. " * 70
 """About 4 000 tokens (the tiny models' tokenizer), far over every public prompt width."""
+
+
+HUGE_X = "Bob Durand takes salbutamol every morning for his asthma. " * 2000
+"""20 000 words (about 118 000 bytes): work that grows with it shows (host.py)."""
+
+FLAGGED_X = "Bob Durand takes salbutamol ({marker})."
+"""x's text where an endpoint fails on it (``worlds.MARKER`` in it)."""
+
+COLLIDING = {"unit_key": "r1", "id": "r1", "score": 99.0, "_id": "r1", "doc_id": "r1"}
+"""x's metadata: dprag's own keys and the stores' (``_id``, ``doc_id``), naming record r1."""
+
+
+def _flagged(ref: str) -> Any:
+    from worlds import MARKER
+
+    return _row(ref, FLAGGED_X.format(marker=MARKER), near(0.95))
 
 
 def _tied() -> Any:
@@ -364,6 +390,16 @@ NEIGHBOURS: list[Neighbour] = [
               ledger_raising=True),
     Neighbour("short", lambda: _row("x-short", "Bob takes salbutamol.", near(0.85)),
               base="long"),
+    Neighbour("refused", lambda: _flagged("x-refused"), endpoint="refuse"),
+    Neighbour("timeout", lambda: _flagged("x-timeout"), endpoint="timeout"),
+    Neighbour("embedding-raising", lambda: _flagged("x-embed"), endpoint="embedding",
+              framework=True),
+    Neighbour("colliding-metadata",
+              lambda: _row("x-meta", "Bob Durand takes salbutamol.", near(0.95), **COLLIDING),
+              framework=True),
+    Neighbour("huge", lambda: _row("x-huge", HUGE_X, near(0.95))),
+    Neighbour("zero-vector", lambda: _row("x-zero", "Bob Durand takes salbutamol.",
+                                          (0.0,) * len(near(0.5)))),
 ]  # fmt: skip
 
 # -- entry points ------------------------------------------------------------------------
@@ -378,7 +414,8 @@ class EntryPoint:
     framework: str
     accepts: frozenset[str]
     runner: str
-    events: bool = True  # False: its framework's events carry the caller's own documents
+    events: bool = True  # False: its framework's events (and the frames of an exception
+    # raised in it: the caller's own hold every node) carry the caller's own documents
 
 
 GENERATORS = frozenset({"token", "logprob", "text"})
@@ -437,6 +474,10 @@ def valid(cell: Cell) -> bool:
         # raising record must be read (the small base: every record is)
     if x.ledger_raising and not mech.ledger:
         return False
+    if x.endpoint in ("refuse", "timeout") and (engine is None or "logprob" in engine.gives):
+        return False  # a model endpoint's failure: served and hosted engines only
+    if x.framework and store.framework == "core":
+        return False  # metadata and embeddings are a framework store's
     if x.name in store.refuses:
         return False
     return not (store.corpus != "small" and x.base != "small")
@@ -532,6 +573,28 @@ PINNED: list[dict[str, str]] = [
     # a placeholder record grows the search, LangChain shows one more retriever run
     {"entry": "DPRAGChain.astream_events", "mechanism": "RAG", "engine": "hosted",
      "store": "lc-inmemory", "neighbour": "long-id"},
+    # issue 40 case 1: an endpoint refusing (or timing out on) x's prompt
+    {"entry": "PrivateRAG.answer", "mechanism": "DPKSA", "engine": "hosted",
+     "store": "core-list", "neighbour": "refused"},
+    {"entry": "DPRAGChain.invoke", "mechanism": "DPKSA", "engine": "server",
+     "store": "lc-inmemory", "neighbour": "timeout"},
+    {"entry": "DPQueryEngine.query", "mechanism": "DPAnswerVote", "engine": "hosted",
+     "store": "li-simple", "neighbour": "refused"},
+    # case 3: work that grows with a retrieved document's length
+    {"entry": "PrivateRAG.answer", "mechanism": "DPVote", "engine": "eager",
+     "store": "core-list", "neighbour": "huge"},
+    {"entry": "PrivateRAG.answer", "mechanism": "DPSparseVote", "engine": "server",
+     "store": "core-list", "neighbour": "huge"},
+    # case 4: transformers' length warning on stderr, numpy's warning on a zero vector
+    {"entry": "PrivateRAG.answer", "mechanism": "DPKSA", "engine": "eager-capped",
+     "store": "core-list", "neighbour": "huge"},
+    {"entry": "DPQueryEngine.query", "mechanism": "RAG", "engine": "hosted",
+     "store": "li-simple", "neighbour": "zero-vector"},
+    # the embedding endpoint and dprag's own metadata keys, through each framework
+    {"entry": "DPRAGChain.invoke", "mechanism": "RAG", "engine": "hosted",
+     "store": "lc-inmemory", "neighbour": "embedding-raising"},
+    {"entry": "DPQueryEngine.query", "mechanism": "DPSparseVote", "engine": "scripted-server",
+     "store": "li-qdrant", "neighbour": "colliding-metadata"},
 ]  # fmt: skip
 
 
@@ -591,6 +654,18 @@ TOP_N = frozenset(
 )  # fmt: skip
 """The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
 
+UNUSABLE = frozenset({"long-id", "nul-id", "surrogate-id"})
+"""The x kinds no ledger accepts as a unit: a placeholder keeps their rank slot."""
+
+USES_DOCUMENTS = frozenset(
+    {m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG", "IdsInDetails"}
+)
+"""The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
+calls no model)."""
+
+GROWN_SEARCH = frozenset({"lc-faiss-cells", "lc-inmemory", "lc-faiss", "lc-qdrant", "lc-lancedb"})
+"""LangChain stores whose search grows past a placeholder with the question embedded again."""
+
 KNOWN: list[Known] = [
     Known("case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
           "Document.id: dprag's document_id hashes text and metadata, the collection's "
@@ -599,6 +674,42 @@ KNOWN: list[Known] = [
           lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
           and c.mechanism.name in TOP_N,
           settled=lambda c: False),  # which units a random order takes: by chance
+    Known("issue 40 case 1", "outcome: a model endpoint refusing (HTTP 400 content_filter) or "
+          "timing out on x's prompt makes the query fail in D + x only (no per-prompt abstain)",
+          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
+          and c.mechanism.name in USES_DOCUMENTS - {"DPAnswerVote", "AnswerVote"}),
+    Known("issue 40 case 1", "model endpoint requests: DPAnswerVote's and AnswerVote's "
+          "fallback re-sends every prompt alone once one was refused (1 call becomes 9)",
+          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
+          and c.mechanism.name in ("DPAnswerVote", "AnswerVote")),
+    Known("issue 40 case 2", "frames: DPRetriever with a ledger fetches before it claims the "
+          "query id: the reused id's QueryIdReused is raised from a frame whose local 'found' "
+          "holds every fetched document",
+          lambda c: c.entry.name == "DPRetriever" and c.mechanism.name == "LedgerFilter",
+          settled=lambda c: c.neighbour.name not in UNUSABLE),  # a placeholder x: as the
+    # store returns it (dropped before 'found' by some stores, kept by Qdrant's)
+    Known("issue 40 case 2", "frames: a PrivateDataError's frames hold the app's "
+          "FaissRetriever, whose repr shows the corpus size (documents=4 in D, 5 in D + x)",
+          lambda c: c.entry.runner == "core_answer" and c.store.name.startswith("core-faiss")
+          and (c.mechanism.name == "IdsInDetails" or c.neighbour.ledger_raising)),
+    Known("issue 40 case 3", "work past the bound: every token engine (and the served "
+          "model's client) tokenizes a whole prompt before cutting it to prompt_width",
+          lambda c: c.neighbour.name == "huge" and c.engine is not None
+          and c.engine.name != "hosted" and c.mechanism.name in USES_DOCUMENTS),
+    Known("issue 40 case 4", "stderr and logs: transformers' 'Token indices sequence length "
+          "is longer than the specified maximum' for D + x only (x's length)",
+          lambda c: c.engine is not None and c.engine.name == "eager-capped"
+          and c.neighbour.name in ("huge", "longest") and c.mechanism.name in USES_DOCUMENTS),
+    Known("issue 40 case 4", "warnings: numpy's RuntimeWarning in LlamaIndex's "
+          "SimpleVectorStore on x's zero vector",
+          lambda c: c.store.name == "li-simple" and c.neighbour.name == "zero-vector"
+          and c.entry.runner in ("engine_query", "engine_stream")),
+    Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
+          "placeholder embeds the question again (2 requests in D, 4 in D + x)",
+          lambda c: c.entry.runner in ("chain_invoke", "chain_events")
+          and c.mechanism.name == "RAG" and c.neighbour.name in UNUSABLE
+          and (c.store.name in GROWN_SEARCH or c.store.postgres),
+          settled=lambda c: not c.store.postgres),  # PostgreSQL stores: not measured here
 ]  # fmt: skip
 
 

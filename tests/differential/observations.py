@@ -10,7 +10,13 @@ four classes:
   refusals, and its rows of units other than x for MuRAG and the ledger filter
   (each unit is charged on its own score); how many prompts were over the
   server's context; the first request to a server or call to a hosted text API
-  (made before anything is released).
+  (made before anything is released); what the host saw during each ask
+  (tests/differential/host.py): stdout and stderr at the file-descriptor
+  level, the distinct warnings and log records (at DEBUG) seen, the frames (function and
+  normalised locals) of every exception that reached the caller or a callback,
+  and how many texts a tokenizer read past the public work bound; every
+  request to an embedding endpoint (count, bytes, outcome: it carries the
+  question only).
 - **release** (never compared, only tested for equality): the DP release of
   each ask: the answer's text, the streamed chunks, the details that are a
   post-processing of the release (:data:`RELEASED_DETAILS`), the documents a
@@ -21,8 +27,13 @@ four classes:
   fields: a request's prompts hold the documents, and the model endpoint is
   inside the trust boundary, so their widths are not compared, only how many
   are over the server's context); the
-  calls to a hosted text API; the model sessions' batch sizes and the shapes
-  of the forwards of their steps (in process); MuRAG-Ada's
+  calls to a hosted text API and the requests to a model endpoint (count,
+  prompts per request: the schedule; each prompt's outcome is recorded, not
+  compared: an endpoint that refuses x's prompt refuses it by construction);
+  the tokenizer calls and model forwards of each ask; every warning and log
+  record in order (how often one repeats may follow the decoding steps); the
+  model sessions' batch sizes and the shapes of the forwards of their steps
+  (in process); MuRAG-Ada's
   per-unit ledger rows of units other than x (its charges follow its DP bin
   walk).
 - **invariants** (checked on the pair): the rows of a model session whose
@@ -77,7 +88,7 @@ own words: "DP-released", "DP output", "a post-processing of the DP-released ans
 
 _PATTERNS = [
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
-    (re.compile(r"0x[0-9a-f]{6,}"), "<addr>"),
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "<addr>"),
     (re.compile(r"\bc[0-9a-f]{12}\b"), "<collection>"),  # store_cases' store names
     (re.compile(r"\bv2_[0-9a-f]{12}\b"), "<table>"),
     (re.compile(r"/tmp/[\w./+-]+"), "<path>"),
@@ -85,6 +96,7 @@ _PATTERNS = [
     (re.compile(r"datetime\.datetime\([^)]*\)"), "<time>"),
     (re.compile(r"\b\d{10}\.\d+\b"), "<time>"),  # epoch seconds
     (re.compile(r"(?<=\w)-[0-9a-f]{8}\b"), "-<id>"),  # store_cases' per-store id suffixes
+    (re.compile(r"\bTask-\d+\b"), "Task-<n>"),  # asyncio's task counter
 ]
 
 
@@ -153,6 +165,10 @@ class Ask:
     events: Any = None
     candidates: list[list[tuple[str, str]]] = dataclasses.field(default_factory=list)
     route: int | None = None
+    host: Any = None  # stdout, stderr, warnings, logs during the ask (public; host.py)
+    frames: list[Any] = dataclasses.field(default_factory=list)  # of exceptions that reached
+    # the caller or a callback (public)
+    work: Any = None  # tokenizer inputs past the bound (public); calls, forwards (derived)
 
 
 @dataclasses.dataclass
@@ -173,11 +189,30 @@ class Observation:
     hosted: Any = None  # calls to a hosted text API (derived)
     sessions: Any = None  # each model session's batch size (derived)
     rows: list[Any] = dataclasses.field(default_factory=list)  # RowLogs (invariant)
+    embedding: Any = None  # requests to an embedding endpoint during the asks (public)
+    endpoint: Any = None  # requests to a model endpoint: schedule and outcomes (derived)
 
     def public(self) -> dict[str, Any]:
+        host = {
+            f"ask {i + 1}: {channel}": (a.host or {}).get(channel)
+            for i, a in enumerate(self.asks)
+            for channel in ("stdout", "stderr")
+        }
+        host |= {
+            f"ask {i + 1}: {channel}": _distinct((a.host or {}).get(channel))
+            for i, a in enumerate(self.asks)
+            for channel in ("warnings", "logs")
+        }
         return {
             **{f"ask {i + 1}: outcome": a.outcome for i, a in enumerate(self.asks)},
             **{f"ask {i + 1}: output": a.output for i, a in enumerate(self.asks)},
+            **host,
+            **{f"ask {i + 1}: frames": a.frames for i, a in enumerate(self.asks)},
+            **{
+                f"ask {i + 1}: work past the bound": (a.work or {}).get("over_bound")
+                for i, a in enumerate(self.asks)
+            },
+            "embedding requests": self.embedding,
             "corpus budget (dprag ledger)": self.budget,
             "per-unit ledger (identity, refusals)": self.ledger_public,
             "per-unit ledger rows (x left out)": None if self.ledger_derived else self.ledger_rows,
@@ -194,8 +229,35 @@ class Observation:
             "per-unit ledger rows (x left out)": self.ledger_rows if self.ledger_derived else None,
             "server requests": self.requests,
             "hosted text API calls": self.hosted,
+            "model endpoint requests": _schedule(self.endpoint),
+            **{
+                f"ask {i + 1}: {channel} in order": (a.host or {}).get(channel)
+                for i, a in enumerate(self.asks)
+                for channel in ("warnings", "logs")
+            },
+            **{
+                f"ask {i + 1}: work": {
+                    k: v for k, v in (a.work or {}).items() if k in ("tokenizer_calls", "forwards")
+                }
+                for i, a in enumerate(self.asks)
+            },
             "model sessions": self.sessions,
         }
+
+
+def _distinct(records: Any) -> Any:
+    """The distinct records of a channel, sorted: how often one repeats may follow the
+    release (a record per decoding step), which records there are may not."""
+    if records is None:
+        return None
+    return sorted({json.dumps(r, sort_keys=True, default=str) for r in records})
+
+
+def _schedule(requests: Any) -> Any:
+    """A model endpoint's requests without each prompt's outcome (refused by construction)."""
+    if requests is None:
+        return None
+    return [{k: v for k, v in r.items() if k != "outcomes"} for r in requests]
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:

@@ -9,6 +9,9 @@ makes a passing matrix mean something.
 
 from __future__ import annotations
 
+import logging
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +19,13 @@ import pytest
 from entry_points import Tamper, World, compare, use_mechanism
 from leaky import (
     DocCharging,
+    DocEmbedding,
+    DocTokenizing,
     LeakyDetails,
     PerDocGeneration,
     PerDocSession,
     Quiet,
+    RaisingWithDocuments,
     ReuseLeak,
     UnitCountLedger,
     hnsw_retriever,
@@ -35,6 +41,8 @@ CHANNELS = (
     "ask 1: outcome", "ask 2: outcome", "ask 1: output", "ask 1: events", "corpus budget",
     "per-unit ledger rows", "server requests", "prompts over the server's context",
     "hosted text API calls", "model sessions", "rows", "prefill layout", "candidates",
+    "ask 1: stdout", "ask 1: stderr", "ask 1: logs", "ask 1: warnings", "ask 1: frames",
+    "embedding requests", "model endpoint requests", "ask 1: work past the bound", "ask 1: work",
 )  # fmt: skip
 
 
@@ -272,3 +280,106 @@ def test_an_approximate_index_declared_exact_is_caught(
     clean = _channels(compare(cell, lab, tmp_path / "clean", request, tamper=flat))
     leaky = _channels(compare(cell, lab, tmp_path / "leaky", request, tamper=hnsw))
     assert "candidates" not in clean and "candidates" in leaky
+
+
+def _stderr(text: str) -> None:
+    os.write(2, (text + "\n").encode())  # under Python's sys.stderr: the descriptor itself
+
+
+def _silent_logger(text: str) -> None:
+    logger = logging.getLogger("leaky.silent")  # exists before the ask, propagates nothing
+    logger.debug(text)
+
+
+logging.getLogger("leaky.silent").propagate = False
+
+EMITTERS: dict[str, tuple[str, Any]] = {  # how it leaks: (the channel, the emitter)
+    "print": ("ask 1: stdout", print),
+    "fd-2": ("ask 1: stderr", _stderr),
+    "debug-log": ("ask 1: logs", lambda text: logging.getLogger("langchain_dprag.x").debug(text)),
+    "unpropagated-log": ("ask 1: logs", _silent_logger),
+    "warning": ("ask 1: warnings", lambda text: warnings.warn(text, UserWarning, stacklevel=1)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(EMITTERS))
+def test_a_document_count_printed_logged_or_warned_is_caught(
+    how: str,
+    lab: Any,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An adapter that prints (stdout; stderr at the descriptor), logs at DEBUG (also from a
+    logger that does not propagate) or warns how many documents the query read, once the
+    answer is released (outside the private section, where nothing seals it)."""
+    cell = _hosted_cell("DPRAGChain.invoke")
+    worlds: list[World] = []
+
+    def count() -> int:
+        return len(worlds[-1].asks[-1].candidates[-1])
+
+    def watched(world: World) -> None:
+        _quiet(world)
+        worlds.append(world)
+
+    channel, emit = EMITTERS[how]
+    clean = _channels(compare(cell, lab, tmp_path / "clean", request, tamper=_quiet))
+    with patched_end_payload(monkeypatch, count, emit=emit):
+        leaky = _channels(compare(cell, lab, tmp_path / "leaky", request, tamper=watched))
+    assert channel not in clean and channel in leaky
+
+
+@pytest.mark.parametrize("entry", ["PrivateRAG.answer", "DPRAGChain.invoke"])
+def test_a_public_error_from_a_frame_holding_documents_is_caught(
+    entry: str, lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A failure with one fixed message, raised from a frame whose locals hold the documents:
+    sealed, the same in both worlds; let out by the data owner's debug switch, the outcome
+    is still the same in both worlds, the frames (and, LangChain, a callback's) are not."""
+    cell = _hosted_cell(entry)
+
+    def failing(world: World) -> None:
+        use_mechanism(world, RaisingWithDocuments(k=8))
+
+    clean = _channels(compare(cell, lab, tmp_path / "clean", request, tamper=failing))
+    with reveal_private_errors():
+        leaky = _channels(compare(cell, lab, tmp_path / "leaky", request, tamper=failing))
+    assert "ask 1: frames" not in clean and "ask 1: frames" in leaky
+    assert "ask 1: outcome" not in leaky  # the frames alone tell the worlds apart
+
+
+def test_an_embedding_request_per_document_is_caught(
+    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A mechanism embedding each document it read with the store's embedding model."""
+    clean, leaky = _controlled(
+        _hosted_cell("DPRAGChain.invoke"), lab, tmp_path, request, base=_quiet,
+        leak=lambda w: use_mechanism(w, DocEmbedding(w.store.embeddings, k=8)),
+    )  # fmt: skip
+    assert "embedding requests" not in clean and "embedding requests" in leaky
+
+
+def test_a_model_request_per_document_is_caught(
+    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A mechanism asking its model endpoint once per document it read (what a fallback that
+    re-sends each prompt alone does): the provider's request schedule shows it."""
+    clean, leaky = _controlled(
+        _hosted_cell("DPQueryEngine.query"), lab, tmp_path, request, base=_quiet,
+        leak=lambda w: use_mechanism(w, PerDocGeneration(w.engine.text, k=8)),
+    )  # fmt: skip
+    assert "model endpoint requests" not in clean and "model endpoint requests" in leaky
+
+
+def test_tokenizing_a_whole_document_is_caught(
+    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A mechanism tokenizing each document whole: x of 20 000 words is work past the bound
+    (and one more tokenizer call)."""
+    cell = cell_of("PrivateRAG.answer", "NonRAG", "core-list", "huge", engine="eager")
+    clean, leaky = _controlled(
+        cell, lab, tmp_path, request, base=_quiet,
+        leak=lambda w: use_mechanism(w, DocTokenizing(w.engine.token, k=8)),
+    )  # fmt: skip
+    assert "ask 1: work past the bound" not in clean and "ask 1: work past the bound" in leaky

@@ -17,7 +17,9 @@ are the same in both worlds and the observables that depend on the release
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from host import serving
 from server_doubles import ContextLimited, ModelServer, ScriptedServer, served
 from store_cases import DIM, QUESTION, Row, at_cosine, lc_store, li_index, query_vector
 
@@ -39,12 +42,14 @@ from dprag_core.retrieval.documents import ScoredDocument
 
 __all__ = [
     "CONTEXT",
+    "MARKER",
     "QUERY_ID",
     "QUESTION",
     "SCRIPTS",
     "SEED",
     "Budgets",
     "Corpus",
+    "Fault",
     "Lab",
     "Watched",
 ]
@@ -65,6 +70,24 @@ SCRIPTS = {
 }
 """The scripted server's rows: every voter of D and the public row agree (aspirin twice a
 day); a voter holding x (salbutamol) says something else."""
+
+
+MARKER = "zqx-flagged"
+"""What x's text holds where an endpoint refuses it (x kinds ``refused``, ``timeout``,
+``embedding-raising``): a model or embedding endpoint fails on any input that contains it."""
+
+
+@dataclass
+class Fault:
+    """How a world's endpoints fail on an input holding :data:`MARKER`: ``refuse`` (a
+    content filter: HTTP 400 ``content_filter``), ``timeout`` (the request times out) or
+    ``embedding`` (the embedding endpoint raises); "" none. Armed by the cell's x kind."""
+
+    mode: str = ""
+
+    def hit(self, text: str, *modes: str) -> str:
+        """The failure for ``text`` ("" none) if the mode is one of ``modes``."""
+        return self.mode if self.mode in modes and MARKER in text else ""
 
 
 # -- corpora --------------------------------------------------------------------------
@@ -262,7 +285,10 @@ def lc_faiss_cells(corpus: Corpus) -> Any:
 
     from langchain_dprag.cells import partitioned_faiss
 
-    docs = [Document(page_content=r.text, metadata={"ref": r.ref}, id=r.ref) for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
+        for r in corpus.rows
+    ]
     refs = [r.ref for r in corpus.rows]  # the same ids in both worlds (ties are broken by id)
     return partitioned_faiss(docs, TableEmbeddings(list(corpus.rows)), PARTITION, ids=refs)
 
@@ -285,7 +311,10 @@ def lc_faiss_dprag(corpus: Corpus) -> Any:
 
     from langchain_dprag.vectorstores import faiss_inner_product
 
-    docs = [Document(page_content=r.text, metadata={"ref": r.ref}, id=r.ref) for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref}, id=r.ref)
+        for r in corpus.rows
+    ]
     return faiss_inner_product(docs, TableEmbeddings(list(corpus.rows)))
 
 
@@ -303,7 +332,10 @@ def lc_pgvector_v2(corpus: Corpus, pg_url: str) -> Any:
     store = PGVectorStore.create_sync(
         engine=engine, table_name=table, embedding_service=TableEmbeddings(list(corpus.rows))
     )
-    docs = [Document(page_content=r.text, metadata={"ref": r.ref}) for r in corpus.rows]
+    docs = [
+        Document(page_content=r.text, metadata={**dict(r.metadata), "ref": r.ref})
+        for r in corpus.rows
+    ]
     store.add_documents(docs, ids=[str(uuid.uuid4()) for _ in docs])
     return store
 
@@ -538,6 +570,8 @@ class Engine:
     text: Any = None
     server: Any = None  # a server double (its ``requests``), or None in process
     hosted: list[dict[str, int]] | None = None  # calls to a hosted text API
+    fault: Fault = field(default_factory=Fault)  # how its endpoint fails on x (x's kind)
+    endpoint: list[dict[str, Any]] | None = None  # requests to its model endpoint
 
     def row_logs(self) -> list[RowLog]:
         return list(self.token.sessions) if isinstance(self.token, Watched) else []
@@ -549,7 +583,34 @@ class Lab:
     def __init__(self, tiny: dict[str, Any], tokenizer: Any) -> None:
         self.tiny, self.tokenizer = tiny, tokenizer
         self._reader: tuple[Any, Any] | None = None
+        self._capped: Any = None
         self.cache: dict[Any, Any] = {}
+
+    def capped_tokenizer(self) -> Any:
+        """The tiny tokenizer with ``model_max_length`` set (1 024), as most shipped ones are:
+        transformers warns when it tokenizes a longer text."""
+        if self._capped is None:
+            import copy
+
+            self._capped = copy.deepcopy(self.tokenizer)
+            self._capped.model_max_length = 1024
+        return self._capped
+
+    def fresh_host_state(self) -> None:
+        """What a fresh process would show: the once-per-tokenizer and once-per-process
+        warnings of transformers armed again (each world starts from the same state)."""
+        from transformers.utils import logging as hf_logging
+
+        for tokenizer in (self.tokenizer, self._capped, self._reader and self._reader[1]):
+            if tokenizer is not None and hasattr(tokenizer, "deprecation_warnings"):
+                tokenizer.deprecation_warnings.clear()
+        qdrant = sys.modules.get("qdrant_client.common.client_warnings")
+        if qdrant is not None:  # qdrant's show_warning_once: once per process
+            qdrant.SEEN_MESSAGES.clear()
+        for once in ("warning_once", "info_once"):
+            cached = getattr(hf_logging.logging.Logger, once, None)
+            if hasattr(cached, "cache_clear"):
+                cached.cache_clear()
 
     def reader(self) -> tuple[Any, Any]:
         """The shipped reader's weights and tokenizer, loaded once."""
@@ -560,13 +621,16 @@ class Lab:
             self._reader = (token_model.model, token_model.tokenizer)
         return self._reader
 
-    def hf(self, weights: str, engine: str) -> Engine:
-        """A fresh HFTokenModel (its own cache pool) over shared weights, and its text model."""
+    def hf(self, weights: str, engine: str, *, capped: bool = False) -> Engine:
+        """A fresh HFTokenModel (its own cache pool) over shared weights, and its text model
+        (``capped``: with :meth:`capped_tokenizer`)."""
         from dprag_core.models.hf import HFTextModel, HFTokenModel
 
         model, tokenizer = (
             self.reader() if weights == "reader" else (self.tiny[weights], self.tokenizer)
         )
+        if capped:
+            tokenizer = self.capped_tokenizer()
         token = HFTokenModel(model, tokenizer, engine=engine)  # type: ignore[arg-type]
         return Engine(token=Watched(token, logits=True), text=HFTextModel.on(token))
 
@@ -578,28 +642,28 @@ class Lab:
             if kind == "model"
             else ScriptedServer(self.tokenizer, SCRIPTS, eos=eos)
         )
-        model = served(
-            ContextLimited(double, n_ctx=CONTEXT), self.tokenizer,
-            lookahead_tokens=lookahead_tokens,
-        )  # fmt: skip
-        return Engine(token=Watched(model, logits=False), text=model, server=double)
+        fault, log = Fault(), []
+        endpoint = ObservedServer(ContextLimited(double, n_ctx=CONTEXT), double, self.tokenizer,
+                                  fault, log)  # fmt: skip
+        model = served(endpoint, self.tokenizer, lookahead_tokens=lookahead_tokens)
+        model.endpoint.backoff = 0.0  # a timed-out request is retried at once (no waiting)
+        return Engine(token=Watched(model, logits=False), text=model, server=double,
+                      fault=fault, endpoint=log)  # fmt: skip
 
     def hosted(self, framework: str) -> Engine:
-        """A hosted text API (a fake: LangChain's or LlamaIndex's chat model), its calls logged."""
+        """A hosted text API (a fake: LangChain's or LlamaIndex's chat model), its calls logged;
+        it refuses, or times out on, a prompt holding :data:`MARKER` when the fault says so."""
+        fault, log = Fault(), []
         if framework == "llamaindex":
-            from li_helpers import QuestionLLM
-
             from llamaindex_dprag import LlamaIndexTextModel
 
-            model: Any = LlamaIndexTextModel(QuestionLLM(), max_concurrency=1)
+            model: Any = LlamaIndexTextModel(faulty_question_llm(fault, log), max_concurrency=1)
         else:
-            from lc_support import EchoChatModel
-
             from langchain_dprag import LangChainTextModel
 
-            model = LangChainTextModel(EchoChatModel(), max_concurrency=1)
+            model = LangChainTextModel(faulty_echo(fault, log), max_concurrency=1)
         logged = LoggedText(model)
-        return Engine(text=logged, hosted=logged.calls)
+        return Engine(text=logged, hosted=logged.calls, fault=fault, endpoint=log)
 
 
 class LoggedText:
@@ -612,6 +676,144 @@ class LoggedText:
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         self.calls.append({"prompts": len(prompts), "max_new_tokens": max_new_tokens})
         return list(self.inner.generate(prompts, max_new_tokens=max_new_tokens))
+
+
+class ContentFilterError(ValueError):
+    """What a hosted API raises on a prompt its content filter refuses (HTTP 400)."""
+
+
+def _failure(kind: str) -> Exception:
+    if kind == "timeout":
+        return TimeoutError("Request timed out.")
+    return ContentFilterError("Error code: 400 - {'error': {'code': 'content_filter'}}")
+
+
+def faulty_echo(fault: Fault, log: list[dict[str, Any]]) -> Any:
+    """lc_support's EchoChatModel whose provider refuses (or times out on) a prompt holding
+    :data:`MARKER`; every call logged (one prompt, its outcome)."""
+    from lc_support import EchoChatModel
+
+    from langchain_dprag._compat import message_text
+
+    class FaultyEcho(EchoChatModel):
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> Any:  # fmt: skip
+            failure = fault.hit(message_text(messages[-1]), "refuse", "timeout")
+            log.append({"prompts": 1, "outcomes": [failure or "ok"]})
+            if failure:
+                raise _failure(failure)
+            return super()._generate(messages, stop, run_manager, **kwargs)
+
+    return FaultyEcho()
+
+
+def faulty_question_llm(fault: Fault, log: list[dict[str, Any]]) -> Any:
+    """li_helpers' QuestionLLM whose provider refuses (or times out on) a prompt holding
+    :data:`MARKER`; every call logged."""
+    from li_helpers import QuestionLLM
+
+    def check(prompt: str) -> None:
+        failure = fault.hit(prompt, "refuse", "timeout")
+        log.append({"prompts": 1, "outcomes": [failure or "ok"]})
+        if failure:
+            raise _failure(failure)
+
+    class FaultyQuestion(QuestionLLM):
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            check(prompt)
+            return super().complete(prompt, formatted, **kwargs)
+
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            check(prompt)
+            return super().stream_complete(prompt, formatted, **kwargs)
+
+    return FaultyQuestion()
+
+
+class ObservedServer:
+    """A server double's transport as a provider sees it: every completion request logged
+    (its rows, each row's outcome, its status), and the fault applied: a request with a row
+    holding :data:`MARKER` answers HTTP 400 ``content_filter`` or times out."""
+
+    def __init__(self, inner: Any, double: Any, tokenizer: Any, fault: Fault,
+                 log: list[dict[str, Any]]) -> None:  # fmt: skip
+        self.inner, self.double, self.tokenizer = inner, double, tokenizer
+        self.fault, self.log = fault, log
+
+    def __call__(self, request: Any) -> Any:
+        import httpx
+
+        if request.url.path != "/completion":
+            with serving():
+                return self.inner(request)
+        body = json.loads(request.content)
+        texts = [self.tokenizer.decode(row) for row in body["prompt"]]
+        failures = [self.fault.hit(t, "refuse", "timeout") for t in texts]
+        entry: dict[str, Any] = {"rows": len(texts), "outcomes": [f or "ok" for f in failures]}
+        self.log.append(entry)
+        if "timeout" in failures:
+            self.double.requests.append(body)
+            entry["status"] = "timeout"
+            raise httpx.ReadTimeout("timed out", request=request)
+        if "refuse" in failures:
+            self.double.requests.append(body)
+            entry["status"] = 400
+            return httpx.Response(400, json={"error": {"code": "content_filter", "type":
+                                  "invalid_request_error", "message": "refused"}})  # fmt: skip
+        with serving():  # the provider's own work
+            response = self.inner(request)
+        entry["status"] = response.status_code
+        return response
+
+
+@contextlib.contextmanager
+def embedding_endpoint(fault: Fault, log: list[dict[str, Any]]) -> Iterator[None]:
+    """The cell's embedding doubles (LangChain's ``TableEmbeddings``, LlamaIndex's embeddings)
+    as an endpoint sees them during an ask: every call logged (texts, bytes, outcome), and
+    an input holding :data:`MARKER` refused when the fault says ``embedding``."""
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from store_cases import TableEmbeddings
+
+    patched: list[tuple[Any, str, Any]] = []
+
+    def watch(owner: Any, name: str, many: bool, is_async: bool = False) -> None:
+        original = owner.__dict__[name]
+
+        def record(texts: list[str], call: str) -> None:
+            failure = any(fault.hit(t, "embedding") for t in texts)
+            log.append({"call": call, "texts": len(texts),
+                        "bytes": sum(len(t.encode("utf-8", "surrogatepass")) for t in texts),
+                        "outcome": "refused" if failure else "ok"})  # fmt: skip
+            if failure:
+                raise ValueError("the embedding endpoint refused the input")
+
+        if is_async:
+
+            async def awatched(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
+                record(list(text) if many else [text], name)
+                return await original(self, text, *args, **kwargs)
+
+            setattr(owner, name, awatched)
+        else:
+
+            def watched(self: Any, text: Any, *args: Any, **kwargs: Any) -> Any:
+                record(list(text) if many else [text], name)
+                return original(self, text, *args, **kwargs)
+
+            setattr(owner, name, watched)
+        patched.append((owner, name, original))
+
+    watch(TableEmbeddings, "embed_query", many=False)
+    watch(TableEmbeddings, "embed_documents", many=True)
+    watch(BaseEmbedding, "get_query_embedding", many=False)
+    watch(BaseEmbedding, "aget_query_embedding", many=False, is_async=True)
+    watch(BaseEmbedding, "get_text_embedding", many=False)
+    watch(BaseEmbedding, "get_text_embedding_batch", many=True)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(patched):
+            setattr(owner, name, original)
 
 
 def requests_of(server: Any) -> list[dict[str, Any]]:

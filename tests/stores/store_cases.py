@@ -66,11 +66,13 @@ QDRANT_DISTANCES = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manha
 
 @dataclass(frozen=True)
 class Row:
-    """One document: its reference (metadata ``ref``, the privacy unit), text and vector."""
+    """One document: its reference (metadata ``ref``, the privacy unit), text and vector;
+    ``metadata``: more metadata keys (``ref`` and ``group`` win over them)."""
 
     ref: str
     text: str
     vector: tuple[float, ...]
+    metadata: tuple[tuple[str, Any], ...] = ()
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -121,9 +123,11 @@ def threshold_rows(*, with_new_unit: bool, seed: int = 2) -> list[Row]:
     return rows
 
 
-def _metadata(row: Row) -> dict[str, str]:
-    """``ref`` (the unit) and ``group``: ``"even"`` or ``"odd"`` by the ref's last digit."""
-    return {"ref": row.ref, "group": "odd" if row.ref[-1] in "13579" else "even"}
+def _metadata(row: Row) -> dict[str, Any]:
+    """``ref`` (the unit) and ``group``: ``"even"`` or ``"odd"`` by the ref's last digit
+    (over the row's own ``metadata``)."""
+    return {**dict(row.metadata), "ref": row.ref,
+            "group": "odd" if row.ref[-1] in "13579" else "even"}  # fmt: skip
 
 
 def brute_force(rows: list[Row], k: int, q: np.ndarray | None = None) -> list[str]:
