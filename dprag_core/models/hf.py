@@ -49,10 +49,10 @@ A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
 engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
 so the argument holds. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
-step attends over ``prompt_width`` slots per row; the static engines' prefill
-computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
-each row alone, its own tokens only, and lays the rows out in the public shape:
-:func:`~dprag_core.models.hf_cache.prefill_rows`).
+step attends over ``prompt_width`` slots per row; the prefill computes B x
+``prompt_width`` positions, except on a CPU with one torch thread, where the
+eager engine prefills each row alone, its own tokens only, and lays the rows out
+in the public shape: :func:`~dprag_core.models.hf_cache.per_row_prefill`).
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
