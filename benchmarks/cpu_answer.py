@@ -1,9 +1,12 @@
 """Seconds per 40-voter DPAnswerVote answer of SmolLM2-135M-Instruct on this CPU.
 
-Each question of the synthetic corpus (real drug names, the treatment facts
-with 16+ records) is answered through ``PrivateRAG`` with DPAnswerVote (m = 40
-voters, k = 1, ε = 5, the reader's prompts and answer length), the model in
-float32, by the eager engine with each prefill, side by side in one process:
+Each treatment question with 16+ records of a synthetic world (real drug names;
+by default ``make_corpus``'s 20 diseases with supports up to 20, where one
+question has 16+ records; ``--diseases 40 --max-support 100`` is the
+evaluation's world, with six) is answered through
+``PrivateRAG`` with DPAnswerVote (m = 40 voters, k = 1, ε = 5, the reader's
+prompts and answer length), the model in float32, by the eager engine with each
+prefill, side by side in one process:
 
 - ``batched``: one batched forward over the public B x ``prompt_width`` layout
   (:func:`~dprag_core.models.hf_cache.prefill_padded`, what a CPU session runs
@@ -18,8 +21,8 @@ answers, the load average around the run, and the CPU's bf16 factor: the CPU
 time of one 64x576x1536 matrix product in bfloat16 over float32
 (``dprag_core.models.hf.cpu_has_native_bf16`` decides which dtype a CPU load gets).
 
-    .venv/bin/python benchmarks/cpu_answer.py                 # 4 questions, 2 torch threads
-    .venv/bin/python benchmarks/cpu_answer.py --questions 1 --threads 1
+    .venv/bin/python benchmarks/cpu_answer.py --threads 1   # one question, one torch thread
+    .venv/bin/python benchmarks/cpu_answer.py --threads 2 --diseases 40 --max-support 100
 """
 
 from __future__ import annotations
@@ -78,11 +81,15 @@ def main() -> None:
     ap.add_argument("--voters", type=int, default=40)
     ap.add_argument("--epsilon", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
+    ap.add_argument("--diseases", type=int, default=20, help="make_corpus's n_diseases")
+    ap.add_argument("--max-support", type=int, default=20, help="make_corpus's max_support")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     reader = READERS["smollm2"]
     token_model, text_model = load_reader("smollm2", dtype="float32")
-    corpus = make_corpus(seed=args.seed, real_treatments=True)
+    corpus = make_corpus(
+        n_diseases=args.diseases, max_support=args.max_support, seed=args.seed, real_treatments=True
+    )
     items = [q for q in corpus.questions_of("treatment") if q.support >= 16][: args.questions]
     index = CorpusIndex.build(corpus)
     mech = DPAnswerVote(
@@ -109,7 +116,11 @@ def main() -> None:
             wall[name].append(time.perf_counter() - start)
             cpu[name].append(time.process_time() - start_cpu)
             answers[name].append(answer.text)
-            print(f"  {item.question[:48]!r} {name}: {wall[name][-1]:.1f} s", flush=True)
+            print(
+                f"  {item.question[:48]!r} {name}: {wall[name][-1]:.1f} s, "
+                f"{cpu[name][-1]:.1f} CPU-s",
+                flush=True,
+            )
         loads.append(os.getloadavg()[0])
     med = {name: statistics.median(wall[name]) for name in paths}
     med_cpu = {name: statistics.median(cpu[name]) for name in paths}
