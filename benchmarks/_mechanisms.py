@@ -52,8 +52,8 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 5.0, 10.0, 20.0, 50.0])
     ap.add_argument("--voters", type=int, default=40, help="m voters (k=1) / KSA responses")
     # The shares and the threshold default to the reader's (dprag_core/eval/readers.py),
-    # chosen on a development world (corpus seed 1; the tables use seed 0) by the rule in
-    # docs/evaluation.md ("Tuning"; "The instruct reader").
+    # chosen on a development world (corpus seed 1) by the rule in docs/evaluation.md
+    # ("Tuning").
     ap.add_argument(
         "--token-share",
         type=float,

@@ -1,11 +1,12 @@
 """Per-row prefill vs the padded batched prefill, on the reader: cost and greedy tokens.
 
 Every session is laid out in the public shape B x ``prompt_width`` (batch
-invariance, ``dprag_core/models/hf.py``). The eager backend fills it by
-prefilling each row alone (:func:`~dprag_core.models.hf_cache.prefill_rows`:
-the rows' real tokens) instead of one batched forward over B x
-``prompt_width`` positions (:func:`~dprag_core.models.hf_cache.prefill_padded`).
-Both then decode batched over the same public shape. For each question of the
+invariance, ``dprag_core/models/hf.py``). With one torch thread the eager
+backend on CPU fills it by prefilling each row alone
+(:func:`~dprag_core.models.hf_cache.prefill_rows`: the rows' real tokens), with
+more threads by one batched forward over B x ``prompt_width`` positions
+(:func:`~dprag_core.models.hf_cache.prefill_padded`); here each is forced
+(``_prefills.py``). Both then decode batched over the same public shape. For each question of the
 README corpus and of the default synthetic corpus, B = m voters (one record
 each, the question's own disease first, as a retriever ranks them) + the public
 row; this prints, side by side:
@@ -24,8 +25,8 @@ prefill 152.2 -> 72.1 ms (0.474x), decode 5.12 -> 4.69 ms per token;
 ``--threads 2 --clock wall``: prefill 85.7 -> 61.2 ms (0.714x), decode 3.82 ->
 3.46 ms. First logits within 2.69e-5, 0 of 30592 greedy tokens differ. (Under
 load ~11 with two threads it had been 2.5x slower: 41 small forwards wait at
-every kernel's thread barrier for a descheduled thread.) Only CPU sessions take
-it (``DynamicBackend.prefill``); a GPU was not measured.
+every kernel's thread barrier for a descheduled thread: what
+``hf_cache.per_row_prefill`` decides by.) A GPU was not measured.
 
 Run: nice .venv/bin/python benchmarks/prefill.py --clock cpu --threads 1
 """
@@ -46,25 +47,13 @@ import torch  # noqa: E402
 from dprag_core.eval.synthetic import SyntheticCorpus, make_corpus  # noqa: E402
 from dprag_core.eval.workbench import load_models  # noqa: E402
 from dprag_core.models.hf import HFTokenModel, _left_pad  # noqa: E402
-from dprag_core.models.hf_cache import (  # noqa: E402
-    DynamicBackend,
-    prefill_padded,
-    with_closed_slot,
-)
+from dprag_core.models.hf_cache import DynamicBackend  # noqa: E402
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE  # noqa: E402
 
+sys.path[:0] = [str(ROOT / "benchmarks")]
+from _prefills import BatchedBackend, RowsBackend  # noqa: E402
+
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-class PaddedBackend(DynamicBackend):
-    """The eager backend with the padded batched prefill (the baseline), same layout."""
-
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        ids, mask = with_closed_slot(ids, mask)
-        self._mask = mask
-        self._next_position = mask.sum(-1, keepdim=True)
-        logits, self._cache = prefill_padded(self._call, ids, mask)
-        return logits
 
 
 def prompts(corpus: SyntheticCorpus, question: str, subject: str, m: int) -> list[str]:
@@ -106,7 +95,7 @@ def main() -> None:
         timed = index < ARGS.timed
         for _ in range(ARGS.repeats if timed else 1):
             out = {}
-            for name, kind in (("padded", PaddedBackend), ("rows", DynamicBackend)):
+            for name, kind in (("padded", BatchedBackend), ("rows", RowsBackend)):
                 out[name] = run(kind(model._call, model.device), ids, mask, ARGS.tokens, vocab)
                 if timed:
                     times[name].append(out[name][0])

@@ -127,7 +127,7 @@ def table(
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--reader", choices=sorted(READERS), default="smollm2")
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--epsilon", type=float, default=5.0)
     ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--voters", type=int, default=20, help="m voters (k = 1) / KSA responses")

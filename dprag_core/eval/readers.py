@@ -6,8 +6,7 @@ first (``dprag_core/assets/reader``), and ``smollm2``, SmolLM2-135M-Instruct
 template that answers in a sentence frame ("The recommended treatment for X is
 Y."). :data:`READERS` holds each one's prompts and the voting mechanisms'
 defaults; the shares and the DPSparseVote threshold were chosen by the rule of
-docs/evaluation.md ("Tuning", "The instruct reader") on a development world
-(corpus seed 1) and are reported on the test world (seed 0).
+docs/evaluation.md ("Tuning") on a development world (corpus seed 1).
 
 >>> READERS["smollm2"].word_share, READERS["smollm2"].threshold_share
 (0.5, 0.25)

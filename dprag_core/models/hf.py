@@ -49,10 +49,10 @@ A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
 engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
 so the argument holds. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
-step attends over ``prompt_width`` slots per row; the static engines' prefill
-computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
-each row alone, its own tokens only, and lays the rows out in the public shape:
-:func:`~dprag_core.models.hf_cache.prefill_rows`).
+step attends over ``prompt_width`` slots per row; the prefill computes B x
+``prompt_width`` positions, except on a CPU with one torch thread, where the
+eager engine prefills each row alone, its own tokens only, and lays the rows out
+in the public shape: :func:`~dprag_core.models.hf_cache.per_row_prefill`).
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
@@ -65,8 +65,11 @@ light.
 
 from __future__ import annotations
 
+import platform
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -106,6 +109,8 @@ __all__ = [
     "HFTokenModel",
     "HFTokenSession",
     "check_rewindable",
+    "cpu_has_native_bf16",
+    "load_dtype",
 ]
 
 DType = Literal["float32", "bfloat16"]
@@ -117,6 +122,54 @@ def _torch_dtype(dtype: str) -> torch.dtype:
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
     return _DTYPES[dtype]
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bfloat16 matrix instructions (x86: AVX512_BF16 or AMX, as torch
+    reads them; another architecture: a ``bf16`` flag in ``/proc/cpuinfo``, e.g. Arm v8.6).
+
+    Without them torch emulates bf16 matrix products through float32 conversions:
+    on a 2-core AMD EPYC with AVX2 only, one 64x576x1536 product took ~50x the
+    float32 one's CPU time (``benchmarks/cpu_answer.py`` prints the factor).
+
+    >>> isinstance(cpu_has_native_bf16(), bool)
+    True
+    """
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    if platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}:
+        return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace").split()
+    except OSError:
+        return False
+    return "bf16" in flags
+
+
+def load_dtype(dtype: str, device: str) -> torch.dtype:
+    """The torch dtype :meth:`HFTokenModel.from_pretrained` loads for ``dtype`` on ``device``.
+
+    ``"bfloat16"`` on a CPU without native bf16 (:func:`cpu_has_native_bf16`)
+    loads float32 instead, with one ``UserWarning`` per load saying so: there bf16
+    is many times slower than float32, never faster. The choice reads the CPU
+    only (public), nothing of a query or a corpus.
+
+    >>> load_dtype("float32", "cpu")
+    torch.float32
+    >>> load_dtype("bfloat16", "cuda")
+    torch.bfloat16
+    """
+    tdtype = _torch_dtype(dtype)
+    on_cpu = torch.device(device).type == "cpu"
+    if tdtype is torch.bfloat16 and on_cpu and not cpu_has_native_bf16():
+        warnings.warn(
+            "dtype='bfloat16' on a CPU without bfloat16 matrix instructions (AVX512_BF16, "
+            "AMX or Arm bf16): loading float32 instead, which runs many times faster "
+            "there (about 50x per matrix product on an AVX2-only CPU)",
+            UserWarning,
+            stacklevel=3,
+        )
+        return torch.float32
+    return tdtype
 
 
 def _left_pad(
@@ -473,11 +526,14 @@ class HFTokenModel(TokenizerCodec):
     ) -> HFTokenModel:
         """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
 
+        ``dtype="bfloat16"`` on a CPU without bf16 matrix instructions loads float32
+        (one ``UserWarning`` at load, :func:`load_dtype`): there it is the fast one.
+
         >>> HFTokenModel.from_pretrained("./reader-lm", dtype="bfloat16")  # doctest: +SKIP
         >>> HFTokenModel.from_pretrained(  # doctest: +SKIP
         ...     "./reader-lm", dtype="bfloat16", device="cuda", engine="cuda_graphs")
         """
-        tdtype = _torch_dtype(dtype)
+        tdtype = load_dtype(dtype, device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model: Any = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=tdtype, attn_implementation="sdpa"

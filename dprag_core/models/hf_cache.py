@@ -17,17 +17,18 @@ concatenation) and :class:`~dprag_core.models.hf_static.StaticBackend` (engines
 backend returns the model's raw last-position logits (every logit row); the
 session cuts them to the real vocabulary, in one place.
 
-**Per-row prefill.** Sessions are laid out in a public shape, B rows
-left-padded to ``prompt_width`` (:mod:`~dprag_core.models.hf`, *batch
-invariance*). :class:`DynamicBackend` does not compute the padding: it
-prefills each row alone (:func:`prefill_rows`: a function of that row's
-prompt only) and places its keys and values right-aligned in the padded
-cache, which the decode steps then extend batched in the public shape. On the
-reader (41 rows of at most 84 tokens, ``prompt_width`` 512, one CPU thread)
-the prefill takes 0.31x the CPU time of the padded batched forward, with the
-same greedy tokens (``benchmarks/prefill.py``); with two threads on a CPU that
-other jobs oversubscribed it took 2.5x longer (its many small kernels wait at
-each kernel's thread barrier). The static engines keep the batched forward.
+**Prefill.** Sessions are laid out in a public shape, B rows left-padded to
+``prompt_width`` (:mod:`~dprag_core.models.hf`, *batch invariance*).
+:class:`DynamicBackend` fills it with one batched forward over that shape
+(:func:`prefill_padded`), as the static engines do. On a CPU with one torch
+thread it skips the padding instead: it prefills each row alone
+(:func:`prefill_rows`: a function of that row's prompt only) and places its
+keys and values right-aligned in the padded cache, which the decode steps then
+extend batched in the public shape (the reader, one thread: 0.47x the CPU time
+of the batched forward, same greedy tokens, ``benchmarks/prefill.py``). With
+two or more threads its many small forwards wait at each kernel's thread
+barrier, so the batched forward is faster there (:func:`per_row_prefill`;
+``benchmarks/cpu_answer.py``).
 
 **One closed slot.** The eager layout has one slot more than ``prompt_width``,
 in front, closed for every row (:func:`with_closed_slot`). transformers skips
@@ -61,6 +62,7 @@ __all__ = [
     "ModelCall",
     "cache_argument",
     "check_rewindable",
+    "per_row_prefill",
     "prefill_padded",
     "prefill_rows",
     "with_closed_slot",
@@ -151,6 +153,24 @@ def prefill_rows(
             )
             batched.update(keys, values, index)
         return torch.cat(logits), batched
+
+
+def per_row_prefill(device: torch.device) -> bool:
+    """Whether :class:`DynamicBackend` prefills row by row: on a CPU with one torch thread.
+
+    With one thread, B small forwards over the rows' real tokens cost less than one
+    forward over B x ``prompt_width`` positions (the shipped reader: 0.47x its CPU
+    time, ``benchmarks/prefill.py``). With more threads every small forward waits at
+    each kernel's thread barrier, and on a loaded CPU a descheduled thread holds all
+    of them: one batched forward is the fast one there (SmolLM2, 40 voters:
+    ``benchmarks/cpu_answer.py``). On other devices B sequential forwards were not
+    measured against the batched one. Both are functions of the row's own prompt
+    in a public shape.
+
+    >>> per_row_prefill(torch.device("meta"))
+    False
+    """
+    return device.type == "cpu" and torch.get_num_threads() == 1
 
 
 def prefill_padded(
@@ -251,17 +271,17 @@ class DynamicBackend:
         self._call, self._device = call, device
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Fill a new cache. On CPU each row is prefilled alone (:func:`prefill_rows`: its
-        real tokens only; measured 0.47-0.71x the padded prefill's time, docs/evaluation.md);
-        on other devices, or for a model whose cache it cannot lay out, one batched forward
-        (:func:`prefill_padded`: on a GPU, B sequential forwards were not measured against
-        it). Both depend on the device and the prompts' public shape only, never on the
-        votes. The layout gets one slot in front that no row attends to
-        (:func:`with_closed_slot`). Row r's next position is n_r."""
+        """Fill a new cache: one batched forward over the public B x W layout
+        (:func:`prefill_padded`), except on a CPU where torch runs one thread, where each
+        row is prefilled alone (:func:`prefill_rows`: its real tokens only) unless the
+        model's cache cannot be laid out that way (:func:`per_row_prefill`). The choice
+        reads the device and torch's thread count (public), never the prompts. The
+        layout gets one slot in front that no row attends to (:func:`with_closed_slot`).
+        Row r's next position is n_r."""
         ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
-        rows = prefill_rows(self._call, ids, mask) if self._device.type == "cpu" else None
+        rows = prefill_rows(self._call, ids, mask) if per_row_prefill(self._device) else None
         logits, self._cache = rows or prefill_padded(self._call, ids, mask)
         return logits
 

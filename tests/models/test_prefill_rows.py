@@ -1,6 +1,7 @@
 """The eager backend's per-row prefill (issue 25 item 6): each row alone, then batched.
 
-:func:`~dprag_core.models.hf_cache.prefill_rows` prefills each row alone and
+:func:`~dprag_core.models.hf_cache.prefill_rows` (a CPU session with one torch
+thread; forced here whatever the threads) prefills each row alone and
 places its keys and values right-aligned in the public B x ``prompt_width``
 layout. Here every row's logits, after the prefill and after each batched
 decode step, must match the model run on that row's tokens alone, without a
@@ -33,6 +34,12 @@ PROMPTS = [
     QUESTION,
 ]
 STEPS = 3
+
+
+@pytest.fixture(autouse=True)
+def row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every CPU session here prefills row by row, whatever this process's torch threads."""
+    monkeypatch.setattr(hf_cache, "per_row_prefill", lambda device: device.type == "cpu")
 
 
 def _sliding(tok: Any) -> Any:
@@ -140,9 +147,12 @@ def test_rows_longer_than_the_width_stay_bit_identical() -> None:
     assert all(map(torch.equal, trace(PROMPTS[1]), trace(shorter)))
 
 
-def test_only_a_cpu_session_prefills_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The per-row prefill was measured on CPU only: a backend on another device takes
-    the padded batched prefill (the device is public, so is the choice)."""
+def test_only_a_one_thread_cpu_session_prefills_row_by_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Row by row on a CPU with one torch thread; with more threads, or on another device,
+    one batched forward (the device and the thread count are public, so is the choice)."""
+    monkeypatch.undo()  # the real rule, not this file's fixture
     model = HFTokenModel(*_weights("reader"))
     ids, mask = torch.ones((2, 4), dtype=torch.long), torch.ones((2, 4), dtype=torch.long)
     calls: list[str] = []
@@ -153,7 +163,7 @@ def test_only_a_cpu_session_prefills_row_by_row(monkeypatch: pytest.MonkeyPatch)
         return real(*args)
 
     monkeypatch.setattr(hf_cache, "prefill_rows", counted)
-    hf_cache.DynamicBackend(model._call, torch.device("cpu")).prefill(ids, mask)
-    assert calls == ["rows"]
-    hf_cache.DynamicBackend(model._call, torch.device("meta")).prefill(ids, mask)
-    assert calls == ["rows"]
+    for threads, device, expected in [(1, "cpu", 1), (2, "cpu", 1), (1, "meta", 1), (1, "cpu", 2)]:
+        monkeypatch.setattr(hf_cache.torch, "get_num_threads", lambda threads=threads: threads)
+        hf_cache.DynamicBackend(model._call, torch.device(device)).prefill(ids, mask)
+        assert len(calls) == expected, (threads, device)
