@@ -69,8 +69,11 @@ def _normalised(vectors: npt.ArrayLike, dim: int, name: str) -> npt.NDArray[np.f
 class FaissCorpus:
     """Documents with ids, texts and privacy units in an inner-product FAISS index.
 
+    Its repr names public settings only (never how many documents it holds: an
+    error tracker records the reprs of a traceback's locals; ``len()`` says it).
+
     >>> FaissCorpus(dim=4)
-    FaissCorpus(dim=4, documents=0)
+    FaissCorpus(dim=4)
     >>> FaissCorpus(dim=4, partition=PublicPartition.random(dim=4, cells=8, probes=2)).partition
     PublicPartition(dim=4, cells=8, probes=2, provenance='random')
     """
@@ -205,7 +208,7 @@ class FaissCorpus:
 
     def __repr__(self) -> str:
         cells = "" if self.partition is None else f", partition={self.partition!r}"
-        return f"FaissCorpus(dim={self.dim}, documents={len(self)}{cells})"
+        return f"FaissCorpus(dim={self.dim}{cells})"
 
 
 class FaissRetriever:

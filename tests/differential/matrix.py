@@ -688,10 +688,6 @@ KNOWN: list[Known] = [
           lambda c: c.entry.name == "DPRetriever" and c.mechanism.name == "LedgerFilter",
           settled=lambda c: c.neighbour.name not in UNUSABLE),  # a placeholder x: as the
     # store returns it (dropped before 'found' by some stores, kept by Qdrant's)
-    Known("issue 40 case 2", "frames: a PrivateDataError's frames hold the app's "
-          "FaissRetriever, whose repr shows the corpus size (documents=4 in D, 5 in D + x)",
-          lambda c: c.entry.runner == "core_answer" and c.store.name.startswith("core-faiss")
-          and (c.mechanism.name == "IdsInDetails" or c.neighbour.ledger_raising)),
     Known("issue 40 case 3", "work past the bound: every token engine (and the served "
           "model's client) tokenizes a whole prompt before cutting it to prompt_width",
           lambda c: c.neighbour.name == "huge" and c.engine is not None
