@@ -266,14 +266,17 @@ class PostgresLedger(PostgresBacked, Ledger):
 
         return self._store.run(work)
 
-    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
+    def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float]]:
-            return [
-                (q, u, int(c), float(at))
-                for q, u, c, at in conn.execute(
-                    self._sql("SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq")
+            if last is None:
+                sql, args = "SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq", ()
+            else:  # the primary key's index, read backwards
+                sql = (
+                    "SELECT * FROM (SELECT seq, query_id, unit, cost, at FROM {audit}"
+                    " ORDER BY seq DESC LIMIT %s) AS t ORDER BY seq"
                 )
-            ]
+                args = (last,)
+            return [(r[-4], r[-3], int(r[-2]), float(r[-1])) for r in conn.execute(self._sql(sql), args)]
 
         return iter(self._store.run(work))
 

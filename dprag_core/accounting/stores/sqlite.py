@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -110,7 +111,9 @@ class SQLiteSpec:
     catalog for the first time (files written before the catalog existed) and
     when a store listed with an older ``version`` is opened writable (read-only,
     it is used as that version listed it). ``version`` is the schema version
-    recorded.
+    recorded. ``state``: the tables that hold the budget's state (totals, what is
+    left), integrity-checked at every open (``PRAGMA quick_check``, their
+    pages only); the append-only logs are checked by :meth:`SQLiteStore.check`.
 
     >>> SQLiteSpec("ledger", "per-unit ledger", ("units",), ()).version
     2
@@ -123,6 +126,7 @@ class SQLiteSpec:
     params: tuple[tuple[Any, ...], ...] = ()
     migrate: tuple[str, ...] = ()
     version: int = 2
+    state: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,117 @@ def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
     "the per-unit ledger in '/l.db' is unavailable (OperationalError)"
     """
     code = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return damaged(label, f"its pages are damaged ({code})")
     return LedgerUnavailable(f"the {label} is unavailable ({code})")
+
+
+RESTORE = (
+    "restore it from its latest backup (sqlite3 .backup) and charge back what was spent "
+    "since (docs/ledgers.md, Backups)"
+)
+"""The fix every damaged-file message names."""
+
+
+def damaged(label: str, why: str, fix: str = RESTORE) -> LedgerUnavailable:
+    """The one-line refusal of a damaged or foreign file: what is wrong and the fix.
+
+    >>> str(damaged("budget file '/b.db'", "it is a directory", "give the .db file"))
+    "the budget file '/b.db' cannot be used: it is a directory; nothing was written to it: give the .db file"
+    """
+    return LedgerUnavailable(f"the {label} cannot be used: {why}; nothing was written to it: {fix}")
+
+
+_MAGIC = b"SQLite format 3\x00"
+_WAL_MAGIC = (0x377F0682, 0x377F0683)
+
+
+@dataclass(frozen=True)
+class _Header:
+    page_size: int
+    identity: int  # the header's user_version: the file's random identity (0: none recorded)
+
+
+def _read_header(path: Path, label: str) -> _Header | None:
+    """The database header of ``path`` checked against SQLite's file format (None: empty).
+
+    Catches what SQLite would read as another database or trip over later: a
+    file that is not SQLite's, a truncated file (shorter than its header says
+    or not a whole number of pages), impossible header fields, and a ``-wal``
+    file beside it that is not a WAL of this page size.
+    """
+    with open(path, "rb") as file:
+        head = file.read(100)
+        size = os.fstat(file.fileno()).st_size
+    if size == 0:
+        return None
+    if not _MAGIC.startswith(head[: len(_MAGIC)]) or len(head) < len(_MAGIC):
+        if _MAGIC.startswith(head) and len(head) < len(_MAGIC):
+            raise damaged(label, f"the file is truncated ({size} bytes)")
+        raise damaged(
+            label,
+            "the file is not a SQLite database",
+            "point to the budget's own .db file, or " + RESTORE,
+        )
+    if len(head) < 100:
+        raise damaged(label, f"the file is truncated ({size} bytes, shorter than its header)")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1) or head[18] not in (1, 2) or head[19] not in (1, 2):
+        raise damaged(label, "its header is damaged (page size or format version)")
+    if head[21:24] != b"\x40\x20\x20" or int.from_bytes(head[44:48], "big") not in range(5):
+        raise damaged(label, "its header is damaged (payload fractions or schema format)")
+    if int.from_bytes(head[56:60], "big") not in range(4):
+        raise damaged(label, "its header is damaged (text encoding)")
+    pages = int.from_bytes(head[28:32], "big")
+    if size % page or (head[24:28] == head[92:96] and pages * page > size):
+        raise damaged(label, f"the file is truncated ({size} bytes: not the pages its header lists)")
+    _check_wal(path, page, label)
+    return _Header(page, int.from_bytes(head[60:64], "big"))
+
+
+def _check_wal(path: Path, page: int, label: str) -> None:
+    """Refuse a ``-wal`` file beside ``path`` that cannot be this database's (wrong magic or
+    page size): SQLite would replay it onto the file."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        with open(wal, "rb") as file:
+            head = file.read(32)
+    except FileNotFoundError:
+        return
+    except OSError:  # unreadable: SQLite reports it when it opens the file
+        return
+    if not head:
+        return
+    if (
+        len(head) < 32
+        or int.from_bytes(head[:4], "big") not in _WAL_MAGIC
+        or int.from_bytes(head[8:12], "big") != page
+    ):
+        raise foreign_wal(label, wal)
+
+
+def foreign_wal(label: str, wal: Path) -> LedgerUnavailable:
+    """The refusal of a ``-wal`` file that belongs to another database."""
+    return damaged(
+        label,
+        f"the write-ahead log {str(wal)!r} beside it belongs to another database (a copy "
+        "placed next to another store's stale -wal?)",
+        f"stop every process using the file, move {wal.name!r} (and {wal.name[:-4]}-shm) "
+        "out of the directory, then open it again",
+    )
+
+
+def _migrate(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    """Run migration statements; an ``ALTER TABLE t ADD COLUMN c`` whose column exists is
+    skipped (SQLite has no ``IF NOT EXISTS`` there), so every migration is idempotent."""
+    for stmt in statements:
+        words = stmt.split()
+        if words[:2] == ["ALTER", "TABLE"] and words[3:5] == ["ADD", "COLUMN"]:
+            columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{words[2]}")')}
+            if words[5] in columns:
+                continue
+        conn.execute(stmt)
 
 
 def _checked_path(path: object) -> Path:
@@ -256,6 +370,8 @@ class SQLiteStore:
         self.label = label
         self._local = threading.local()
         self._immutable = False
+        self.identity = 0
+        """The file's random identity (its header's ``user_version``; 0: none recorded)."""
         self._dir_synced = -1
         self._commits = 0
         self._checkpoint_due = threading.Event()
@@ -295,18 +411,37 @@ class SQLiteStore:
 
     def _inspect(self) -> dict[str, _Listed]:
         """The stores this file holds; refuses a file that is not dprag's (nothing written)."""
-        if self.path.stat().st_size == 0:
+        if self.path.is_dir():
+            raise damaged(
+                self.label, "it is a directory, not a budget file", "give the path of the .db file"
+            )
+        try:
+            header = _read_header(self.path, self.label)
+        except OSError as exc:
+            raise LedgerUnavailable(
+                f"the {self.label} cannot be read ({exc.strerror}): check its owner and mode"
+            ) from None
+        if header is None:  # an empty file: a store is created in it, or none exists
             return {}
         conn = None
         try:
             conn = self._connect_read_only()
+            (seen,) = conn.execute("PRAGMA user_version").fetchone()
+            if header.identity and seen != header.identity:  # pages replayed from another WAL
+                raise foreign_wal(self.label, self.path.with_name(self.path.name + "-wal"))
+            self.identity = int(seen)
             names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if CATALOG in names:
+                self._quick_check(conn, CATALOG)
             listed = self._listed_in(conn, names)
+        except (ValueError, TypeError, AttributeError):  # values no dprag version writes
+            raise damaged(self.label, "its store catalog is damaged") from None
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
-                raise LedgerUnavailable(
-                    f"the {self.label} cannot be opened: the file is not a SQLite database "
-                    "(nothing was written to it)"
+                raise damaged(
+                    self.label,
+                    "the file is not a SQLite database (or its header is damaged)",
+                    "point to the budget's own .db file, or " + RESTORE,
                 ) from None
             raise unavailable(self.label, exc) from None
         finally:
@@ -330,6 +465,8 @@ class SQLiteStore:
             for key, kind, name, objects, version in conn.execute(
                 f"SELECT store, kind, name, objects, version FROM {CATALOG}"
             ):
+                if not all(isinstance(v, str) for v in (key, kind, name, objects)):
+                    raise ValueError("a catalog row holds a value no dprag version writes")
                 listed[key] = _Listed(kind, name, tuple(objects.split()), False, int(version))
 
         def columns(table: str) -> tuple[str, ...]:
@@ -359,6 +496,25 @@ class SQLiteStore:
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
 
+    def _quick_check(self, conn: sqlite3.Connection, table: str) -> None:
+        """``PRAGMA quick_check`` of one table and its indexes (its pages only: cheap for the
+        small tables that hold a budget's state); a failure refuses the file."""
+        rows = conn.execute(f'PRAGMA quick_check("{table}")').fetchall()
+        if rows != [("ok",)]:
+            raise damaged(self.label, f"the integrity check of its table {table!r} failed")
+
+    def check(self) -> int:
+        """``PRAGMA quick_check`` of the whole file (every page; a second or so per GiB);
+        raises :class:`LedgerUnavailable` naming the file and the fix, else returns the
+        number of stores it holds."""
+        try:
+            rows = self.conn().execute("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+        if rows != [("ok",)]:
+            raise damaged(self.label, f"the integrity check found {len(rows)} problem(s)")
+        return len(self._listed)
+
     def listed(self) -> list[tuple[str, str, str]]:
         """(kind, catalog key, name) of every store this file holds, sorted by kind and key.
 
@@ -376,6 +532,8 @@ class SQLiteStore:
         key's last part) or to check when opening (None: any).
         """
         found = self._listed.get(spec.key)
+        if found is not None:
+            self._check_state(spec)
         if found is None:
             present = [n for n in spec.objects if n in self._names]
             if present:
@@ -410,6 +568,16 @@ class SQLiteStore:
             raise incomplete(self.label, absent)
         return found.name
 
+    def _check_state(self, spec: SQLiteSpec) -> None:
+        """The integrity check of the tables that hold the store's state (``spec.state``),
+        before anything is read from them or charged."""
+        try:
+            for table in spec.state:
+                if table in self._names:
+                    self._quick_check(self.conn(), table)
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+
     def _create(self, spec: SQLiteSpec, name: str) -> _Listed:
         with self.write() as conn:
             conn.execute(_CATALOG_DDL)
@@ -424,6 +592,10 @@ class SQLiteStore:
             for stmt, args in zip(spec.ddl, params, strict=True):
                 conn.execute(stmt, args)
             self._list(conn, spec, name)
+            stamped = self._stamp(conn)
+        if stamped:  # the header on disk carries it from now on (a stale -wal is then seen)
+            with contextlib.suppress(sqlite3.Error):
+                self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._names.update(spec.objects)
         self._listed[spec.key] = _Listed(spec.kind, name, spec.objects, False, spec.version)
         return self._listed[spec.key]
@@ -437,12 +609,12 @@ class SQLiteStore:
                 f"SELECT version FROM {CATALOG} WHERE store = ?", (spec.key,)
             ).fetchone()
             if row is not None and int(row[0]) < spec.version:  # not upgraded meanwhile
-                for stmt in spec.migrate:
-                    conn.execute(stmt)
+                _migrate(conn, spec.migrate)
                 conn.execute(
                     f"UPDATE {CATALOG} SET objects = ?, version = ? WHERE store = ?",
                     (" ".join(spec.objects), spec.version, spec.key),
                 )
+                self._stamp(conn)
         self._names.update(spec.objects)
         self._listed[spec.key] = _Listed(found.kind, found.name, spec.objects, False, spec.version)
         return self._listed[spec.key]
@@ -453,10 +625,20 @@ class SQLiteStore:
             conn.execute(_CATALOG_DDL)
             if conn.execute(f"SELECT 1 FROM {CATALOG} WHERE store = ?", (spec.key,)).fetchone():
                 return  # adopted meanwhile by another process
-            for stmt in spec.migrate:
-                conn.execute(stmt)
+            _migrate(conn, spec.migrate)
             self._list(conn, spec, found.name)
+            self._stamp(conn)
         self._listed[spec.key] = _Listed(spec.kind, found.name, spec.objects, False, spec.version)
+
+    def _stamp(self, conn: sqlite3.Connection) -> bool:
+        """Give the file a random identity in its header (``user_version``) unless it has one:
+        a ``-wal`` whose pages carry another identity is refused at open."""
+        (current,) = conn.execute("PRAGMA user_version").fetchone()
+        if current:
+            return False
+        self.identity = secrets.randbelow(2**31 - 1) + 1
+        conn.execute(f"PRAGMA user_version = {self.identity}")
+        return True
 
     @staticmethod
     def _list(conn: sqlite3.Connection, spec: SQLiteSpec, name: str) -> None:
