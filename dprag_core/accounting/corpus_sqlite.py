@@ -38,6 +38,13 @@ from dprag_core.budget import Budget
 __all__ = ["SQLiteCorpusAccountant"]
 
 
+def _objects(table: str) -> tuple[str, ...]:
+    """The store's tables and triggers (its entry in the file's catalog)."""
+    b, c, p = f"{table}_budget", f"{table}_charges", f"{table}_pruned"
+    return (b, c, f"{c}_no_update", f"{c}_no_delete", p, f"{p}_no_change", f"{p}_no_delete",
+            f"{b}_forward")  # fmt: skip
+
+
 def _spec(table: str, total: tuple[int, int] | None) -> SQLiteSpec:
     b, c, p = f"{table}_budget", f"{table}_charges", f"{table}_pruned"
     tail = (
@@ -69,8 +76,7 @@ def _spec(table: str, total: tuple[int, int] | None) -> SQLiteSpec:
     return SQLiteSpec(
         f"corpus:{table}",
         "corpus budget",
-        (b, c, f"{c}_no_update", f"{c}_no_delete", p, f"{p}_no_change", f"{p}_no_delete",
-         f"{b}_forward"),  # fmt: skip
+        _objects(table),
         (
             f"CREATE TABLE IF NOT EXISTS {b} (id INTEGER PRIMARY KEY CHECK (id = 1),"
             " total_epsilon INTEGER NOT NULL, total_delta INTEGER NOT NULL,"

@@ -268,15 +268,17 @@ class PostgresLedger(PostgresBacked, Ledger):
 
     def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float]]:
+            args: tuple[int, ...] = ()
             if last is None:
-                sql, args = "SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq", ()
+                sql = "SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq"
             else:  # the primary key's index, read backwards
                 sql = (
                     "SELECT * FROM (SELECT seq, query_id, unit, cost, at FROM {audit}"
                     " ORDER BY seq DESC LIMIT %s) AS t ORDER BY seq"
                 )
                 args = (last,)
-            return [(r[-4], r[-3], int(r[-2]), float(r[-1])) for r in conn.execute(self._sql(sql), args)]
+            rows = conn.execute(self._sql(sql), args)
+            return [(r[-4], r[-3], int(r[-2]), float(r[-1])) for r in rows]
 
         return iter(self._store.run(work))
 
@@ -297,12 +299,14 @@ class PostgresLedger(PostgresBacked, Ledger):
                     self._sql(
                         "SELECT (SELECT count(*) FROM {units}),"
                         " (SELECT count(*) FROM {units} WHERE remaining < %s),"
+                        # O(charged queries): the one figure no kept total gives
                         " (SELECT count(DISTINCT query_id) FROM {audit}),"
-                        " (SELECT max(at) FROM {audit}),"
-                        " (SELECT coalesce(sum(cost), 0) FROM {audit}),"
+                        " (SELECT at FROM {audit} ORDER BY seq DESC LIMIT 1),"
+                        # what every unit spent, from the units: each debit is in both
+                        " (SELECT coalesce(sum(%s - remaining), 0) FROM {units}),"
                         " (SELECT value FROM {meta} WHERE key = 'refusals')"
                     ),
-                    (min_cost,),
+                    (min_cost, b),
                 ).fetchone()
                 bins = [0] * HISTOGRAM_BINS
                 for k, n in conn.execute(

@@ -189,7 +189,8 @@ class SQLiteLedger(Ledger):
                 if same_charge(recorded, units, cost):
                     return "recorded", []
                 raise reused_id()
-            if conn.execute("SELECT 1 FROM pruned WHERE digest = ?", (digest(query_id),)).fetchone():
+            pruned = conn.execute("SELECT 1 FROM pruned WHERE digest = ?", (digest(query_id),))
+            if pruned.fetchone():
                 raise reused_id()
             lacking = [
                 row[0]

@@ -80,7 +80,8 @@ counts, charge functions without caller-chosen budgets.)"""
 
 _LOCK_TAG = "dprag-schema:"
 _ROLE = re.compile(r"[a-z_][a-z0-9_]*")
-_UNQUALIFIED = frozenset({"audit_query"})  # an index is named without its (its table's) schema
+# an index is named without its (its table's) schema
+_UNQUALIFIED = frozenset({"audit_query", "charges_at"})
 _CATALOG_TYPES = {"bigint": "int8"}  # the names under which pg_catalog knows these types
 
 
@@ -196,6 +197,7 @@ class PostgresSchema:
             fn=f"{self.table}_append_only",
             charge=f"{self.table}_charge",
             audit_query=f"{self.table}_audit_query",
+            charges_at=f"{self.table}_charges_at",
         )
         return names
 

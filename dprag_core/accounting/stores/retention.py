@@ -59,7 +59,9 @@ def check_watermark(before: object, *, recorded_us: int, now: float | None = Non
     >>> check_watermark(10.0, recorded_us=0, now=20.0)
     10000000
     """
-    if isinstance(before, bool) or not isinstance(before, (int, float)) or not math.isfinite(before):
+    if isinstance(before, bool) or not isinstance(before, (int, float)):
+        raise ValueError(f"before must be a finite UNIX time in seconds, got {before!r}")
+    if not math.isfinite(before):
         raise ValueError(f"before must be a finite UNIX time in seconds, got {before!r}")
     now = time.time() if now is None else now
     if before > now:

@@ -172,8 +172,8 @@ RESTORE = (
 def damaged(label: str, why: str, fix: str = RESTORE) -> LedgerUnavailable:
     """The one-line refusal of a damaged or foreign file: what is wrong and the fix.
 
-    >>> str(damaged("budget file '/b.db'", "it is a directory", "give the .db file"))
-    "the budget file '/b.db' cannot be used: it is a directory; nothing was written to it: give the .db file"
+    >>> print(damaged("budget file '/b.db'", "it is a directory", "give the .db file"))
+    the budget file '/b.db' cannot be used: it is a directory; nothing was written to it: give ...
     """
     return LedgerUnavailable(f"the {label} cannot be used: {why}; nothing was written to it: {fix}")
 
@@ -221,7 +221,7 @@ def _read_header(path: Path, label: str) -> _Header | None:
         raise damaged(label, "its header is damaged (text encoding)")
     pages = int.from_bytes(head[28:32], "big")
     if size % page or (head[24:28] == head[92:96] and pages * page > size):
-        raise damaged(label, f"the file is truncated ({size} bytes: not the pages its header lists)")
+        raise damaged(label, f"the file is truncated ({size} bytes: fewer pages than it lists)")
     _check_wal(path, page, label)
     return _Header(page, int.from_bytes(head[60:64], "big"))
 
