@@ -292,10 +292,16 @@ def _open_all(args: argparse.Namespace, action: str, *, writable: bool = False) 
     kind, target = _target(args, action)
     if kind == "sqlite":
         files = [target] if target is not None else _named_files(args.name, action)
-        chosen = [
-            (file, k, key.split(":", 1)[-1])
+        listed = [
+            (file, k, key, name)
             for file in files
             for k, key, name in _file_store(file, args, writable=writable).listed()
+        ]
+        for file, k, key, _ in listed:  # every store of a file passes its checks, or none shows
+            _sqlite_store(file, k, key.split(":", 1)[-1], args, writable=False).close()
+        chosen = [
+            (file, k, key.split(":", 1)[-1])
+            for file, k, key, name in listed
             if (args.name is None or name == args.name)
             and (
                 (args.table is None and not args.ledger)
@@ -331,8 +337,9 @@ def _open_all(args: argparse.Namespace, action: str, *, writable: bool = False) 
     if not stores:
         which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
         named = f" named {args.name!r}" if args.name else ""
+        there = f"in {target!r}" if kind == "sqlite" and target else "there"
         raise SystemExit(
-            f"dprag ledger {action}: no {which}{named} found there (see dprag ledger init)"
+            f"dprag ledger {action}: no {which}{named} found {there} (see dprag ledger init)"
         )
     return stores
 

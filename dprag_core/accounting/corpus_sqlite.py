@@ -30,9 +30,9 @@ from pathlib import Path
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.stores.amounts import budget_units, check_table
-from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
+from dprag_core.accounting.stores.errors import reused_id
 from dprag_core.accounting.stores.retention import check_watermark, digest
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, damaged, open_sqlite
 from dprag_core.budget import Budget
 
 __all__ = ["SQLiteCorpusAccountant"]
@@ -97,7 +97,6 @@ def _spec(table: str, total: tuple[int, int] | None) -> SQLiteSpec:
             *retention,
         ),
         version=3,
-        state=(b,),
     )
 
 
@@ -160,7 +159,7 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
         )
         rows = self._store.read(f"SELECT total_epsilon, total_delta FROM {self._budget_t}")
         if not rows:
-            raise LedgerUnavailable(f"the {self._store.label} records no total")
+            raise damaged(self._store.label, "it records no total")
         stored = (int(rows[0][0]), int(rows[0][1]))
         self.check_total(total, stored, self._store.label)
         command = f"dprag ledger status --sqlite {shlex.quote(str(self.path.absolute()))}"

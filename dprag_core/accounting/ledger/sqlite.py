@@ -38,7 +38,7 @@ from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
 from dprag_core.accounting.stores.retention import check_watermark, digest
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, damaged, open_sqlite
 
 __all__ = ["SQLiteLedger"]
 
@@ -156,7 +156,6 @@ class SQLiteLedger(Ledger):
             ((),) * 7 + ((given,),) + ((),) * len(_APPEND_ONLY),
             _MIGRATE,
             version=_VERSION,
-            state=("meta", "units"),
         )
         self._store, self.name = open_sqlite(
             path,
@@ -171,7 +170,7 @@ class SQLiteLedger(Ledger):
         self.label = self._store.label
         rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
         if not rows:
-            raise LedgerUnavailable(f"the {self._store.label} records no budget_per_unit")
+            raise damaged(self._store.label, "it records no budget_per_unit")
         self._adopt_budget(given, int(rows[0][0]), self.label)
 
     @property

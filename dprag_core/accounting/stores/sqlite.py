@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -80,7 +81,16 @@ try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
 except ImportError:  # pragma: no cover - depends on the platform
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CATALOG", "CHECKPOINT_EVERY", "FILE_MODE", "SQLiteSpec", "SQLiteStore", "open_sqlite"]
+__all__ = [
+    "CATALOG",
+    "CHECKPOINT_EVERY",
+    "FILE_MODE",
+    "RESTORE",
+    "SQLiteSpec",
+    "SQLiteStore",
+    "damaged",
+    "open_sqlite",
+]
 
 FILE_MODE = 0o600
 """Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
@@ -95,7 +105,12 @@ _CATALOG_DDL = (
     f"CREATE TABLE IF NOT EXISTS {CATALOG} (store TEXT PRIMARY KEY, kind TEXT NOT NULL,"
     " name TEXT NOT NULL, objects TEXT NOT NULL, version INTEGER NOT NULL, created REAL NOT NULL)"
 )
+APPLICATION_ID = 0x64707267
+"""The header's application id of a dprag budget file ("dprg"), rewritten by every commit."""
+
 _INTERNAL = ("sqlite_", CATALOG)  # SQLite's own objects (sqlite_sequence, sqlite_stat1, ...)
+_LOG = re.compile(r"audit|queries|pruned|[a-z_][a-z0-9_]*_(charges|pruned)")
+"""The append-only logs (checked along their first and last paths at open)."""
 
 # Connections inherited through fork() are never closed by the child (closing
 # them could disturb the parent's locks); they are parked here instead.
@@ -111,9 +126,7 @@ class SQLiteSpec:
     catalog for the first time (files written before the catalog existed) and
     when a store listed with an older ``version`` is opened writable (read-only,
     it is used as that version listed it). ``version`` is the schema version
-    recorded. ``state``: the tables that hold the budget's state (totals, what is
-    left), integrity-checked at every open (``PRAGMA quick_check``, their
-    pages only); the append-only logs are checked by :meth:`SQLiteStore.check`.
+    recorded.
 
     >>> SQLiteSpec("ledger", "per-unit ledger", ("units",), ()).version
     2
@@ -126,7 +139,6 @@ class SQLiteSpec:
     params: tuple[tuple[Any, ...], ...] = ()
     migrate: tuple[str, ...] = ()
     version: int = 2
-    state: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +171,13 @@ def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
     code = getattr(exc, "sqlite_errorname", type(exc).__name__)
     if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
         return damaged(label, f"its pages are damaged ({code})")
+    if code in ("SQLITE_ERROR", "SQLITE_MISMATCH", "SQLITE_FORMAT", "SQLITE_SCHEMA"):
+        return damaged(label, f"its tables are not the ones its catalog lists ({code})")
+    if code.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
+        return LedgerUnavailable(
+            f"the {label} cannot be opened ({code}): check the file, its directory, their "
+            "owner and mode, and the disk"
+        )
     return LedgerUnavailable(f"the {label} is unavailable ({code})")
 
 
@@ -385,6 +404,7 @@ class SQLiteStore:
                 )
             _create_private(self.path, label)
         self.read_only = read_only or not os.access(self.path, os.W_OK)
+        self._creating = create and not self.read_only
         self._names: set[str] = set()
         self._listed = self._inspect()
 
@@ -422,6 +442,12 @@ class SQLiteStore:
                 f"the {self.label} cannot be read ({exc.strerror}): check its owner and mode"
             ) from None
         if header is None:  # an empty file: a store is created in it, or none exists
+            if not self._creating:
+                raise damaged(
+                    self.label,
+                    "the file is empty (0 bytes)",
+                    "create a budget with `dprag ledger init`, or " + RESTORE,
+                )
             return {}
         conn = None
         try:
@@ -430,10 +456,10 @@ class SQLiteStore:
             if header.identity and seen != header.identity:  # pages replayed from another WAL
                 raise foreign_wal(self.label, self.path.with_name(self.path.name + "-wal"))
             self.identity = int(seen)
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-            if CATALOG in names:
-                self._quick_check(conn, CATALOG)
+            kinds = dict(conn.execute("SELECT name, type FROM sqlite_master").fetchall())
+            names = set(kinds)
             listed = self._listed_in(conn, names)
+            self._check_tables(conn, [n for n, k in kinds.items() if k == "table"])
         except (ValueError, TypeError, AttributeError):  # values no dprag version writes
             raise damaged(self.label, "its store catalog is damaged") from None
         except sqlite3.Error as exc:
@@ -496,6 +522,22 @@ class SQLiteStore:
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
 
+    def _check_tables(self, conn: sqlite3.Connection, tables: list[str]) -> None:
+        """The integrity check at open, before anything is read or charged: every table
+        that holds a budget's state (the catalog, totals, what units have left) in full
+        (``PRAGMA quick_check``, its pages only); each append-only log (audit, charges,
+        claims) along its first and last paths, where reads and appends go. Its cost
+        does not grow with the logs (:meth:`check` reads every page)."""
+        for table in tables:
+            if table.startswith("sqlite_"):
+                continue
+            if not _LOG.fullmatch(table):
+                self._quick_check(conn, table)
+                continue
+            conn.execute(f'SELECT * FROM "{table}" LIMIT 1').fetchall()
+            with contextlib.suppress(sqlite3.OperationalError):  # WITHOUT ROWID: no rowid
+                conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid DESC LIMIT 1').fetchall()
+
     def _quick_check(self, conn: sqlite3.Connection, table: str) -> None:
         """``PRAGMA quick_check`` of one table and its indexes (its pages only: cheap for the
         small tables that hold a budget's state); a failure refuses the file."""
@@ -532,8 +574,6 @@ class SQLiteStore:
         key's last part) or to check when opening (None: any).
         """
         found = self._listed.get(spec.key)
-        if found is not None:
-            self._check_state(spec)
         if found is None:
             present = [n for n in spec.objects if n in self._names]
             if present:
@@ -567,16 +607,6 @@ class SQLiteStore:
         if absent:
             raise incomplete(self.label, absent)
         return found.name
-
-    def _check_state(self, spec: SQLiteSpec) -> None:
-        """The integrity check of the tables that hold the store's state (``spec.state``),
-        before anything is read from them or charged."""
-        try:
-            for table in spec.state:
-                if table in self._names:
-                    self._quick_check(self.conn(), table)
-        except sqlite3.Error as exc:
-            raise unavailable(self.label, exc) from None
 
     def _create(self, spec: SQLiteSpec, name: str) -> _Listed:
         with self.write() as conn:
@@ -719,6 +749,9 @@ class SQLiteStore:
                 raise unavailable(self.label, exc) from None
             if conn.in_transaction:
                 try:
+                    # page 1 (the header, with the file's identity) goes into every commit's
+                    # WAL frames: a -wal of another file is then seen at open (_inspect)
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
                     if conn.in_transaction:
