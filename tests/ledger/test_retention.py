@@ -118,8 +118,10 @@ def test_prune_and_the_views_from_the_command_line(
     where = ["--sqlite", str(path), "--timeout", "2"]
     assert main(["ledger", "history", *where, "--table", "corpus", "--last", "3"]) == 0
     shown = capsys.readouterr().out
-    assert "the last 3 rows" in shown and ["q27", "q28", "q29"] == [
-        line.split()[1] for line in shown.splitlines()[1:]
+    assert "the last 3 rows" in shown and [line.split()[1] for line in shown.splitlines()[1:]] == [
+        "q27",
+        "q28",
+        "q29",
     ]
     assert main(["ledger", "history", *where, "--ledger", "--last", "1"]) == 0
     assert "q29" in capsys.readouterr().out
