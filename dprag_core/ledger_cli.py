@@ -63,7 +63,7 @@ from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import postgres_stores
 from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
 from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
-from dprag_core.accounting.stores.sqlite import RESTORE, SQLiteStore
+from dprag_core.accounting.stores.sqlite import RESTORE, SQLiteStore, move_file
 from dprag_core.budget import Budget
 from dprag_core.ledger_report import (
     amount,
@@ -479,6 +479,21 @@ def ledger_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def ledger_move(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger move --to NEW`` (SQLite): the budget file and its records move
+    together; stop the serving processes first."""
+    kind, target = _target(args, "move")
+    if kind != "sqlite":
+        raise SystemExit("dprag ledger move: a PostgreSQL store stays in its database")
+    files = [target] if target is not None else _named_files(args.name, "move")
+    if len(files) != 1:
+        raise SystemExit(f"dprag ledger move: {len(files)} files hold that name: give --sqlite")
+    moved = move_file(Path(files[0]), Path(args.to), busy_timeout=_busy(args))
+    names = ", ".join(f"{k} {n!r}" for k, n in moved)
+    print(f"moved {files[0]} to {args.to} ({names}); open it by its name or the new path")
+    return 0
+
+
 def _guarded(run: Any, action: str) -> Any:
     """Turn operator errors into one line and a non-zero exit (never a traceback)."""
 
@@ -535,6 +550,7 @@ def add_ledger_command(
         "export": (ledger_export, "every audit row as CSV or JSON"),
         "check": (ledger_check, "the integrity check of every page and every store"),
         "prune": (ledger_prune, "drop ids recorded before a watermark (their reuse stays refused)"),
+        "move": (ledger_move, "move a SQLite budget file and its records (serving stopped)"),
     }
     for action, (run, about) in views.items():
         view = actions.add_parser(action, help=about)
@@ -550,6 +566,8 @@ def add_ledger_command(
         elif action == "prune":
             view.add_argument("--before", type=_watermark, required=True, metavar="TIME",
                               help="the watermark: UNIX seconds, ISO 8601 with offset")  # fmt: skip
+        elif action == "move":
+            view.add_argument("--to", required=True, metavar="NEW", help="the new absolute path")
         elif action == "export":
             view.add_argument("--format", choices=("csv", "json"), default="csv")
             view.add_argument("--output", default=None, help="file to write (0600)")

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dprag_core.accounting.stores import places
+from dprag_core.accounting.stores import places, registry
 from dprag_core.accounting.stores.amounts import open_options
 from dprag_core.accounting.stores.errors import (
     LedgerOutcomeUnknown,
@@ -89,6 +89,7 @@ __all__ = [
     "SQLiteSpec",
     "SQLiteStore",
     "damaged",
+    "move_file",
     "open_sqlite",
 ]
 
@@ -880,9 +881,59 @@ def open_sqlite(
             read_only=read_only,
             label=f"{what} in {str(file.absolute())!r}",
         )
-        return store, store.open(spec, create=create, name=checked)
+        recorded = store.open(spec, create=create, name=checked)
+        if not store.read_only:  # a store that charges is the one this host recorded
+            registry.verify(spec.kind, recorded, file, store.identity, store.label)
+        return store, recorded
 
     if not create or read_only or checked is None:  # no name given: no corpus identity
         return opened()
+    registry.check_create(spec.kind, checked, file.absolute())
     with places.claim(spec.kind, checked, file.absolute(), spec.key):
-        return opened()
+        store, recorded = opened()
+        if registry.lookup(spec.kind, checked) is None:
+            registry.record(spec.kind, checked, file, store.identity)
+        return store, recorded
+
+
+def move_file(old: Path, new: Path, *, busy_timeout: float) -> list[tuple[str, str]]:
+    """Move the budget file ``old`` to the absolute ``new`` (``dprag ledger move``): an
+    online backup copy (mode 0600) checked page by page, the host's and this user's records
+    of its named stores pointed at it, then ``old`` and its -wal, -shm and -lock deleted.
+    Returns the (kind, name) of its stores. Stop the serving processes first.
+    """
+    new = places.creatable_path(new)
+    if new.exists():
+        raise ValueError(f"--to {str(new)!r} exists: give a new file")
+    store = SQLiteStore(old, busy_timeout=busy_timeout, label=f"budget file {str(old)!r}")
+    if store.read_only:
+        raise LedgerUnavailable(
+            f"the {store.label} is read-only for this user: move it as its owner"
+        )
+    stores = store.listed()
+    for kind, _, name in stores:
+        entry = registry.lookup(kind, name)
+        if entry is not None and entry.path != str(old.resolve()):
+            raise LedgerUnavailable(
+                f"the {store.label} is a copy of the {kind} named {name!r} kept in "
+                f"{entry.path!r}: move that one"
+            )
+    _create_private(new, f"budget file {str(new)!r}")
+    source, target = store.conn(), sqlite3.connect(new)
+    try:
+        source.backup(target)
+        target.execute("PRAGMA journal_mode = WAL")
+        if target.execute("PRAGMA quick_check").fetchall() != [("ok",)]:
+            raise LedgerUnavailable(f"the copy {str(new)!r} failed its integrity check")
+    except BaseException:
+        target.close()
+        new.unlink(missing_ok=True)
+        raise
+    target.close()
+    store.close()
+    for kind, key, name in stores:
+        registry.record(kind, name, new, store.identity, replace=True)
+        places.repoint(kind, name, new, key)
+    for tail in ("", "-wal", "-shm", "-lock"):
+        old.with_name(old.name + tail).unlink(missing_ok=True)
+    return [(kind, name) for kind, _, name in stores]
