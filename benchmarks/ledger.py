@@ -305,11 +305,13 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20, help="kill -9 per store")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small sizes (tests)")
+    parser.add_argument("--no-sqlite", action="store_true", help="--operator: PostgreSQL only")
     parser.add_argument("--operator", type=int, default=0, metavar="N",
                         help="measure the operator's views at N queries instead")  # fmt: skip
     args = parser.parse_args()
     if args.operator:
-        operator_views(args.operator, args.units, "" if args.no_postgres else postgres_dsn())
+        dsn = "" if args.no_postgres else postgres_dsn()
+        operator_views(args.operator, args.units, dsn, sqlite=not args.no_sqlite)
         return
     if args.quick:
         args.charges, args.units, args.procs, args.kills = 20, 10, 3, 2
@@ -472,18 +474,34 @@ def fill_postgres(dsn: str, table: str, queries: int, units: int) -> None:
             " FROM generate_series(0, %s - 1) AS i",
             (queries, units),
         )
+        conn.execute(  # the kept query count, as the charges would have kept it
+            f"UPDATE {s}.{table}_l_meta AS m SET value = c.n FROM (SELECT 'queries:' ||"
+            " (hashtext('q' || i) & 63)::text AS k, count(*) AS n"
+            " FROM generate_series(0, %s - 1) AS i GROUP BY 1) AS c WHERE m.key = c.k",
+            (queries,),
+        )
     with psycopg.connect(dsn, autocommit=True) as conn:
         for suffix in ("c_charges", "l_audit", "l_queries", "l_units"):
             conn.execute(f"VACUUM ANALYZE {s}.{table}_{suffix}")
 
 
-def operator_views(queries: int, units: int, dsn: str) -> None:
-    """``--operator``: the operator's views at ``queries`` recorded queries, both backends."""
+def operator_views(queries: int, units: int, dsn: str, *, sqlite: bool = True) -> None:
+    """``--operator``: the operator's views at ``queries`` recorded queries, both backends
+    (``sqlite`` False: PostgreSQL only)."""
+    print(f"uptime at the start: {uptime()}")
+    print(f"operator views at {queries} queries of {units} units (median of 5, ms)")
+    if sqlite:
+        sqlite_views(queries, units)
+    if dsn:
+        postgres_views(queries, units, dsn)
+    print(f"uptime at the end: {uptime()}")
+
+
+def sqlite_views(queries: int, units: int) -> None:
+    """The SQLite lines of ``--operator``."""
     from dprag_core.accounting.stores.sqlite import SQLiteStore
     from dprag_core.cli import main as dprag
 
-    print(f"uptime at the start: {uptime()}")
-    print(f"operator views at {queries} queries of {units} units (median of 5, ms)")
     tmp = tempfile.mkdtemp()
     path = os.path.join(tmp, "records.db")
     began = time.perf_counter()
@@ -519,30 +537,32 @@ def operator_views(queries: int, units: int, dsn: str) -> None:
     writer.close()
     print(f"sqlite   prune of {pruned} query ids: {took:.1f} s; ledger status after it "
           f"{_median_ms(SQLiteLedger(path, read_only=True).status):.1f} ms")  # fmt: skip
-    if dsn:
-        table = f"op_{uuid.uuid4().hex[:10]}"
-        try:
-            began = time.perf_counter()
-            fill_postgres(dsn, table, queries, units)
-            print(f"postgres: filled in {time.perf_counter() - began:.0f} s")
-            pacc = PostgresCorpusAccountant(dsn, table=f"{table}_c")
-            pled = PostgresLedger(dsn, table=f"{table}_l")
-            prow = {
-                "open (trust checks)": _median_ms(
-                    lambda: PostgresLedger(dsn, table=f"{table}_l").close()
-                ),
-                "corpus status": _median_ms(pacc.status),
-                "corpus history --last 20": _median_ms(lambda: list(pacc.history(last=20))),
-                "ledger status": _median_ms(pled.status),
-                "ledger history --last 20": _median_ms(lambda: list(pled.audit_log(last=20))),
-            }
-            for what, ms in prow.items():
-                print(f"postgres {what:<32}{ms:>10.1f}")
-            pacc.close()
-            pled.close()
-        finally:
-            drop_tables(dsn, [f"{table}_c", f"{table}_l"])
-    print(f"uptime at the end: {uptime()}")
+
+
+def postgres_views(queries: int, units: int, dsn: str) -> None:
+    """The PostgreSQL lines of ``--operator``."""
+    table = f"op_{uuid.uuid4().hex[:10]}"
+    try:
+        began = time.perf_counter()
+        fill_postgres(dsn, table, queries, units)
+        print(f"postgres: filled in {time.perf_counter() - began:.0f} s")
+        pacc = PostgresCorpusAccountant(dsn, table=f"{table}_c")
+        pled = PostgresLedger(dsn, table=f"{table}_l")
+        prow = {
+            "open (trust checks)": _median_ms(
+                lambda: PostgresLedger(dsn, table=f"{table}_l").close()
+            ),
+            "corpus status": _median_ms(pacc.status),
+            "corpus history --last 20": _median_ms(lambda: list(pacc.history(last=20))),
+            "ledger status": _median_ms(pled.status),
+            "ledger history --last 20": _median_ms(lambda: list(pled.audit_log(last=20))),
+        }
+        for what, ms in prow.items():
+            print(f"postgres {what:<32}{ms:>10.1f}")
+        pacc.close()
+        pled.close()
+    finally:
+        drop_tables(dsn, [f"{table}_c", f"{table}_l"])
 
 
 def drop_tables(dsn: str, tables: list[str]) -> None:
