@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from ledger_support import fails_in_one_line
+from ledger_support import POSTGRES_DSN, drop_postgres_tables, fails_in_one_line, needs_postgres
 
 from dprag_core.accounting import SQLiteCorpusAccountant
-from dprag_core.accounting.ledger import SQLiteLedger
+from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
 from dprag_core.accounting.stores.errors import QueryIdReused
 from dprag_core.budget import Budget
 from dprag_core.cli import main
@@ -159,3 +160,33 @@ def test_the_timeout_bounds_a_view_behind_a_held_lock(tmp_path: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     assert [r.query_id for r in acc.history()] == ["q1"]
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_a_postgres_ledger_keeps_its_query_count_exactly_across_a_migration() -> None:
+    """``status().queries`` reads 64 counter rows, never the audit log: granted charges
+    count once, refusals, retries and claims not; a version-4 store's owner migration
+    counts its audit log."""
+    import psycopg
+
+    table = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        for i in range(40):
+            assert led.charge(f"q{i}", [f"u{i % 3}", "w"], 0.02).granted
+        assert led.charge("q0", ["u0", "w"], 0.02, retry=True).granted  # a retry: no count
+        assert not led.charge("big", ["w"], 0.5).granted  # refused: no count
+        assert led.claim("only-claimed")
+        assert led.status().queries == 40
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:  # as version 4 left it
+            conn.execute(f"DELETE FROM dprag.{table}_meta WHERE key LIKE 'queries:%'")
+            conn.execute(f"UPDATE dprag.{table}_meta SET value = 4 WHERE key = 'schema'")
+        with pytest.raises(LedgerUnavailable, match="outdated"):
+            PostgresLedger(POSTGRES_DSN, table=table)
+        migrated = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        assert migrated.status().queries == 40
+        assert migrated.charge("q40", ["u9"], 0.02).granted
+        assert migrated.status().queries == 41
+    finally:
+        drop_postgres_tables(table)
