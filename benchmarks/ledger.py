@@ -19,7 +19,14 @@ Measured side by side in one run:
 4. PostgreSQL: how long a charge waits behind a row that an idle transaction
    holds, with the default timeouts (it raises ``LedgerUnavailable``).
 
+``--operator N`` instead measures the operator's views at N recorded queries
+of ``--units`` units each, on both backends (the stores filled by bulk SQL):
+opening a store (with its integrity check), ``status``, the last 20 rows
+(``history --last 20``), SQLite's full ``check`` and ``prune``, and the file's
+size, each the median of 5 reads.
+
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
+    .venv/bin/python benchmarks/ledger.py --operator 1000000 --units 10
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
 scripts/postgres_for_tests.sh; ``--no-postgres`` skips it; the stores go to the
@@ -298,7 +305,14 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20, help="kill -9 per store")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small sizes (tests)")
+    parser.add_argument("--no-sqlite", action="store_true", help="--operator: PostgreSQL only")
+    parser.add_argument("--operator", type=int, default=0, metavar="N",
+                        help="measure the operator's views at N queries instead")  # fmt: skip
     args = parser.parse_args()
+    if args.operator:
+        dsn = "" if args.no_postgres else postgres_dsn()
+        operator_views(args.operator, args.units, dsn, sqlite=not args.no_sqlite)
+        return
     if args.quick:
         args.charges, args.units, args.procs, args.kills = 20, 10, 3, 2
 
@@ -380,13 +394,184 @@ def main() -> None:
     print(f"\nuptime at the end: {uptime()}")
 
 
+def _median_ms(run: Any, times: int = 5) -> float:
+    took = []
+    for _ in range(times):
+        began = time.perf_counter()
+        run()
+        took.append((time.perf_counter() - began) * 1e3)
+    return float(np.median(took))
+
+
+_SERIES = "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < ? - 1)"
+
+
+def fill_sqlite(path: str, queries: int, units: int) -> None:
+    """A corpus budget and a ledger holding ``queries`` charges of ``units`` units each."""
+    import sqlite3
+
+    SQLiteCorpusAccountant(path, total=Budget(1e6, 0.5), create=True).close()
+    SQLiteLedger(path, budget_per_unit=1e6, create=True).close()
+    t0 = time.time() - queries * 1e-3
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute(
+        f"{_SERIES} INSERT INTO corpus_charges SELECT 'q' || i, 1, 0, ? + i * 1e-3 FROM c",
+        (queries, t0),
+    )
+    conn.execute("UPDATE corpus_budget SET spent_epsilon = ?, queries = ?", (queries, queries))
+    conn.execute(
+        f"{_SERIES} INSERT INTO audit(query_id, unit, cost, at)"
+        " SELECT 'q' || (i / ?), 'u' || (i % ?), 1, ? + (i / ?) * 1e-3 FROM c",
+        (queries * units, units, units, t0, units),
+    )
+    conn.execute(
+        f"{_SERIES} INSERT INTO queries SELECT 'q' || i, ? + i * 1e-3 FROM c", (queries, t0)
+    )
+    conn.execute(
+        f"{_SERIES} INSERT INTO units SELECT 'u' || i, 1000000000000000000 - ? FROM c",
+        (units, queries),
+    )
+    conn.execute(
+        "UPDATE meta SET value = CASE key WHEN 'spent' THEN ? ELSE ? END"
+        " WHERE key IN ('spent', 'queries')",
+        (queries * units, queries),
+    )
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def fill_postgres(dsn: str, table: str, queries: int, units: int) -> None:
+    """The same on PostgreSQL (tables ``{table}_c_*`` and ``{table}_l_*``)."""
+    import psycopg
+
+    PostgresCorpusAccountant(dsn, total=Budget(1e6, 0.5), table=f"{table}_c", create=True).close()
+    PostgresLedger(dsn, budget_per_unit=1e6, table=f"{table}_l", create=True).close()
+    s, t0 = DEFAULT_SCHEMA, time.time() - queries * 1e-3
+    with psycopg.connect(dsn, autocommit=False) as conn:
+        conn.execute(
+            f"INSERT INTO {s}.{table}_c_charges SELECT 'q' || i, 1, 0, %s + i * 1e-3"
+            " FROM generate_series(0, %s - 1) AS i",
+            (t0, queries),
+        )
+        conn.execute(
+            f"UPDATE {s}.{table}_c_budget SET spent_epsilon = %s, queries = %s", (queries, queries)
+        )
+        conn.execute(
+            f"INSERT INTO {s}.{table}_l_audit(query_id, unit, cost, at)"
+            " SELECT 'q' || (i / %s), 'u' || (i %% %s), 1, %s + (i / %s) * 1e-3"
+            " FROM generate_series(0, %s - 1) AS i",
+            (units, units, t0, units, queries * units),
+        )
+        conn.execute(
+            f"INSERT INTO {s}.{table}_l_queries SELECT 'q' || i, %s + i * 1e-3"
+            " FROM generate_series(0, %s - 1) AS i",
+            (t0, queries),
+        )
+        conn.execute(
+            f"INSERT INTO {s}.{table}_l_units SELECT 'u' || i, 1000000000000000000 - %s"
+            " FROM generate_series(0, %s - 1) AS i",
+            (queries, units),
+        )
+        conn.execute(  # the kept query count, as the charges would have kept it
+            f"UPDATE {s}.{table}_l_meta AS m SET value = c.n FROM (SELECT 'queries:' ||"
+            " (hashtext('q' || i) & 63)::text AS k, count(*) AS n"
+            " FROM generate_series(0, %s - 1) AS i GROUP BY 1) AS c WHERE m.key = c.k",
+            (queries,),
+        )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for suffix in ("c_charges", "l_audit", "l_queries", "l_units"):
+            conn.execute(f"VACUUM ANALYZE {s}.{table}_{suffix}")
+
+
+def operator_views(queries: int, units: int, dsn: str, *, sqlite: bool = True) -> None:
+    """``--operator``: the operator's views at ``queries`` recorded queries, both backends
+    (``sqlite`` False: PostgreSQL only)."""
+    print(f"uptime at the start: {uptime()}")
+    print(f"operator views at {queries} queries of {units} units (median of 5, ms)")
+    if sqlite:
+        sqlite_views(queries, units)
+    if dsn:
+        postgres_views(queries, units, dsn)
+    print(f"uptime at the end: {uptime()}")
+
+
+def sqlite_views(queries: int, units: int) -> None:
+    """The SQLite lines of ``--operator``."""
+    from dprag_core.accounting.stores.sqlite import SQLiteStore
+    from dprag_core.cli import main as dprag
+
+    tmp = tempfile.mkdtemp()
+    path = os.path.join(tmp, "records.db")
+    began = time.perf_counter()
+    fill_sqlite(path, queries, units)
+    print(f"sqlite: filled in {time.perf_counter() - began:.0f} s, "
+          f"{os.path.getsize(path) / 2**20:.0f} MiB")  # fmt: skip
+    acc, led = SQLiteCorpusAccountant(path, read_only=True), SQLiteLedger(path, read_only=True)
+    quiet = open(os.devnull, "w")  # noqa: SIM115 - the CLI's output, discarded
+    with contextlib.redirect_stdout(quiet):
+        rows = {
+            "open (integrity check)": _median_ms(
+                lambda: SQLiteLedger(path, read_only=True).close()
+            ),
+            "corpus status": _median_ms(acc.status),
+            "corpus history --last 20": _median_ms(lambda: list(acc.history(last=20))),
+            "ledger status": _median_ms(led.status),
+            "ledger history --last 20": _median_ms(lambda: list(led.audit_log(last=20))),
+            "dprag ledger status (both)": _median_ms(
+                lambda: dprag(["ledger", "status", "--sqlite", path])
+            ),
+            "dprag ledger history --last 20": _median_ms(
+                lambda: dprag(["ledger", "history", "--sqlite", path, "--ledger"])
+            ),
+        }
+    full = _median_ms(lambda: SQLiteStore(path, busy_timeout=10, label="f").check(), times=1)
+    for what, ms in rows.items():
+        print(f"sqlite   {what:<32}{ms:>10.1f}")
+    print(f"sqlite   {'full check (every page)':<32}{full:>10.1f}")
+    writer = SQLiteLedger(path)
+    began = time.perf_counter()
+    pruned = writer.prune(before=time.time())
+    took = time.perf_counter() - began
+    writer.close()
+    print(f"sqlite   prune of {pruned} query ids: {took:.1f} s; ledger status after it "
+          f"{_median_ms(SQLiteLedger(path, read_only=True).status):.1f} ms")  # fmt: skip
+
+
+def postgres_views(queries: int, units: int, dsn: str) -> None:
+    """The PostgreSQL lines of ``--operator``."""
+    table = f"op_{uuid.uuid4().hex[:10]}"
+    try:
+        began = time.perf_counter()
+        fill_postgres(dsn, table, queries, units)
+        print(f"postgres: filled in {time.perf_counter() - began:.0f} s")
+        pacc = PostgresCorpusAccountant(dsn, table=f"{table}_c")
+        pled = PostgresLedger(dsn, table=f"{table}_l")
+        prow = {
+            "open (trust checks)": _median_ms(
+                lambda: PostgresLedger(dsn, table=f"{table}_l").close()
+            ),
+            "corpus status": _median_ms(pacc.status),
+            "corpus history --last 20": _median_ms(lambda: list(pacc.history(last=20))),
+            "ledger status": _median_ms(pled.status),
+            "ledger history --last 20": _median_ms(lambda: list(pled.audit_log(last=20))),
+        }
+        for what, ms in prow.items():
+            print(f"postgres {what:<32}{ms:>10.1f}")
+        pacc.close()
+        pled.close()
+    finally:
+        drop_tables(dsn, [f"{table}_c", f"{table}_l"])
+
+
 def drop_tables(dsn: str, tables: list[str]) -> None:
     """Drop the benchmark's PostgreSQL tables and functions, whichever kind they were."""
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
-            for suffix in ("audit", "units", "meta", "store", "budget", "charges"):
+            for suffix in ("audit", "units", "meta", "store", "budget", "charges", "queries"):
                 conn.execute(f"DROP TABLE IF EXISTS {DEFAULT_SCHEMA}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
                 conn.execute(f"DROP FUNCTION IF EXISTS {DEFAULT_SCHEMA}.{table}_{fn} CASCADE")

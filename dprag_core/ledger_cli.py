@@ -47,6 +47,8 @@ import json
 import os
 import re
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +62,8 @@ from dprag_core.accounting.stores import places
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import postgres_stores
 from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
-from dprag_core.accounting.stores.postgres import PostgresStore
-from dprag_core.accounting.stores.sqlite import SQLiteStore
+from dprag_core.accounting.stores.postgres import PostgresStore, PostgresTimeouts
+from dprag_core.accounting.stores.sqlite import RESTORE, SQLiteStore, move_file
 from dprag_core.budget import Budget
 from dprag_core.ledger_report import (
     amount,
@@ -143,6 +145,19 @@ def _schema(args: argparse.Namespace) -> str:
     return str(getattr(args, "schema", None) or DEFAULT_SCHEMA)
 
 
+def _busy(args: argparse.Namespace) -> float:
+    """SQLite: how long to wait for the file's locks (``--timeout``)."""
+    return float(getattr(args, "timeout", None) or 10.0)
+
+
+def _timeouts(args: argparse.Namespace) -> PostgresTimeouts:
+    """PostgreSQL: ``--timeout`` bounds reaching the server and every statement."""
+    seconds = getattr(args, "timeout", None)
+    if seconds is None:
+        return PostgresTimeouts()
+    return PostgresTimeouts(connect=seconds, statement=seconds, lock=min(5.0, seconds))
+
+
 def ledger_init(args: argparse.Namespace) -> int:
     """Run ``dprag ledger init`` (the owner's step): create or migrate one store."""
     kind, target = _target(args, "init")
@@ -167,7 +182,11 @@ def ledger_init(args: argparse.Namespace) -> int:
         table = args.table or "dprag_ledger"
         if kind == "sqlite":
             store = SQLiteLedger(
-                target, budget_per_unit=args.budget_per_unit, name=name, create=True
+                target,
+                budget_per_unit=args.budget_per_unit,
+                name=name,
+                create=True,
+                busy_timeout=_busy(args),
             )
         else:
             store = PostgresLedger(
@@ -178,13 +197,16 @@ def ledger_init(args: argparse.Namespace) -> int:
                 create=True,
                 grant_to=grant_to,
                 schema=_schema(args),
+                timeouts=_timeouts(args),
             )
         what = f"per-unit ledger (budget per unit epsilon={amount(args.budget_per_unit)})"
     else:
         total = Budget(args.corpus_epsilon, args.corpus_delta)
         if kind == "sqlite":
             table = args.table or "corpus"
-            store = SQLiteCorpusAccountant(target, total=total, table=table, name=name, create=True)
+            store = SQLiteCorpusAccountant(
+                target, total=total, table=table, name=name, create=True, busy_timeout=_busy(args)
+            )
         else:
             table = args.table or "dprag_corpus"
             store = PostgresCorpusAccountant(
@@ -195,6 +217,7 @@ def ledger_init(args: argparse.Namespace) -> int:
                 create=True,
                 grant_to=grant_to,
                 schema=_schema(args),
+                timeouts=_timeouts(args),
             )
         what = (
             f"corpus budget (total epsilon={amount(total.epsilon)}, "
@@ -222,18 +245,63 @@ def _named_files(name: str, action: str) -> list[str]:
     return list(files)
 
 
-def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
+def _file_store(file: str, args: argparse.Namespace, *, writable: bool = False) -> SQLiteStore:
+    """The budget file ``file`` opened (read-only unless ``writable``), its header, -wal and
+    catalog checked: every damaged or foreign file is one line naming it and the fix."""
+    store: SQLiteStore = _naming(
+        file,
+        lambda: SQLiteStore(
+            file, busy_timeout=_busy(args), label=f"budget file {file!r}", read_only=not writable
+        ),
+    )
+    return store
+
+
+def _naming(file: str, run: Any) -> Any:
+    """``run()``; an error no check foresaw (a damaged page read as a value no dprag
+    version writes) becomes one line naming ``file`` and the full check, never a traceback."""
+    try:
+        return run()
+    except (*_OPERATOR_ERRORS, SystemExit):
+        raise
+    except Exception as exc:  # the operator sees one line, never a traceback
+        raise LedgerUnavailable(
+            f"the budget file {file!r} cannot be read ({type(exc).__name__}): it may be "
+            f"damaged: run `dprag ledger check --sqlite {file}`; {RESTORE}"
+        ) from None
+
+
+def _sqlite_store(
+    file: str, kind: str, prefix: str, args: argparse.Namespace, *, writable: bool
+) -> Store:
+    """One store of a SQLite file, opened read-only unless ``writable`` (``prune``)."""
+
+    def run() -> Store:
+        ro, busy = not writable, _busy(args)
+        if kind == _CORPUS:
+            return SQLiteCorpusAccountant(file, table=prefix, read_only=ro, busy_timeout=busy)
+        return SQLiteLedger(file, read_only=ro, busy_timeout=busy)
+
+    store: Store = _naming(file, run)
+    return store
+
+
+def _open_all(args: argparse.Namespace, action: str, *, writable: bool = False) -> list[Store]:
     """The stores the viewing commands show, opened read-only (``--name``/``--table``/
-    ``--ledger``)."""
+    ``--ledger``); ``writable``: opened for ``prune``."""
     kind, target = _target(args, action)
     if kind == "sqlite":
         files = [target] if target is not None else _named_files(args.name, action)
+        listed = [
+            (file, k, key, name)
+            for file in files
+            for k, key, name in _file_store(file, args, writable=writable).listed()
+        ]
+        for file, k, key, _ in listed:  # every store of a file passes its checks, or none shows
+            _sqlite_store(file, k, key.split(":", 1)[-1], args, writable=False).close()
         chosen = [
             (file, k, key.split(":", 1)[-1])
-            for file in files
-            for k, key, name in SQLiteStore(
-                file, busy_timeout=10.0, label=f"budget file {file!r}", read_only=True
-            ).listed()
+            for file, k, key, name in listed
             if (args.name is None or name == args.name)
             and (
                 (args.table is None and not args.ledger)
@@ -245,7 +313,7 @@ def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
         if args.ledger:
             raise SystemExit(f"dprag ledger {action}: --ledger is for SQLite; give --table")
         assert target is not None  # a DSN
-        listing = PostgresStore(target, None, label="PostgreSQL schema")
+        listing = PostgresStore(target, _timeouts(args), label="PostgreSQL schema")
         chosen = [
             (target, k, prefix)
             for k, prefix in postgres_stores(listing, _schema(args))
@@ -255,23 +323,23 @@ def _open_all(args: argparse.Namespace, action: str) -> list[Store]:
     stores: list[Store] = []
     for where, k, prefix in chosen:
         if kind == "sqlite":
-            stores.append(
-                SQLiteCorpusAccountant(where, table=prefix, read_only=True)
-                if k == _CORPUS
-                else SQLiteLedger(where, read_only=True)
-            )
+            stores.append(_sqlite_store(where, k, prefix, args, writable=writable))
         else:
+            if writable:
+                raise SystemExit(f"dprag ledger {action}: PostgreSQL stores are not pruned yet")
+            pg = {"schema": _schema(args), "timeouts": _timeouts(args)}
             stores.append(
-                PostgresCorpusAccountant(where, table=prefix, schema=_schema(args))
+                PostgresCorpusAccountant(where, table=prefix, **pg)  # type: ignore[arg-type]
                 if k == _CORPUS
-                else PostgresLedger(where, table=prefix, schema=_schema(args))
+                else PostgresLedger(where, table=prefix, **pg)  # type: ignore[arg-type]
             )
     stores = [s for s in stores if args.name is None or getattr(s, "name", None) == args.name]
     if not stores:
         which = f"table {args.table!r}" if args.table else "ledger" if args.ledger else "store"
         named = f" named {args.name!r}" if args.name else ""
+        there = f"in {target!r}" if kind == "sqlite" and target else "there"
         raise SystemExit(
-            f"dprag ledger {action}: no {which}{named} found there (see dprag ledger init)"
+            f"dprag ledger {action}: no {which}{named} found {there} (see dprag ledger init)"
         )
     return stores
 
@@ -286,17 +354,30 @@ def _one(args: argparse.Namespace, action: str) -> Store:
     return stores[0]
 
 
-def _rows(store: Store) -> tuple[list[Any], tuple[str, ...]]:
+def _rows(store: Store, last: int | None = None) -> tuple[list[Any], tuple[str, ...]]:
+    """The store's audit rows (the last ``last`` only: an indexed read) and their fields."""
+    where = str(getattr(store, "path", ""))
     if isinstance(store, DurableCorpusAccountant):
-        return list(store.history()), ("query_id", "epsilon", "delta", "time")
-    return list(store.audit_log()), ("query_id", "unit", "cost", "time")
+        fields: tuple[str, ...] = ("query_id", "epsilon", "delta", "time")
+        rows = _naming(where, lambda: list(store.history(last=last)))
+    else:
+        fields = ("query_id", "unit", "cost", "time")
+        rows = _naming(where, lambda: list(store.audit_log(last=last)))
+    return rows, fields
 
 
 def ledger_status(args: argparse.Namespace) -> int:
     """Run ``dprag ledger status``."""
     stores = _open_all(args, "status")
     views = [
-        s.status() if isinstance(s, DurableCorpusAccountant) else s.status(min_cost=args.min_cost)
+        _naming(
+            str(getattr(s, "path", "")),
+            lambda s=s: (
+                s.status()
+                if isinstance(s, DurableCorpusAccountant)
+                else s.status(min_cost=args.min_cost)
+            ),
+        )
         for s in stores
     ]
     if args.json:
@@ -321,9 +402,8 @@ def ledger_status(args: argparse.Namespace) -> int:
 def ledger_history(args: argparse.Namespace) -> int:
     """Run ``dprag ledger history``: the last ``--last`` charges, oldest first."""
     store = _one(args, "history")
-    rows, fields = _rows(store)
-    shown = rows[-args.last :] if args.last else rows
-    print(f"{store.label}: {len(rows)} rows, the last {len(shown)}:")
+    shown, fields = _rows(store, args.last or None)
+    print(f"{store.label}: the last {len(shown)} rows:" if args.last else f"{store.label}:")
     for r in shown:
         amounts = "  ".join(
             f"{f}={getattr(r, f)!r}" for f in fields if f not in ("query_id", "time")
@@ -341,6 +421,76 @@ def ledger_export(args: argparse.Namespace) -> int:
         print(f"{len(rows)} rows written to {args.output}")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def ledger_check(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger check``: every page of a SQLite file (``PRAGMA quick_check``) and
+    every store's open checks; on PostgreSQL the open checks of every store."""
+    kind, target = _target(args, "check")
+    if kind == "sqlite":
+        files = [target] if target is not None else _named_files(args.name, "check")
+        for file in files:
+            began = time.perf_counter()
+            count = _naming(file, lambda file=file: _file_store(file, args).check())
+            took = time.perf_counter() - began
+            print(
+                f"ok: {file}: every page passed the integrity check ({count} stores, {took:.2f} s)"
+            )
+    stores = _open_all(args, "check")
+    for store in stores:
+        print(f"ok: {store.label}: opened, its checks passed")
+        store.close()
+    return 0
+
+
+def _watermark(text: str) -> float:
+    """``--before``: UNIX seconds, or an ISO 8601 time with its UTC offset.
+
+    >>> _watermark("1970-01-01T00:01:00Z"), _watermark("60")
+    (60.0, 60.0)
+    """
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be UNIX seconds or an ISO 8601 time such as 2026-01-31T00:00:00Z, got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"needs a UTC offset (e.g. {text}Z), got {text!r}")
+    return when.timestamp()
+
+
+def ledger_prune(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger prune --before TIME`` (SQLite): drop the claims and audit rows
+    older than the new public watermark; their ids stay refused (kept as digests)."""
+    for store in _open_all(args, "prune", writable=True):
+        assert isinstance(store, (SQLiteCorpusAccountant, SQLiteLedger))
+        pruned = _naming(str(store.path), lambda store=store: store.prune(before=args.before))
+        print(
+            f"pruned {pruned} query ids recorded before {utc(args.before)} from {store.label} "
+            "(their reuse stays refused; totals unchanged)"
+        )
+        store.close()
+    return 0
+
+
+def ledger_move(args: argparse.Namespace) -> int:
+    """Run ``dprag ledger move --to NEW`` (SQLite): the budget file and its records move
+    together; stop the serving processes first."""
+    kind, target = _target(args, "move")
+    if kind != "sqlite":
+        raise SystemExit("dprag ledger move: a PostgreSQL store stays in its database")
+    files = [target] if target is not None else _named_files(args.name, "move")
+    if len(files) != 1:
+        raise SystemExit(f"dprag ledger move: {len(files)} files hold that name: give --sqlite")
+    moved = move_file(Path(files[0]), Path(args.to), busy_timeout=_busy(args))
+    names = ", ".join(f"{k} {n!r}" for k, n in moved)
+    print(f"moved {files[0]} to {args.to} ({names}); open it by its name or the new path")
     return 0
 
 
@@ -367,6 +517,14 @@ def _where(parser: argparse.ArgumentParser, name_help: str) -> None:
         default=None,
         help=f"PostgreSQL schema of the stores (default: {DEFAULT_SCHEMA})",
     )
+    parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="bound every wait: SQLite's locks (default 10 s); PostgreSQL's connection and "
+        "each statement (default 10 s)",
+    )
 
 
 def add_ledger_command(
@@ -390,6 +548,9 @@ def add_ledger_command(
         "status": (ledger_status, "total, spent, remaining, queries, refusals, last charge"),
         "history": (ledger_history, "the last charges"),
         "export": (ledger_export, "every audit row as CSV or JSON"),
+        "check": (ledger_check, "the integrity check of every page and every store"),
+        "prune": (ledger_prune, "drop ids recorded before a watermark (their reuse stays refused)"),
+        "move": (ledger_move, "move a SQLite budget file and its records (serving stopped)"),
     }
     for action, (run, about) in views.items():
         view = actions.add_parser(action, help=about)
@@ -402,7 +563,12 @@ def add_ledger_command(
             view.add_argument("--plot", default=None, metavar="FILE.png", help="spend over time")
         elif action == "history":
             view.add_argument("--last", type=_count, default=20, help="rows to show (0: all)")
-        else:
+        elif action == "prune":
+            view.add_argument("--before", type=_watermark, required=True, metavar="TIME",
+                              help="the watermark: UNIX seconds, ISO 8601 with offset")  # fmt: skip
+        elif action == "move":
+            view.add_argument("--to", required=True, metavar="NEW", help="the new absolute path")
+        elif action == "export":
             view.add_argument("--format", choices=("csv", "json"), default="csv")
             view.add_argument("--output", default=None, help="file to write (0600)")
         view.set_defaults(func=_guarded(run, action))

@@ -71,8 +71,9 @@ class DurableCorpusAccountant(CorpusAccountant):
         """(spent epsilon, spent delta, queries, refusals or None, last charge time or None)."""
 
     @abstractmethod
-    def _history_rows(self) -> list[tuple[str, int, int, float]]:
-        """Every charge: (query_id, epsilon units, delta units, time), oldest first."""
+    def _history_rows(self, last: int | None = None) -> list[tuple[str, int, int, float]]:
+        """Every charge (the last ``last`` only, if given): (query_id, epsilon units, delta
+        units, time), oldest first."""
 
     @property
     def spent_epsilon(self) -> float:
@@ -150,9 +151,13 @@ class DurableCorpusAccountant(CorpusAccountant):
             last_charge=last,
         )
 
-    def history(self) -> Iterator[ChargeRecord]:
-        """Every recorded charge, oldest first (a compliance review: ``dprag ledger export``)."""
-        for qid, e, d, at in self._history_rows():
+    def history(self, *, last: int | None = None) -> Iterator[ChargeRecord]:
+        """Every recorded charge, oldest first (a compliance review: ``dprag ledger export``);
+        ``last``: only the last ``last`` charges (an indexed read, whatever the history's
+        length)."""
+        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
+            raise ValueError(f"last must be an integer >= 0 or None, got {last!r}")
+        for qid, e, d, at in self._history_rows(last):
             yield ChargeRecord(qid, e / SCALE, d / DELTA_SCALE, at)
 
     def close(self) -> None:

@@ -98,7 +98,12 @@ def corpus_spec() -> PostgresSpec:
             "charges": "query_id text PRIMARY KEY, epsilon bigint NOT NULL,"
             " delta bigint NOT NULL, at double precision NOT NULL",
         },
-        append_only("charges"),
+        # the last charges and the last charge's time: an index read, whatever the history's
+        # length (a store made before it gets it when its owner runs `dprag ledger init`)
+        (
+            "CREATE INDEX IF NOT EXISTS {charges_at} ON {charges}(at, query_id)",
+            *append_only("charges"),
+        ),
         _CORPUS_CHARGE,
         "text, bigint, bigint",
         ("ALTER TABLE {budget} ADD COLUMN IF NOT EXISTS refusals bigint NOT NULL DEFAULT 0",),
@@ -211,16 +216,15 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
 
         return self._store.run(work)
 
-    def _history_rows(self) -> list[tuple[str, int, int, float]]:
+    def _history_rows(self, last: int | None = None) -> list[tuple[str, int, int, float]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int, int, float]]:
-            return [
-                (str(q), int(e), int(d), float(at))
-                for q, e, d, at in conn.execute(
-                    self._schema.sql(
-                        "SELECT query_id, epsilon, delta, at FROM {charges} ORDER BY at, query_id"
-                    )
-                )
-            ]
+            sql = "SELECT query_id, epsilon, delta, at FROM {charges}"
+            if last is None:
+                rows = conn.execute(self._schema.sql(f"{sql} ORDER BY at, query_id")).fetchall()
+            else:  # the (at, query_id) index, read backwards
+                text = f"{sql} ORDER BY at DESC, query_id DESC LIMIT %s"
+                rows = conn.execute(self._schema.sql(text), (last,)).fetchall()[::-1]
+            return [(str(q), int(e), int(d), float(at)) for q, e, d, at in rows]
 
         return self._store.run(work)
 

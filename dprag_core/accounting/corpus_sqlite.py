@@ -30,37 +30,73 @@ from pathlib import Path
 
 from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.stores.amounts import budget_units, check_table
-from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
+from dprag_core.accounting.stores.errors import reused_id
+from dprag_core.accounting.stores.retention import check_watermark, digest
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, damaged, open_sqlite
 from dprag_core.budget import Budget
 
 __all__ = ["SQLiteCorpusAccountant"]
 
 
+def _objects(table: str) -> tuple[str, ...]:
+    """The store's tables and triggers (its entry in the file's catalog)."""
+    b, c, p = f"{table}_budget", f"{table}_charges", f"{table}_pruned"
+    return (b, c, f"{c}_no_update", f"{c}_no_delete", p, f"{p}_no_change", f"{p}_no_delete",
+            f"{b}_forward")  # fmt: skip
+
+
 def _spec(table: str, total: tuple[int, int] | None) -> SQLiteSpec:
-    b, c = f"{table}_budget", f"{table}_charges"
+    b, c, p = f"{table}_budget", f"{table}_charges", f"{table}_pruned"
     tail = (
         f"CREATE TRIGGER IF NOT EXISTS {c}_no_update BEFORE UPDATE ON {c}"
         " BEGIN SELECT RAISE(ABORT, 'the charge log is append-only'); END",
         f"CREATE TRIGGER IF NOT EXISTS {c}_no_delete BEFORE DELETE ON {c}"
         " BEGIN SELECT RAISE(ABORT, 'the charge log is append-only'); END",
     )
+    # version 3: the watermark and the pruned ids' digests (stores.retention); a charge row
+    # goes only when older than the watermark; totals and the watermark never go back
+    retention = (
+        f"CREATE TABLE IF NOT EXISTS {p} (digest INTEGER PRIMARY KEY)",
+        f"CREATE TRIGGER IF NOT EXISTS {p}_no_change BEFORE UPDATE ON {p}"
+        " BEGIN SELECT RAISE(ABORT, 'pruned query ids are append-only'); END",
+        f"CREATE TRIGGER IF NOT EXISTS {p}_no_delete BEFORE DELETE ON {p}"
+        " BEGIN SELECT RAISE(ABORT, 'pruned query ids are append-only'); END",
+        f"CREATE TRIGGER IF NOT EXISTS {b}_forward BEFORE UPDATE ON {b}"
+        " WHEN new.total_epsilon <> old.total_epsilon OR new.total_delta <> old.total_delta"
+        " OR new.spent_epsilon < old.spent_epsilon OR new.spent_delta < old.spent_delta"
+        " OR new.queries < old.queries OR new.refusals < old.refusals"
+        " OR new.watermark < old.watermark"
+        " BEGIN SELECT RAISE(ABORT, 'a total, what was spent or the watermark never goes back');"
+        " END",
+        f"DROP TRIGGER IF EXISTS {c}_no_delete",
+        f"CREATE TRIGGER {c}_no_delete BEFORE DELETE ON {c}"
+        f" WHEN old.at >= (SELECT watermark FROM {b}) / 1000000.0"
+        " BEGIN SELECT RAISE(ABORT, 'the charge log is append-only'); END",
+    )
     return SQLiteSpec(
         f"corpus:{table}",
         "corpus budget",
-        (b, c, f"{c}_no_update", f"{c}_no_delete"),
+        _objects(table),
         (
             f"CREATE TABLE IF NOT EXISTS {b} (id INTEGER PRIMARY KEY CHECK (id = 1),"
             " total_epsilon INTEGER NOT NULL, total_delta INTEGER NOT NULL,"
             " spent_epsilon INTEGER NOT NULL, spent_delta INTEGER NOT NULL,"
-            " queries INTEGER NOT NULL, refusals INTEGER NOT NULL DEFAULT 0)",
+            " queries INTEGER NOT NULL, refusals INTEGER NOT NULL DEFAULT 0,"
+            " watermark INTEGER NOT NULL DEFAULT 0)",
             f"CREATE TABLE IF NOT EXISTS {c} (query_id TEXT PRIMARY KEY,"
             " epsilon INTEGER NOT NULL, delta INTEGER NOT NULL, at REAL NOT NULL)",
             *tail,
-            f"INSERT OR IGNORE INTO {b} VALUES (1, ?, ?, 0, 0, 0, 0)",
+            f"INSERT OR IGNORE INTO {b} VALUES (1, ?, ?, 0, 0, 0, 0, 0)",
+            *retention,
         ),
-        ((), (), (), (), total or (0, 0)),
-        (f"ALTER TABLE {b} ADD COLUMN refusals INTEGER NOT NULL DEFAULT 0", *tail),
+        ((), (), (), (), total or (0, 0), *((),) * len(retention)),
+        (
+            f"ALTER TABLE {b} ADD COLUMN refusals INTEGER NOT NULL DEFAULT 0",
+            f"ALTER TABLE {b} ADD COLUMN watermark INTEGER NOT NULL DEFAULT 0",
+            *tail,
+            *retention,
+        ),
+        version=3,
     )
 
 
@@ -110,6 +146,7 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
         given = None if total is None else budget_units("total", total)
         self._t = check_table(table)
         self._budget_t, self._charges_t = f"{table}_budget", f"{table}_charges"
+        self._pruned_t = f"{table}_pruned"
         self._store, self.name = open_sqlite(
             path,
             _spec(table, given),
@@ -122,7 +159,7 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
         )
         rows = self._store.read(f"SELECT total_epsilon, total_delta FROM {self._budget_t}")
         if not rows:
-            raise LedgerUnavailable(f"the {self._store.label} records no total")
+            raise damaged(self._store.label, "it records no total")
         stored = (int(rows[0][0]), int(rows[0][1]))
         self.check_total(total, stored, self._store.label)
         command = f"dprag ledger status --sqlite {shlex.quote(str(self.path.absolute()))}"
@@ -150,6 +187,10 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
                 if tuple(prev) == (epsilon, delta):
                     return "recorded"
                 raise reused_id()
+            if conn.execute(
+                f"SELECT 1 FROM {self._pruned_t} WHERE digest = ?", (digest(query_id),)
+            ).fetchone():
+                raise reused_id()
             cur = conn.execute(
                 f"UPDATE {self._budget_t} SET spent_epsilon = spent_epsilon + ?,"
                 " spent_delta = spent_delta + ?, queries = queries + 1"
@@ -170,7 +211,7 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
         refusals = "refusals" if "refusals" in columns else "NULL"  # a read-only older file
         (row,) = self._store.read(
             f"SELECT spent_epsilon, spent_delta, queries, {refusals},"
-            f" (SELECT max(at) FROM {self._charges_t}) FROM {self._budget_t}"
+            f" (SELECT at FROM {self._charges_t} ORDER BY rowid DESC LIMIT 1) FROM {self._budget_t}"
         )
         return (
             int(row[0]),
@@ -180,13 +221,46 @@ class SQLiteCorpusAccountant(DurableCorpusAccountant):
             None if row[4] is None else float(row[4]),
         )
 
-    def _history_rows(self) -> list[tuple[str, int, int, float]]:
-        return [
-            (str(q), int(e), int(d), float(at))
-            for q, e, d, at in self._store.read(
-                f"SELECT query_id, epsilon, delta, at FROM {self._charges_t} ORDER BY at, rowid"
+    def _history_rows(self, last: int | None = None) -> list[tuple[str, int, int, float]]:
+        # rowid order is commit order (one writer at a time); the last ones: read backwards
+        sql = f"SELECT query_id, epsilon, delta, at FROM {self._charges_t}"
+        if last is None:
+            rows = self._store.read(f"{sql} ORDER BY rowid")
+        else:
+            rows = self._store.read(f"{sql} ORDER BY rowid DESC LIMIT ?", (last,))[::-1]
+        return [(str(q), int(e), int(d), float(at)) for q, e, d, at in rows]
+
+    def prune(self, *, before: float) -> int:
+        """Delete the charge rows stamped before ``before`` (UNIX seconds, the new public
+        watermark), keeping their query ids' digests: a pruned id stays refused. The
+        totals (spent, queries, refusals) are unchanged. Returns the number of ids pruned
+        (:mod:`~dprag_core.accounting.stores.retention`).
+
+        >>> import os, tempfile, time
+        >>> acc = SQLiteCorpusAccountant(os.path.join(tempfile.mkdtemp(), "p.db"),
+        ...                              total=Budget(1.0), create=True)
+        >>> acc.charge(Budget(0.5), query_id="q1")
+        True
+        >>> acc.prune(before=time.time()), acc.queries, len(list(acc.history()))
+        (1, 1, 0)
+        """
+        with self._store.write() as conn:
+            (recorded,) = conn.execute(f"SELECT watermark FROM {self._budget_t}").fetchone()
+            watermark = check_watermark(before, recorded_us=int(recorded))
+            cut = watermark / 1_000_000.0
+            ids = [
+                q
+                for (q,) in conn.execute(
+                    f"SELECT query_id FROM {self._charges_t} WHERE at < ?", (cut,)
+                )
+            ]
+            conn.executemany(
+                f"INSERT OR IGNORE INTO {self._pruned_t}(digest) VALUES (?)",
+                ((digest(q),) for q in ids),
             )
-        ]
+            conn.execute(f"UPDATE {self._budget_t} SET watermark = ?", (watermark,))
+            conn.execute(f"DELETE FROM {self._charges_t} WHERE at < ?", (cut,))
+        return len(ids)
 
     def close(self) -> None:
         """Close this thread's connection (the budget stays in the file)."""

@@ -167,7 +167,9 @@ def test_a_member_of_the_owner_is_refused(stores: tuple[str, str, str], runtime_
     schema, owner, _ = stores
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
         conn.execute(f"GRANT {conn.info.user} TO {runtime_role}")
-    with pytest.raises(ValueError, match="member of the owner"):
+    # refused by the schema's check of effective rights (a member acts as the owner), before
+    # --grant-to's own check of the grantee
+    with pytest.raises(LedgerUnavailable, match=f"'{runtime_role}' is a member of the schema's"):
         PostgresCorpusAccountant(
             owner, total=Budget(1.0), table="fresh", create=True, grant_to=runtime_role,
             schema=schema,
@@ -190,8 +192,10 @@ def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
             f" TO {runtime_role}"
         )
         conn.execute("UPDATE l_meta SET value = 2 WHERE key = 'schema'")
-    with pytest.raises(LedgerUnavailable, match=r"outdated.*dprag ledger init"):
-        PostgresLedger(app, table="l", schema=schema)  # the serving role cannot migrate
+    # the serving role cannot migrate; the old overload, executable by PUBLIC (the default
+    # of a function created without REVOKE), is refused first, naming the right and the fix
+    with pytest.raises(LedgerUnavailable, match=r"PUBLIC \(every role\) may EXECUTE function"):
+        PostgresLedger(app, table="l", schema=schema)
     PostgresLedger(owner, table="l", create=True, budget_per_unit=1.0, schema=schema).close()
     with psycopg.connect(owner) as conn:
         overloads = conn.execute(
@@ -201,3 +205,58 @@ def test_migration_drops_the_old_overloads_and_keeps_the_serving_roles_rights(
         )
         assert overloads.fetchone() == (1,)
     assert PostgresLedger(app, table="l", schema=schema).charge("after", ["a"], 0.25).granted
+
+
+# (grant made by the superuser, what the refusal says): rights no table ACL shows
+EFFECTIVE_RIGHTS = {
+    "pg_write_all_data": ("GRANT pg_write_all_data TO {role}", "member of pg_write_all_data"),
+    "a column-level UPDATE": (
+        "GRANT UPDATE (spent_epsilon) ON {schema}.c_budget TO {role}",
+        r"holds UPDATE on column {schema}\.c_budget \(spent_epsilon\)",
+    ),
+    "CREATEROLE (PostgreSQL 15 and earlier)": (
+        "ALTER ROLE {role} CREATEROLE",
+        "has CREATEROLE",
+    ),
+    "EXECUTE on a charge function without being its serving role": (
+        "GRANT EXECUTE ON FUNCTION {schema}.l_charge(text, text[], bigint) TO {role}",
+        r"may EXECUTE function {schema}\.l_charge",
+    ),
+}
+
+
+@pytest.mark.parametrize("right", sorted(EFFECTIVE_RIGHTS))
+def test_effective_rights_of_any_other_role_are_refused_naming_it(
+    right: str, stores: tuple[str, str, str]
+) -> None:
+    """A role other than the owner that could rewrite or spend the budget through a right
+    no table ACL shows: every open (owner's init, serving role's open) is refused, naming
+    the role, the right and the object; nothing is charged."""
+    import psycopg
+
+    schema, owner, app = stores
+    grant, refusal = EFFECTIVE_RIGHTS[right]
+    other = f"dprag_x_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        version = int(conn.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
+        if "CREATEROLE" in right and version >= 160000:
+            pytest.skip("PostgreSQL 16 and later: CREATEROLE no longer takes over a role")
+        if "pg_write_all_data" in right and version < 140000:
+            pytest.skip("pg_write_all_data exists from PostgreSQL 14")
+        conn.execute(f"CREATE ROLE {other} LOGIN")
+        try:
+            before = _snapshot(owner, schema)
+            conn.execute(grant.format(role=other, schema=schema))
+            pattern = f"role '{other}' .*" + refusal.format(schema=schema)
+            for dsn, create in ((owner, True), (app, False)):
+                with pytest.raises(LedgerUnavailable, match=pattern):
+                    PostgresCorpusAccountant(
+                        dsn, table="c", schema=schema, create=create,
+                        total=Budget(1.0, 1e-6) if create else None,
+                    ).charge(Budget(0.1), query_id="after-grant")  # fmt: skip
+                with pytest.raises(LedgerUnavailable, match=pattern):
+                    PostgresLedger(dsn, table="l", schema=schema).charge("after", ["a"], 0.1)
+            assert _snapshot(owner, schema) == before
+        finally:
+            conn.execute(f"DROP OWNED BY {other}")
+            conn.execute(f"DROP ROLE {other}")

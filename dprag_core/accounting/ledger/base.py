@@ -286,9 +286,19 @@ class Ledger(StrictKeywords, ABC):
         left = self._remaining(check_units(ordered))
         return [u for u in ordered if left[u] >= need]
 
-    def audit_log(self) -> Iterator[AuditEntry]:
-        """Every granted debit, oldest first."""
-        for qid, unit, cost, at in self._audit_rows():
+    def audit_log(self, *, last: int | None = None) -> Iterator[AuditEntry]:
+        """Every granted debit, oldest first; ``last``: only the last ``last`` of them (an
+        indexed read on the durable stores, whatever the log's length).
+
+        >>> from dprag_core.accounting.ledger import InMemoryLedger
+        >>> led = InMemoryLedger(budget_per_unit=1.0)
+        >>> _ = led.charge("q1", ["a"], 0.25); _ = led.charge("q2", ["a", "b"], 0.25)
+        >>> [(e.query_id, e.unit) for e in led.audit_log(last=2)]
+        [('q2', 'a'), ('q2', 'b')]
+        """
+        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
+            raise ValueError(f"last must be an integer >= 0 or None, got {last!r}")
+        for qid, unit, cost, at in self._audit_rows(last):
             yield AuditEntry(qid, unit, from_units(cost), at)
 
     def total_spent(self) -> float:
@@ -369,8 +379,8 @@ class Ledger(StrictKeywords, ABC):
         """Remaining units for each unit id."""
 
     @abstractmethod
-    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
-        """(query_id, unit, cost, time) rows, oldest first."""
+    def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
+        """(query_id, unit, cost, time) rows, oldest first (the last ``last`` only, if given)."""
 
     @abstractmethod
     def _total_spent(self) -> int:

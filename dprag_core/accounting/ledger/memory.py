@@ -80,9 +80,9 @@ class InMemoryLedger(Ledger):
         with self._lock:
             return {u: self._left.get(u, self._budget) for u in units}
 
-    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
+    def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
         with self._lock:
-            rows = list(self._log)
+            rows = list(self._log) if last is None else list(self._log)[len(self._log) - last :]
         return iter(rows)
 
     def _total_spent(self) -> int:

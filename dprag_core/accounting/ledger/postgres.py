@@ -129,6 +129,9 @@ BEGIN
         outcome := 'refused';
         RETURN;
     END;
+    -- the kept query count: one of 64 counter rows, chosen by the id, so that concurrent
+    -- charges rarely wait for one another's commit on it
+    UPDATE {meta} SET value = value + 1 WHERE key = 'queries:' || (hashtext(q) & 63)::text;
     outcome := 'charged';
 END $$
 """
@@ -153,6 +156,13 @@ def ledger_spec() -> PostgresSpec:
         },
         (
             "CREATE INDEX IF NOT EXISTS {audit_query} ON {audit}(query_id)",
+            # the kept query count (version 5): a migrated store's counters start from its
+            # audit log (under the owner's schema lock), a new store's from 0
+            "INSERT INTO {meta}(key, value) SELECT 'queries:' || (hashtext(d.q) & 63)::text,"
+            " count(*) FROM (SELECT DISTINCT a.query_id AS q FROM {audit} AS a) AS d"
+            " GROUP BY 1 ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO {meta}(key, value) SELECT 'queries:' || s::text, 0"
+            " FROM generate_series(0, 63) AS s ON CONFLICT (key) DO NOTHING",
             *append_only("audit"),
             *append_only("queries"),
         ),
@@ -266,14 +276,19 @@ class PostgresLedger(PostgresBacked, Ledger):
 
         return self._store.run(work)
 
-    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
+    def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[str, str, int, float]]:
-            return [
-                (q, u, int(c), float(at))
-                for q, u, c, at in conn.execute(
-                    self._sql("SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq")
+            args: tuple[int, ...] = ()
+            if last is None:
+                sql = "SELECT query_id, unit, cost, at FROM {audit} ORDER BY seq"
+            else:  # the primary key's index, read backwards
+                sql = (
+                    "SELECT * FROM (SELECT seq, query_id, unit, cost, at FROM {audit}"
+                    " ORDER BY seq DESC LIMIT %s) AS t ORDER BY seq"
                 )
-            ]
+                args = (last,)
+            rows = conn.execute(self._sql(sql), args)
+            return [(r[-4], r[-3], int(r[-2]), float(r[-1])) for r in rows]
 
         return iter(self._store.run(work))
 
@@ -294,12 +309,15 @@ class PostgresLedger(PostgresBacked, Ledger):
                     self._sql(
                         "SELECT (SELECT count(*) FROM {units}),"
                         " (SELECT count(*) FROM {units} WHERE remaining < %s),"
-                        " (SELECT count(DISTINCT query_id) FROM {audit}),"
-                        " (SELECT max(at) FROM {audit}),"
-                        " (SELECT coalesce(sum(cost), 0) FROM {audit}),"
+                        # the kept query count (64 counter rows)
+                        " (SELECT coalesce(sum(value), 0) FROM {meta}"
+                        "  WHERE key LIKE 'queries:%%'),"
+                        " (SELECT at FROM {audit} ORDER BY seq DESC LIMIT 1),"
+                        # what every unit spent, from the units: each debit is in both
+                        " (SELECT coalesce(sum(%s - remaining), 0) FROM {units}),"
                         " (SELECT value FROM {meta} WHERE key = 'refusals')"
                     ),
-                    (min_cost,),
+                    (min_cost, b),
                 ).fetchone()
                 bins = [0] * HISTOGRAM_BINS
                 for k, n in conn.execute(

@@ -37,7 +37,8 @@ from dprag_core.accounting.ledger.base import Ledger, require_distinct, same_cha
 from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable, reused_id
-from dprag_core.accounting.stores.sqlite import SQLiteSpec, open_sqlite
+from dprag_core.accounting.stores.retention import check_watermark, digest
+from dprag_core.accounting.stores.sqlite import SQLiteSpec, damaged, open_sqlite
 
 __all__ = ["SQLiteLedger"]
 
@@ -49,6 +50,36 @@ _OBJECTS = (
     "audit_no_update",
     "audit_no_delete",
     "queries",
+    "queries_no_update",
+    "queries_no_delete",
+    "pruned",
+    "pruned_no_update",
+    "pruned_no_delete",
+    "meta_watermark",
+)
+_WATERMARK = "(SELECT value FROM meta WHERE key = 'watermark') / 1000000.0"
+_APPEND_ONLY = (  # a row goes only when older than the watermark (prune); nothing is updated
+    "CREATE TRIGGER IF NOT EXISTS queries_no_update BEFORE UPDATE ON queries"
+    " BEGIN SELECT RAISE(ABORT, 'claimed query ids are append-only'); END",
+    "CREATE TRIGGER IF NOT EXISTS queries_no_delete BEFORE DELETE ON queries"
+    f" WHEN old.at >= coalesce({_WATERMARK}, 0)"
+    " BEGIN SELECT RAISE(ABORT, 'claimed query ids are append-only'); END",
+    "CREATE TABLE IF NOT EXISTS pruned (digest INTEGER PRIMARY KEY)",
+    "CREATE TRIGGER IF NOT EXISTS pruned_no_update BEFORE UPDATE ON pruned"
+    " BEGIN SELECT RAISE(ABORT, 'pruned query ids are append-only'); END",
+    "CREATE TRIGGER IF NOT EXISTS pruned_no_delete BEFORE DELETE ON pruned"
+    " BEGIN SELECT RAISE(ABORT, 'pruned query ids are append-only'); END",
+    "CREATE TRIGGER IF NOT EXISTS meta_watermark BEFORE UPDATE ON meta"
+    " WHEN old.key IN ('budget', 'spent', 'queries', 'refusals', 'watermark')"
+    " AND (new.key <> old.key OR new.value < old.value"
+    " OR (old.key = 'budget' AND new.value <> old.value))"
+    " BEGIN SELECT RAISE(ABORT, 'a budget, a total or the watermark never goes back'); END",
+    "DROP TRIGGER IF EXISTS audit_no_delete",
+    "CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit"
+    f" WHEN old.at >= coalesce({_WATERMARK}, 0)"
+    " BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END",
+    "INSERT OR IGNORE INTO meta(key, value) VALUES"
+    " ('queries', (SELECT count(DISTINCT query_id) FROM audit)), ('watermark', 0)",
 )
 _DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
@@ -65,13 +96,17 @@ _DDL = (
     "CREATE TABLE IF NOT EXISTS queries (query_id TEXT PRIMARY KEY, at REAL NOT NULL)"
     " WITHOUT ROWID",
     "INSERT OR IGNORE INTO meta(key, value) VALUES ('budget', ?), ('spent', 0), ('refusals', 0)",
+    *_APPEND_ONLY,
 )
 _MIGRATE = (  # stores written by an earlier version (no catalog, refusal count or claims)
-    *_DDL[:-1],
+    *_DDL[:7],
     "INSERT OR IGNORE INTO meta(key, value) VALUES ('refusals', 0)",
+    *_APPEND_ONLY,
 )
-_VERSION = 3
-"""Version 3: the ``queries`` table of claimed query ids (:meth:`Ledger.claim`)."""
+_VERSION = 4
+"""Version 3: the ``queries`` table of claimed query ids (:meth:`Ledger.claim`); version 4:
+kept query count, the watermark, the ``pruned`` digests and the append-only guards on
+``queries`` (:mod:`~dprag_core.accounting.stores.retention`)."""
 
 
 class SQLiteLedger(Ledger):
@@ -118,7 +153,7 @@ class SQLiteLedger(Ledger):
             "per-unit ledger",
             _OBJECTS,
             _DDL,
-            ((),) * 7 + ((given,),),
+            ((),) * 7 + ((given,),) + ((),) * len(_APPEND_ONLY),
             _MIGRATE,
             version=_VERSION,
         )
@@ -135,7 +170,7 @@ class SQLiteLedger(Ledger):
         self.label = self._store.label
         rows = self._store.read("SELECT value FROM meta WHERE key = 'budget'")
         if not rows:
-            raise LedgerUnavailable(f"the {self._store.label} records no budget_per_unit")
+            raise damaged(self._store.label, "it records no budget_per_unit")
         self._adopt_budget(given, int(rows[0][0]), self.label)
 
     @property
@@ -152,6 +187,9 @@ class SQLiteLedger(Ledger):
             if recorded:
                 if same_charge(recorded, units, cost):
                     return "recorded", []
+                raise reused_id()
+            pruned = conn.execute("SELECT 1 FROM pruned WHERE digest = ?", (digest(query_id),))
+            if pruned.fetchone():
                 raise reused_id()
             lacking = [
                 row[0]
@@ -178,7 +216,9 @@ class SQLiteLedger(Ledger):
                 (query_id, cost, time.time(), payload),
             )
             conn.execute(
-                "UPDATE meta SET value = value + ? WHERE key = 'spent'", (cost * len(units),)
+                "UPDATE meta SET value = value + CASE key WHEN 'spent' THEN ? ELSE 1 END"
+                " WHERE key IN ('spent', 'queries')",
+                (cost * len(units),),
             )
         return "charged", []
 
@@ -186,8 +226,9 @@ class SQLiteLedger(Ledger):
         with self._store.write(charge=True) as conn:
             if conn.execute(
                 "SELECT 1 FROM queries WHERE query_id = ?"
-                " UNION ALL SELECT 1 FROM audit WHERE query_id = ? LIMIT 1",
-                (query_id, query_id),
+                " UNION ALL SELECT 1 FROM audit WHERE query_id = ?"
+                " UNION ALL SELECT 1 FROM pruned WHERE digest = ? LIMIT 1",
+                (query_id, query_id, digest(query_id)),
             ).fetchone():
                 return False
             conn.execute("INSERT INTO queries(query_id, at) VALUES (?, ?)", (query_id, time.time()))
@@ -205,8 +246,13 @@ class SQLiteLedger(Ledger):
         )
         return {unit: int(left) for unit, left in rows}
 
-    def _audit_rows(self) -> Iterator[tuple[str, str, int, float]]:
-        return iter(self._store.read("SELECT query_id, unit, cost, at FROM audit ORDER BY seq"))
+    def _audit_rows(self, last: int | None = None) -> Iterator[tuple[str, str, int, float]]:
+        if last is None:
+            return iter(self._store.read("SELECT query_id, unit, cost, at FROM audit ORDER BY seq"))
+        rows = self._store.read(  # the primary key, read backwards
+            "SELECT query_id, unit, cost, at FROM audit ORDER BY seq DESC LIMIT ?", (last,)
+        )
+        return iter(rows[::-1])
 
     def _total_spent(self) -> int:
         return int(self._store.read("SELECT value FROM meta WHERE key = 'spent'")[0][0])
@@ -215,7 +261,10 @@ class SQLiteLedger(Ledger):
         b = self._budget
         row, *_ = self._store.read(
             "SELECT (SELECT count(*) FROM units), (SELECT count(*) FROM units WHERE remaining < ?),"
-            " (SELECT count(DISTINCT query_id) FROM audit), (SELECT max(at) FROM audit),"
+            " CASE WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'queries')"  # kept (version 4)
+            " THEN (SELECT value FROM meta WHERE key = 'queries')"
+            " ELSE (SELECT count(DISTINCT query_id) FROM audit) END,"
+            " (SELECT at FROM audit ORDER BY seq DESC LIMIT 1),"
             " (SELECT value FROM meta WHERE key = 'spent'),"
             " (SELECT value FROM meta WHERE key = 'refusals')",
             (min_cost,),
@@ -227,6 +276,43 @@ class SQLiteLedger(Ledger):
         ):
             bins[int(k)] = int(n)
         return self._make_status(row, bins)
+
+    def prune(self, *, before: float) -> int:
+        """Delete the claims and audit rows stamped before ``before`` (UNIX seconds, the new
+        public watermark), keeping their query ids' digests: a pruned id stays refused.
+        Totals (spent, what each unit has left, queries, refusals) are unchanged. Returns
+        the number of query ids pruned (:mod:`~dprag_core.accounting.stores.retention`).
+
+        >>> import os, tempfile, time
+        >>> led = SQLiteLedger(os.path.join(tempfile.mkdtemp(), "p.db"), budget_per_unit=1.0,
+        ...                    create=True)
+        >>> _ = led.charge("q1", ["a"], 0.5)
+        >>> led.prune(before=time.time()), led.remaining(["a"]), list(led.audit_log())
+        (1, {'a': 0.5}, [])
+        >>> led.claim("q1")
+        Traceback (most recent call last):
+        ...
+        dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
+        """
+        with self._store.write() as conn:
+            (recorded,) = conn.execute("SELECT value FROM meta WHERE key = 'watermark'").fetchone()
+            watermark = check_watermark(before, recorded_us=int(recorded))
+            cut = watermark / 1_000_000.0
+            ids = {
+                q
+                for (q,) in conn.execute(
+                    "SELECT query_id FROM queries WHERE at < ?"
+                    " UNION SELECT query_id FROM audit WHERE at < ?",
+                    (cut, cut),
+                )
+            }
+            conn.executemany(
+                "INSERT OR IGNORE INTO pruned(digest) VALUES (?)", ((digest(q),) for q in ids)
+            )
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'watermark'", (watermark,))
+            conn.execute("DELETE FROM queries WHERE at < ?", (cut,))
+            conn.execute("DELETE FROM audit WHERE at < ?", (cut,))
+        return len(ids)
 
     def close(self) -> None:
         """Close this thread's connection (other threads close their own on exit)."""

@@ -73,14 +73,17 @@ __all__ = [
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 4
-"""Version 4: a schema of the store's own, owner-checked at every open; schema-qualified,
-typed charge calls; a ledger charge refuses repeated units. (3: identity table, refusal
-counts, charge functions without caller-chosen budgets.)"""
+SCHEMA_VERSION = 5
+"""Version 5: a ledger keeps its query count (64 counter rows, so charges rarely wait on
+one another) and a corpus budget's charges are indexed by time: ``status`` and the last
+rows are index reads. (4: a schema of the store's own, owner-checked at every open;
+schema-qualified, typed charge calls; a ledger charge refuses repeated units. 3: identity
+table, refusal counts, charge functions without caller-chosen budgets.)"""
 
 _LOCK_TAG = "dprag-schema:"
 _ROLE = re.compile(r"[a-z_][a-z0-9_]*")
-_UNQUALIFIED = frozenset({"audit_query"})  # an index is named without its (its table's) schema
+# an index is named without its (its table's) schema
+_UNQUALIFIED = frozenset({"audit_query", "charges_at"})
 _CATALOG_TYPES = {"bigint": "int8"}  # the names under which pg_catalog knows these types
 
 
@@ -196,6 +199,7 @@ class PostgresSchema:
             fn=f"{self.table}_append_only",
             charge=f"{self.table}_charge",
             audit_query=f"{self.table}_audit_query",
+            charges_at=f"{self.table}_charges_at",
         )
         return names
 

@@ -14,7 +14,14 @@ and every time one is opened:
   function the schema's owner owns;
 * no role but a table's owner may hold any right on it beyond ``SELECT``
   (``USAGE`` on a sequence);
-* when creating, the schema must be owned by the role running the step.
+* when creating, the schema must be owned by the role running the step;
+* **effective rights**: no role but the owner may hold a column-level right
+  beyond ``SELECT`` on a store's table, ``EXECUTE`` on a function of the
+  schema (``PUBLIC`` included) other than a store's charge function granted
+  to that store's serving role (a role holding ``SELECT`` on its tables),
+  membership in ``pg_write_all_data`` (PostgreSQL 14+) or in the owner's
+  role, or, on PostgreSQL 15 and earlier, ``CREATEROLE`` (it can grant
+  itself the owner role). Superusers act as the owner and are not refused.
 
 A failed check raises :class:`LedgerUnavailable` naming the object and the
 role at fault; nothing is charged or created. What no check can stop: a
@@ -96,6 +103,42 @@ SELECT 6, 'trigger', pg_catalog.quote_ident(g.tgname) || ' on ' || c.oid::pg_cat
     JOIN pg_catalog.pg_trigger AS g ON g.tgrelid = c.oid
     JOIN pg_catalog.pg_proc AS p ON p.oid = g.tgfoid
     WHERE p.proowner <> s.nspowner
+UNION ALL
+SELECT 7, 'column ' || a.privilege_type, c.oid::pg_catalog.regclass::text || ' ('
+       || pg_catalog.quote_ident(t.attname) || ')', a.grantee
+    FROM s JOIN pg_catalog.pg_class AS c ON c.relnamespace = s.oid
+    JOIN pg_catalog.pg_attribute AS t
+        ON t.attrelid = c.oid AND t.attnum > 0 AND t.attacl IS NOT NULL,
+         pg_catalog.aclexplode(t.attacl) AS a
+    WHERE a.grantee <> c.relowner AND a.privilege_type <> 'SELECT'
+UNION ALL
+SELECT 8, 'execute', p.oid::pg_catalog.regprocedure::text, a.grantee
+    FROM s JOIN pg_catalog.pg_proc AS p ON p.pronamespace = s.oid,
+         pg_catalog.aclexplode(COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) AS a
+    WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+      -- creating (the owner's init): PUBLIC's default EXECUTE on an earlier version's
+      -- functions is what the migration revokes, and its old overloads it drops
+      AND NOT (%(me)s AND a.grantee = 0)
+      AND (a.grantee = 0 OR p.proname !~ '_charge$' OR NOT EXISTS (
+          SELECT FROM pg_catalog.pg_class AS m, pg_catalog.aclexplode(m.relacl) AS b
+          WHERE m.relnamespace = s.oid AND b.grantee = a.grantee AND b.privilege_type = 'SELECT'
+            AND m.relname = pg_catalog.regexp_replace(p.proname, '_charge$', '_meta')))
+UNION ALL
+SELECT 9, 'write all', 'schema ' || pg_catalog.quote_ident(s.nspname), r.oid
+    FROM s, pg_catalog.pg_roles AS r
+    WHERE pg_catalog.to_regrole('pg_write_all_data') IS NOT NULL
+      AND r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.oid <> s.nspowner
+      AND pg_catalog.pg_has_role(r.oid, pg_catalog.to_regrole('pg_write_all_data')::oid, 'MEMBER')
+UNION ALL
+SELECT 10, 'member', 'schema ' || pg_catalog.quote_ident(s.nspname), r.oid
+    FROM s, pg_catalog.pg_roles AS r
+    WHERE r.rolname !~ '^pg_' AND NOT r.rolsuper AND r.oid <> s.nspowner
+      AND pg_catalog.pg_has_role(r.oid, s.nspowner, 'MEMBER')
+UNION ALL
+SELECT 11, 'createrole', 'schema ' || pg_catalog.quote_ident(s.nspname), r.oid
+    FROM s, pg_catalog.pg_roles AS r
+    WHERE pg_catalog.current_setting('server_version_num')::int < 160000
+      AND r.rolcreaterole AND NOT r.rolsuper AND r.oid <> s.nspowner
 ORDER BY 1, 3
 """
 
@@ -153,7 +196,7 @@ def check_schema(conn: psycopg.Connection[Any], schema: str, label: str, *, crea
     who, grantee = names[int(role)]
     revoke = f"REVOKE CREATE ON SCHEMA {schema} FROM {grantee}"
     more = f" (and {len(rows) - 1} more such problems)" if len(rows) > 1 else ""
-    raise not_safe(label, _why(str(what), str(obj), who, owner, revoke) + more)
+    raise not_safe(label, _why(str(what), str(obj), who, owner, revoke, grantee) + more)
 
 
 def not_safe(label: str, why: str) -> LedgerUnavailable:
@@ -177,8 +220,9 @@ def owned_by_another(obj: str, who: str, expected: str) -> str:
     )
 
 
-def _why(what: str, obj: str, who: str, owner: str, revoke: str) -> str:
-    """The sentence naming one problem ``check_schema`` found."""
+def _why(what: str, obj: str, who: str, owner: str, revoke: str, grantee: str = "") -> str:
+    """The sentence naming one problem ``check_schema`` found: the role, the right, the
+    object and the fix."""
     if what == "owner":
         return (
             f"{obj} is owned by {who}, not by the role running this step: a schema's owner "
@@ -194,6 +238,35 @@ def _why(what: str, obj: str, who: str, owner: str, revoke: str) -> str:
         return owned_by_another(obj, who, f"the schema's owner {owner!r}")
     if what == "trigger":
         return f"trigger {obj}, owned by {who}, not by the schema's owner {owner!r}"
+    if what.startswith("column "):
+        right = what.split()[1]
+        return (
+            f"{who} holds {right} on column {obj}: it could rewrite what was spent; as the "
+            f"table's owner, REVOKE {right} ({obj.rsplit('(', 1)[1]} ON {obj.split(' (')[0]} "
+            f"FROM {grantee}"
+        )
+    if what == "execute":
+        return (
+            f"{who} may EXECUTE function {obj} without being a serving role of its store "
+            f"(SELECT on its tables): it could spend this budget; REVOKE EXECUTE ON FUNCTION "
+            f"{obj} FROM {grantee}"
+        )
+    if what == "write all":
+        return (
+            f"{who} is a member of pg_write_all_data, so it may write every table of {obj} "
+            f"and rewrite what was spent; REVOKE pg_write_all_data FROM {grantee}"
+        )
+    if what == "member":
+        return (
+            f"{who} is a member of the schema's owner {owner!r}, so it may act as the owner on "
+            f"{obj}; REVOKE {quoted(owner)} FROM {grantee}"
+        )
+    if what == "createrole":
+        return (
+            f"{who} has CREATEROLE, which on PostgreSQL 15 and earlier lets it grant itself "
+            f"the owner role {owner!r} of {obj}; ALTER ROLE {grantee} NOCREATEROLE (or use "
+            "PostgreSQL 16 or later)"
+        )
     return (
         f"{who} {what} {obj}: only the schema's owner {owner!r} may write a store's "
         "tables; REVOKE that right"

@@ -61,6 +61,7 @@ __all__ = [
     "default_path",
     "locate",
     "registered",
+    "repoint",
 ]
 
 BUDGET_DIR_ENV = "DPRAG_BUDGET_DIR"
@@ -174,6 +175,17 @@ def _locked() -> Iterator[Path]:
         yield folder
     finally:
         os.close(fd)
+
+
+def repoint(kind: str, name: str, path: Path, store: str) -> None:
+    """Register the store ``kind``/``name`` at its new ``path`` (``dprag ledger move``)."""
+    with _locked():
+        entry = _entry(kind, name)
+        data = {"path": str(path.resolve()), "store": store, "created": time.time()}
+        partial = entry.with_name(f".{entry.name}.{os.getpid()}")
+        partial.write_text(json.dumps(data), encoding="utf-8")
+        os.chmod(partial, 0o600)
+        partial.replace(entry)
 
 
 @contextlib.contextmanager

@@ -55,6 +55,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -65,7 +67,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dprag_core.accounting.stores import places
+from dprag_core.accounting.stores import places, registry
 from dprag_core.accounting.stores.amounts import open_options
 from dprag_core.accounting.stores.errors import (
     LedgerOutcomeUnknown,
@@ -79,7 +81,17 @@ try:  # POSIX only; elsewhere SQLite's busy handler alone queues writers
 except ImportError:  # pragma: no cover - depends on the platform
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CATALOG", "CHECKPOINT_EVERY", "FILE_MODE", "SQLiteSpec", "SQLiteStore", "open_sqlite"]
+__all__ = [
+    "CATALOG",
+    "CHECKPOINT_EVERY",
+    "FILE_MODE",
+    "RESTORE",
+    "SQLiteSpec",
+    "SQLiteStore",
+    "damaged",
+    "move_file",
+    "open_sqlite",
+]
 
 FILE_MODE = 0o600
 """Mode of a newly created store file (and, through SQLite, of its -wal and -shm)."""
@@ -94,7 +106,12 @@ _CATALOG_DDL = (
     f"CREATE TABLE IF NOT EXISTS {CATALOG} (store TEXT PRIMARY KEY, kind TEXT NOT NULL,"
     " name TEXT NOT NULL, objects TEXT NOT NULL, version INTEGER NOT NULL, created REAL NOT NULL)"
 )
+APPLICATION_ID = 0x64707267
+"""The header's application id of a dprag budget file ("dprg"), rewritten by every commit."""
+
 _INTERNAL = ("sqlite_", CATALOG)  # SQLite's own objects (sqlite_sequence, sqlite_stat1, ...)
+_LOG = re.compile(r"audit|queries|pruned|[a-z_][a-z0-9_]*_(charges|pruned)")
+"""The append-only logs (checked along their first and last paths at open)."""
 
 # Connections inherited through fork() are never closed by the child (closing
 # them could disturb the parent's locks); they are parked here instead.
@@ -153,7 +170,124 @@ def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
     "the per-unit ledger in '/l.db' is unavailable (OperationalError)"
     """
     code = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    if code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return damaged(label, f"its pages are damaged ({code})")
+    if code in ("SQLITE_ERROR", "SQLITE_MISMATCH", "SQLITE_FORMAT", "SQLITE_SCHEMA"):
+        return damaged(label, f"its tables are not the ones its catalog lists ({code})")
+    if code.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_IOERR")):
+        return LedgerUnavailable(
+            f"the {label} cannot be opened ({code}): check the file, its directory, their "
+            "owner and mode, and the disk"
+        )
     return LedgerUnavailable(f"the {label} is unavailable ({code})")
+
+
+RESTORE = (
+    "restore it from its latest backup (sqlite3 .backup) and charge back what was spent "
+    "since (docs/ledgers.md, Backups)"
+)
+"""The fix every damaged-file message names."""
+
+
+def damaged(label: str, why: str, fix: str = RESTORE) -> LedgerUnavailable:
+    """The one-line refusal of a damaged or foreign file: what is wrong and the fix.
+
+    >>> print(damaged("budget file '/b.db'", "it is a directory", "give the .db file"))
+    the budget file '/b.db' cannot be used: it is a directory; nothing was written to it: give ...
+    """
+    return LedgerUnavailable(f"the {label} cannot be used: {why}; nothing was written to it: {fix}")
+
+
+_MAGIC = b"SQLite format 3\x00"
+_WAL_MAGIC = (0x377F0682, 0x377F0683)
+
+
+@dataclass(frozen=True)
+class _Header:
+    page_size: int
+    identity: int  # the header's user_version: the file's random identity (0: none recorded)
+
+
+def _read_header(path: Path, label: str) -> _Header | None:
+    """The database header of ``path`` checked against SQLite's file format (None: empty).
+
+    Catches what SQLite would read as another database or trip over later: a
+    file that is not SQLite's, a truncated file (shorter than its header says
+    or not a whole number of pages), impossible header fields, and a ``-wal``
+    file beside it that is not a WAL of this page size.
+    """
+    with open(path, "rb") as file:
+        head = file.read(100)
+        size = os.fstat(file.fileno()).st_size
+    if size == 0:
+        return None
+    if not _MAGIC.startswith(head[: len(_MAGIC)]) or len(head) < len(_MAGIC):
+        if _MAGIC.startswith(head) and len(head) < len(_MAGIC):
+            raise damaged(label, f"the file is truncated ({size} bytes)")
+        raise damaged(
+            label,
+            "the file is not a SQLite database",
+            "point to the budget's own .db file, or " + RESTORE,
+        )
+    if len(head) < 100:
+        raise damaged(label, f"the file is truncated ({size} bytes, shorter than its header)")
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1) or head[18] not in (1, 2) or head[19] not in (1, 2):
+        raise damaged(label, "its header is damaged (page size or format version)")
+    if head[21:24] != b"\x40\x20\x20" or int.from_bytes(head[44:48], "big") not in range(5):
+        raise damaged(label, "its header is damaged (payload fractions or schema format)")
+    if int.from_bytes(head[56:60], "big") not in range(4):
+        raise damaged(label, "its header is damaged (text encoding)")
+    pages = int.from_bytes(head[28:32], "big")
+    if size % page or (head[24:28] == head[92:96] and pages * page > size):
+        raise damaged(label, f"the file is truncated ({size} bytes: fewer pages than it lists)")
+    _check_wal(path, page, label)
+    return _Header(page, int.from_bytes(head[60:64], "big"))
+
+
+def _check_wal(path: Path, page: int, label: str) -> None:
+    """Refuse a ``-wal`` file beside ``path`` that cannot be this database's (wrong magic or
+    page size): SQLite would replay it onto the file."""
+    wal = path.with_name(path.name + "-wal")
+    try:
+        with open(wal, "rb") as file:
+            head = file.read(32)
+    except FileNotFoundError:
+        return
+    except OSError:  # unreadable: SQLite reports it when it opens the file
+        return
+    if not head:
+        return
+    if (
+        len(head) < 32
+        or int.from_bytes(head[:4], "big") not in _WAL_MAGIC
+        or int.from_bytes(head[8:12], "big") != page
+    ):
+        raise foreign_wal(label, wal)
+
+
+def foreign_wal(label: str, wal: Path) -> LedgerUnavailable:
+    """The refusal of a ``-wal`` file that belongs to another database."""
+    return damaged(
+        label,
+        f"the write-ahead log {str(wal)!r} beside it belongs to another database (a copy "
+        "placed next to another store's stale -wal?)",
+        f"stop every process using the file, move {wal.name!r} (and {wal.name[:-4]}-shm) "
+        "out of the directory, then open it again",
+    )
+
+
+def _migrate(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    """Run migration statements; an ``ALTER TABLE t ADD COLUMN c`` whose column exists is
+    skipped (SQLite has no ``IF NOT EXISTS`` there), so every migration is idempotent."""
+    for stmt in statements:
+        words = stmt.split()
+        if words[:2] == ["ALTER", "TABLE"] and words[3:5] == ["ADD", "COLUMN"]:
+            columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{words[2]}")')}
+            if words[5] in columns:
+                continue
+        conn.execute(stmt)
 
 
 def _checked_path(path: object) -> Path:
@@ -256,6 +390,8 @@ class SQLiteStore:
         self.label = label
         self._local = threading.local()
         self._immutable = False
+        self.identity = 0
+        """The file's random identity (its header's ``user_version``; 0: none recorded)."""
         self._dir_synced = -1
         self._commits = 0
         self._checkpoint_due = threading.Event()
@@ -269,6 +405,7 @@ class SQLiteStore:
                 )
             _create_private(self.path, label)
         self.read_only = read_only or not os.access(self.path, os.W_OK)
+        self._creating = create and not self.read_only
         self._names: set[str] = set()
         self._listed = self._inspect()
 
@@ -295,18 +432,43 @@ class SQLiteStore:
 
     def _inspect(self) -> dict[str, _Listed]:
         """The stores this file holds; refuses a file that is not dprag's (nothing written)."""
-        if self.path.stat().st_size == 0:
+        if self.path.is_dir():
+            raise damaged(
+                self.label, "it is a directory, not a budget file", "give the path of the .db file"
+            )
+        try:
+            header = _read_header(self.path, self.label)
+        except OSError as exc:
+            raise LedgerUnavailable(
+                f"the {self.label} cannot be read ({exc.strerror}): check its owner and mode"
+            ) from None
+        if header is None:  # an empty file: a store is created in it, or none exists
+            if not self._creating:
+                raise damaged(
+                    self.label,
+                    "the file is empty (0 bytes)",
+                    "create a budget with `dprag ledger init`, or " + RESTORE,
+                )
             return {}
         conn = None
         try:
             conn = self._connect_read_only()
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            (seen,) = conn.execute("PRAGMA user_version").fetchone()
+            if header.identity and seen != header.identity:  # pages replayed from another WAL
+                raise foreign_wal(self.label, self.path.with_name(self.path.name + "-wal"))
+            self.identity = int(seen)
+            kinds = dict(conn.execute("SELECT name, type FROM sqlite_master").fetchall())
+            names = set(kinds)
             listed = self._listed_in(conn, names)
+            self._check_tables(conn, [n for n, k in kinds.items() if k == "table"])
+        except (ValueError, TypeError, AttributeError):  # values no dprag version writes
+            raise damaged(self.label, "its store catalog is damaged") from None
         except sqlite3.Error as exc:
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
-                raise LedgerUnavailable(
-                    f"the {self.label} cannot be opened: the file is not a SQLite database "
-                    "(nothing was written to it)"
+                raise damaged(
+                    self.label,
+                    "the file is not a SQLite database (or its header is damaged)",
+                    "point to the budget's own .db file, or " + RESTORE,
                 ) from None
             raise unavailable(self.label, exc) from None
         finally:
@@ -330,6 +492,8 @@ class SQLiteStore:
             for key, kind, name, objects, version in conn.execute(
                 f"SELECT store, kind, name, objects, version FROM {CATALOG}"
             ):
+                if not all(isinstance(v, str) for v in (key, kind, name, objects)):
+                    raise ValueError("a catalog row holds a value no dprag version writes")
                 listed[key] = _Listed(kind, name, tuple(objects.split()), False, int(version))
 
         def columns(table: str) -> tuple[str, ...]:
@@ -358,6 +522,41 @@ class SQLiteStore:
                 objects = (table, charges, *extra)
                 listed[key] = _Listed("corpus budget", prefix, objects, legacy=True)
         return listed
+
+    def _check_tables(self, conn: sqlite3.Connection, tables: list[str]) -> None:
+        """The integrity check at open, before anything is read or charged: every table
+        that holds a budget's state (the catalog, totals, what units have left) in full
+        (``PRAGMA quick_check``, its pages only); each append-only log (audit, charges,
+        claims) along its first and last paths, where reads and appends go. Its cost
+        does not grow with the logs (:meth:`check` reads every page)."""
+        for table in tables:
+            if table.startswith("sqlite_"):
+                continue
+            if not _LOG.fullmatch(table):
+                self._quick_check(conn, table)
+                continue
+            conn.execute(f'SELECT * FROM "{table}" LIMIT 1').fetchall()
+            with contextlib.suppress(sqlite3.OperationalError):  # WITHOUT ROWID: no rowid
+                conn.execute(f'SELECT * FROM "{table}" ORDER BY rowid DESC LIMIT 1').fetchall()
+
+    def _quick_check(self, conn: sqlite3.Connection, table: str) -> None:
+        """``PRAGMA quick_check`` of one table and its indexes (its pages only: cheap for the
+        small tables that hold a budget's state); a failure refuses the file."""
+        rows = conn.execute(f'PRAGMA quick_check("{table}")').fetchall()
+        if rows != [("ok",)]:
+            raise damaged(self.label, f"the integrity check of its table {table!r} failed")
+
+    def check(self) -> int:
+        """``PRAGMA quick_check`` of the whole file (every page; a second or so per GiB);
+        raises :class:`LedgerUnavailable` naming the file and the fix, else returns the
+        number of stores it holds."""
+        try:
+            rows = self.conn().execute("PRAGMA quick_check").fetchall()
+        except sqlite3.Error as exc:
+            raise unavailable(self.label, exc) from None
+        if rows != [("ok",)]:
+            raise damaged(self.label, f"the integrity check found {len(rows)} problem(s)")
+        return len(self._listed)
 
     def listed(self) -> list[tuple[str, str, str]]:
         """(kind, catalog key, name) of every store this file holds, sorted by kind and key.
@@ -424,6 +623,10 @@ class SQLiteStore:
             for stmt, args in zip(spec.ddl, params, strict=True):
                 conn.execute(stmt, args)
             self._list(conn, spec, name)
+            stamped = self._stamp(conn)
+        if stamped:  # the header on disk carries it from now on (a stale -wal is then seen)
+            with contextlib.suppress(sqlite3.Error):
+                self.conn().execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._names.update(spec.objects)
         self._listed[spec.key] = _Listed(spec.kind, name, spec.objects, False, spec.version)
         return self._listed[spec.key]
@@ -437,12 +640,12 @@ class SQLiteStore:
                 f"SELECT version FROM {CATALOG} WHERE store = ?", (spec.key,)
             ).fetchone()
             if row is not None and int(row[0]) < spec.version:  # not upgraded meanwhile
-                for stmt in spec.migrate:
-                    conn.execute(stmt)
+                _migrate(conn, spec.migrate)
                 conn.execute(
                     f"UPDATE {CATALOG} SET objects = ?, version = ? WHERE store = ?",
                     (" ".join(spec.objects), spec.version, spec.key),
                 )
+                self._stamp(conn)
         self._names.update(spec.objects)
         self._listed[spec.key] = _Listed(found.kind, found.name, spec.objects, False, spec.version)
         return self._listed[spec.key]
@@ -453,10 +656,20 @@ class SQLiteStore:
             conn.execute(_CATALOG_DDL)
             if conn.execute(f"SELECT 1 FROM {CATALOG} WHERE store = ?", (spec.key,)).fetchone():
                 return  # adopted meanwhile by another process
-            for stmt in spec.migrate:
-                conn.execute(stmt)
+            _migrate(conn, spec.migrate)
             self._list(conn, spec, found.name)
+            self._stamp(conn)
         self._listed[spec.key] = _Listed(spec.kind, found.name, spec.objects, False, spec.version)
+
+    def _stamp(self, conn: sqlite3.Connection) -> bool:
+        """Give the file a random identity in its header (``user_version``) unless it has one:
+        a ``-wal`` whose pages carry another identity is refused at open."""
+        (current,) = conn.execute("PRAGMA user_version").fetchone()
+        if current:
+            return False
+        self.identity = secrets.randbelow(2**31 - 1) + 1
+        conn.execute(f"PRAGMA user_version = {self.identity}")
+        return True
 
     @staticmethod
     def _list(conn: sqlite3.Connection, spec: SQLiteSpec, name: str) -> None:
@@ -537,6 +750,9 @@ class SQLiteStore:
                 raise unavailable(self.label, exc) from None
             if conn.in_transaction:
                 try:
+                    # page 1 (the header, with the file's identity) goes into every commit's
+                    # WAL frames: a -wal of another file is then seen at open (_inspect)
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
                     if conn.in_transaction:
@@ -665,9 +881,59 @@ def open_sqlite(
             read_only=read_only,
             label=f"{what} in {str(file.absolute())!r}",
         )
-        return store, store.open(spec, create=create, name=checked)
+        recorded = store.open(spec, create=create, name=checked)
+        if not store.read_only:  # a store that charges is the one this host recorded
+            registry.verify(spec.kind, recorded, file, store.identity, store.label)
+        return store, recorded
 
     if not create or read_only or checked is None:  # no name given: no corpus identity
         return opened()
+    registry.check_create(spec.kind, checked, file.absolute())
     with places.claim(spec.kind, checked, file.absolute(), spec.key):
-        return opened()
+        store, recorded = opened()
+        if registry.lookup(spec.kind, checked) is None:
+            registry.record(spec.kind, checked, file, store.identity)
+        return store, recorded
+
+
+def move_file(old: Path, new: Path, *, busy_timeout: float) -> list[tuple[str, str]]:
+    """Move the budget file ``old`` to the absolute ``new`` (``dprag ledger move``): an
+    online backup copy (mode 0600) checked page by page, the host's and this user's records
+    of its named stores pointed at it, then ``old`` and its -wal, -shm and -lock deleted.
+    Returns the (kind, name) of its stores. Stop the serving processes first.
+    """
+    new = places.creatable_path(new)
+    if new.exists():
+        raise ValueError(f"--to {str(new)!r} exists: give a new file")
+    store = SQLiteStore(old, busy_timeout=busy_timeout, label=f"budget file {str(old)!r}")
+    if store.read_only:
+        raise LedgerUnavailable(
+            f"the {store.label} is read-only for this user: move it as its owner"
+        )
+    stores = store.listed()
+    for kind, _, name in stores:
+        entry = registry.lookup(kind, name)
+        if entry is not None and entry.path != str(old.resolve()):
+            raise LedgerUnavailable(
+                f"the {store.label} is a copy of the {kind} named {name!r} kept in "
+                f"{entry.path!r}: move that one"
+            )
+    _create_private(new, f"budget file {str(new)!r}")
+    source, target = store.conn(), sqlite3.connect(new)
+    try:
+        source.backup(target)
+        target.execute("PRAGMA journal_mode = WAL")
+        if target.execute("PRAGMA quick_check").fetchall() != [("ok",)]:
+            raise LedgerUnavailable(f"the copy {str(new)!r} failed its integrity check")
+    except BaseException:
+        target.close()
+        new.unlink(missing_ok=True)
+        raise
+    target.close()
+    store.close()
+    for kind, key, name in stores:
+        registry.record(kind, name, new, store.identity, replace=True)
+        places.repoint(kind, name, new, key)
+    for tail in ("", "-wal", "-shm", "-lock"):
+        old.with_name(old.name + tail).unlink(missing_ok=True)
+    return [(kind, name) for kind, _, name in stores]

@@ -1,0 +1,184 @@
+"""The host-wide record of SQLite budgets: one budget per corpus name, whatever HOME or user.
+
+A per-user register (:mod:`~dprag_core.accounting.stores.places`) cannot stop a
+second budget of the same corpus: another ``HOME`` or ``XDG_DATA_HOME``, another
+user, a copy opened by its path, a moved file or a deleted register each start
+from an empty register. So every SQLite budget created with a ``name`` is also
+recorded in a directory that every user and every home shares, the **registry**:
+``$DPRAG_BUDGET_REGISTRY``, else ``/var/lib/dprag/registry`` when that directory
+exists (an administrator creates it once: ``install -d -m 1777
+/var/lib/dprag/registry``; a given ``$DPRAG_BUDGET_REGISTRY`` is created with
+that mode). Mode 1777 (sticky, like ``/tmp``) lets every user add entries and
+no user remove or replace another's.
+
+An entry ``<kind>-<name>.json`` holds the budget file's absolute path, its
+random identity (the file header's, :mod:`~dprag_core.accounting.stores.sqlite`),
+the creating user's uid and the time. Then:
+
+* **creating** a budget of that kind and name anywhere else is refused before
+  anything is written, naming the recorded file; creating it again where the
+  recorded file has disappeared is refused too: a budget that existed is never
+  re-initialised (restore it from its backup);
+* **opening it to charge** is refused when the file is not the recorded one: a
+  copy (same identity, another path), a moved file (``dprag ledger move`` moves
+  a budget and its record together), or another file at the recorded path
+  (another identity). Read-only opens (a backup's inspection) are not refused.
+
+Limits (docs/ledgers.md, threat model): a user who can write the registry's
+own entries (the entry's owner, root) can delete them; without a registry
+(neither the variable nor the directory) only the per-user register holds;
+several hosts, or users who must not share a directory, keep a budget in
+PostgreSQL.
+
+>>> registry_dir({}) is None or str(registry_dir({})) == "/var/lib/dprag/registry"
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from dprag_core.accounting.stores.amounts import check_name
+from dprag_core.accounting.stores.errors import LedgerUnavailable
+
+__all__ = ["REGISTRY_ENV", "Entry", "check_create", "lookup", "record", "registry_dir", "verify"]
+
+REGISTRY_ENV = "DPRAG_BUDGET_REGISTRY"
+"""The environment variable naming the host-wide registry directory (absolute)."""
+
+_DEFAULT = Path("/var/lib/dprag/registry")
+_KINDS = {"corpus budget": "corpus", "per-unit ledger": "ledger"}
+_FIX = (
+    "a corpus has one budget on a host, whatever HOME or user opens it: open that one; "
+    "move a budget with `dprag ledger move`; several users or hosts: keep it in PostgreSQL"
+)
+
+
+def registry_dir(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The registry directory (module docstring), created 1777 when the variable names a
+    missing one; None when there is none."""
+    env = os.environ if environ is None else environ
+    chosen = env.get(REGISTRY_ENV, "")
+    if not chosen:
+        return _DEFAULT if _DEFAULT.is_dir() else None
+    if not os.path.isabs(chosen):
+        raise ValueError(f"{REGISTRY_ENV} must be an absolute path, got {chosen!r}")
+    folder = Path(chosen)
+    if not folder.is_dir():
+        try:
+            folder.mkdir(parents=True)
+            os.chmod(folder, 0o1777)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise LedgerUnavailable(
+                f"the budget registry {chosen!r} cannot be created ({exc.strerror}): "
+                f"create it once with `install -d -m 1777 {chosen}`"
+            ) from None
+    return folder
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where the budget of one kind and name lives on this host, and its identity."""
+
+    path: str
+    identity: int
+    uid: int
+
+
+def _file(folder: Path, kind: str, name: str) -> Path:
+    return folder / f"{_KINDS.get(kind, 'store')}-{check_name(name)}.json"
+
+
+def lookup(kind: str, name: str) -> Entry | None:
+    """The recorded budget of ``kind`` named ``name``, or None (no entry, or no registry)."""
+    folder = registry_dir()
+    if folder is None:
+        return None
+    try:
+        data = json.loads(_file(folder, kind, name).read_text(encoding="utf-8"))
+        return Entry(str(data["path"]), int(data["identity"]), int(data["uid"]))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LedgerUnavailable(
+            f"the budget registry's entry for the {kind} named {name!r} cannot be read: "
+            f"check {str(_file(folder, kind, name))!r}"
+        ) from None
+
+
+def record(kind: str, name: str, path: Path, identity: int, *, replace: bool = False) -> None:
+    """Record the budget of ``kind`` named ``name`` at ``path`` (exclusively unless
+    ``replace``: a move, by the entry's owner)."""
+    folder = registry_dir()
+    if folder is None or not identity:
+        return
+    entry = _file(folder, kind, name)
+    data = {"path": str(path.resolve()), "identity": identity, "uid": os.getuid(),
+            "created": time.time()}  # fmt: skip
+    partial = folder / f".{entry.name}.{os.getpid()}"
+    partial.write_text(json.dumps(data), encoding="utf-8")
+    os.chmod(partial, 0o644)
+    try:
+        if replace:
+            partial.replace(entry)
+        else:
+            os.link(partial, entry)  # fails if an entry exists: the first creation wins
+    except FileExistsError:
+        raise LedgerUnavailable(
+            f"a {kind} named {name!r} was recorded on this host meanwhile: {_FIX}"
+        ) from None
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def check_create(kind: str, name: str, path: Path) -> None:
+    """Before creating ``kind``/``name`` at ``path``: refuse another place, and a recorded
+    budget whose file has disappeared (never re-initialised)."""
+    entry = lookup(kind, name)
+    if entry is None:
+        return
+    if entry.path != str(path.resolve()):
+        raise LedgerUnavailable(
+            f"a {kind} named {name!r} already exists on this host in {entry.path!r} "
+            f"(created by uid {entry.uid}): {_FIX}"
+        )
+    if not os.path.exists(entry.path):
+        raise LedgerUnavailable(
+            f"the {kind} named {name!r} existed in {entry.path!r} and is gone: a budget "
+            "that existed is never re-initialised (what it spent is spent); restore it from "
+            "its latest backup (sqlite3 .backup) to that path"
+        )
+
+
+def verify(kind: str, name: str, path: Path, identity: int, label: str) -> None:
+    """Before charging the ``label`` store: it must be the recorded budget of its name
+    (the same file and the same identity), when one is recorded."""
+    entry = lookup(kind, name)
+    if entry is None:
+        return
+    here = str(path.resolve())
+    if entry.path == here and entry.identity == identity:
+        return
+    if entry.path == here:
+        raise LedgerUnavailable(
+            f"the {label} is not the {kind} named {name!r} this host recorded there (another "
+            "identity: deleted and made again, or replaced by another file): a budget that "
+            "existed is never re-initialised; restore it from its latest backup"
+        )
+    if entry.identity == identity:
+        raise LedgerUnavailable(
+            f"the {label} is a copy or a moved file of the {kind} named {name!r} that this "
+            f"host keeps in {entry.path!r}: charge that one (a copy grants its budget "
+            "again); move a budget with `dprag ledger move`"
+        )
+    raise LedgerUnavailable(
+        f"the {label} is a second {kind} named {name!r}: this host keeps it in "
+        f"{entry.path!r} (created by uid {entry.uid}): {_FIX}"
+    )
