@@ -667,7 +667,7 @@ GROWN_SEARCH = frozenset({"lc-faiss-cells", "lc-inmemory", "lc-faiss", "lc-qdran
 """LangChain stores whose search grows past a placeholder with the question embedded again."""
 
 KNOWN: list[Known] = [
-    Known("case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
+    Known("issue 36 case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
           "Document.id: dprag's document_id hashes text and metadata, the collection's "
           "random name included, so ties are broken by a hash that differs between the two "
           "worlds' collections",
@@ -682,24 +682,10 @@ KNOWN: list[Known] = [
           "fallback re-sends every prompt alone once one was refused (1 call becomes 9)",
           lambda c: c.neighbour.endpoint in ("refuse", "timeout")
           and c.mechanism.name in ("DPAnswerVote", "AnswerVote")),
-    Known("issue 40 case 2", "frames: DPRetriever with a ledger fetches before it claims the "
-          "query id: the reused id's QueryIdReused is raised from a frame whose local 'found' "
-          "holds every fetched document",
-          lambda c: c.entry.name == "DPRetriever" and c.mechanism.name == "LedgerFilter",
-          settled=lambda c: c.neighbour.name not in UNUSABLE),  # a placeholder x: as the
-    # store returns it (dropped before 'found' by some stores, kept by Qdrant's)
     Known("issue 40 case 3", "work past the bound: every token engine (and the served "
           "model's client) tokenizes a whole prompt before cutting it to prompt_width",
           lambda c: c.neighbour.name == "huge" and c.engine is not None
           and c.engine.name != "hosted" and c.mechanism.name in USES_DOCUMENTS),
-    Known("issue 40 case 4", "stderr and logs: transformers' 'Token indices sequence length "
-          "is longer than the specified maximum' for D + x only (x's length)",
-          lambda c: c.engine is not None and c.engine.name == "eager-capped"
-          and c.neighbour.name in ("huge", "longest") and c.mechanism.name in USES_DOCUMENTS),
-    Known("issue 40 case 4", "warnings: numpy's RuntimeWarning in LlamaIndex's "
-          "SimpleVectorStore on x's zero vector",
-          lambda c: c.store.name == "li-simple" and c.neighbour.name == "zero-vector"
-          and c.entry.runner in ("engine_query", "engine_stream")),
     Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
           "placeholder embeds the question again (2 requests in D, 4 in D + x)",
           lambda c: c.entry.runner in ("chain_invoke", "chain_events")
@@ -716,7 +702,7 @@ def marks(cell: Cell) -> list[Any]:
     ``observations.ROW_TOLERANCE`` and the prefill layouts exactly, on every CPU.
     """
     return [
-        pytest.mark.xfail(strict=k.settled(cell), reason=f"issue 36 {k.case}: {k.what}")
+        pytest.mark.xfail(strict=k.settled(cell), reason=f"{k.case}: {k.what}")
         for k in KNOWN
         if k.applies(cell)
     ]
