@@ -6,9 +6,33 @@ them do not pay for the import.
 
 from __future__ import annotations
 
+import fcntl
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+SERVER_WIDE_LOCK = Path(tempfile.gettempdir()) / "dprag-test-postgres-server-wide.lock"
+
+
+@pytest.fixture(autouse=True)
+def _server_wide_rights_alone(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A PostgreSQL test holds a shared lock; one marked ``server_wide_rights`` holds it
+    alone. Such a test grants a role a right over every store of the server for a moment
+    (``pg_write_all_data``, ``CREATEROLE``, membership in the owner), during which every
+    store rightly refuses to open: no other worker's PostgreSQL test runs meanwhile."""
+    if request.node.get_closest_marker("postgres") is None:
+        yield
+        return
+    alone = request.node.get_closest_marker("server_wide_rights") is not None
+    with SERVER_WIDE_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

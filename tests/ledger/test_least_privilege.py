@@ -161,6 +161,7 @@ def test_unsafe_or_missing_grantees_are_refused_before_anything_is_created(
         assert conn.execute("SELECT to_regclass('fresh_meta')").fetchone() == (None,)
 
 
+@pytest.mark.server_wide_rights
 def test_a_member_of_the_owner_is_refused(stores: tuple[str, str, str], runtime_role: str) -> None:
     import psycopg
 
@@ -225,6 +226,7 @@ EFFECTIVE_RIGHTS = {
 }
 
 
+@pytest.mark.server_wide_rights
 @pytest.mark.parametrize("right", sorted(EFFECTIVE_RIGHTS))
 def test_effective_rights_of_any_other_role_are_refused_naming_it(
     right: str, stores: tuple[str, str, str]
