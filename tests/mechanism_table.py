@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,7 +161,8 @@ def _public(module: str, name: str) -> bool:
 
 
 def mechanism_classes() -> set[type[Mechanism]]:
-    """Every concrete public :class:`Mechanism` class defined anywhere in dprag_core."""
+    """Every concrete public :class:`Mechanism` class defined anywhere in dprag_core (a
+    test double that only names a dprag module, to stream as dprag's own, is not one)."""
     import dprag_core
 
     for info in pkgutil.walk_packages(dprag_core.__path__, "dprag_core."):
@@ -172,6 +174,7 @@ def mechanism_classes() -> set[type[Mechanism]]:
             stack.append(sub)
             if (
                 sub.__module__.startswith("dprag_core.")
+                and getattr(sys.modules.get(sub.__module__), sub.__name__, None) is sub
                 and _public(sub.__module__, sub.__name__)
                 and not inspect.isabstract(sub)
             ):
