@@ -44,10 +44,11 @@ within a row; attention is per row and head; padded positions are masked), so a
 row's logits are bit-identical whatever the other rows hold
 (``tests/models/test_batch_invariance.py`` perturbs them on every engine that
 runs on CPU, also with AVX2 kernels forced: ``tests/models/test_cpu_kernels.py``).
-A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
+A prompt is cut to its last ``prompt_bytes(prompt_width)`` UTF-8 bytes before
+it is tokenized, and a longer prompt keeps its last ``prompt_width`` tokens
 (the question and the answer cue end every prompt; the one rule of every
 engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
-so the argument holds. Set ``prompt_width``
+so the argument holds, and the tokenizer's work is bounded by the public width. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the static engines' prefill
 computes B x ``prompt_width`` positions, while the eager engine on CPU prefills
@@ -421,6 +422,8 @@ class HFTokenModel(TokenizerCodec):
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
     'aspirin'
     """
+
+    prompt_width: int
 
     def __init__(
         self,

@@ -14,7 +14,8 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
 - the vocabulary and the end-of-sequence set come from the same resolver as the
   in-process engine's (:func:`~dprag_core.models.codec.special_tokens`), so one
   checkpoint stops on the same tokens in process and on a server;
-- **a public envelope**: every prompt keeps its last ``prompt_width`` tokens,
+- **a public envelope**: every prompt keeps its last ``prompt_width`` tokens
+  (of its last ``prompt_bytes(prompt_width)`` UTF-8 bytes, the only ones tokenized),
   the rule of the in-process engine (:mod:`~dprag_core.models.envelope`), and
   the server's context (``context_length``: read from the server, or declared)
   must hold that width plus the answer: a server whose context is not above the
@@ -278,6 +279,8 @@ class OpenAICompatModel(TokenizerCodec):
     Traceback (most recent call last):
     TypeError: endpoint must be a CompletionsEndpoint, got object
     """
+
+    prompt_width: int
 
     @strict_init
     def __init__(
