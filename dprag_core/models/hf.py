@@ -616,3 +616,11 @@ class HFTextModel:
             cut = next((i for i, tok in enumerate(row) if tok in eos_ids), len(row))
             outputs.append(tm.decode_answer(row[:cut]))
         return outputs
+
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate` (a :class:`~dprag_core.models.base.PerPromptTextModel`): one
+        batch, whose rows are the prompts' public-width token ids; no prompt can make it
+        fail alone, so a failure is the batch's and raises."""
+        return list(self.generate(prompts, max_new_tokens=max_new_tokens))

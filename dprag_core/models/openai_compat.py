@@ -471,6 +471,14 @@ class OpenAICompatModel(TokenizerCodec):
             out.append(self.decode_answer(ids[:cut]))
         return out
 
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate` (a :class:`~dprag_core.models.base.PerPromptTextModel`): one
+        request of public-width token-id rows, which no prompt can make the server refuse
+        alone (the envelope); a failure is the request's and raises."""
+        return list(self.generate(prompts, max_new_tokens=max_new_tokens))
+
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """:meth:`generate` in a worker thread (the event loop stays free)."""
         return await asyncio.to_thread(self.generate, prompts, max_new_tokens=max_new_tokens)
