@@ -23,26 +23,24 @@
    question alone (zero-shot) when PTR fails.
 
 **Guarantee** (:class:`DPKSA`): ``query_cost()`` = the requested (ε, δ), w.r.t.
-add/remove of one privacy unit, *provided the retriever's top-N is counted in
-units* (one item per unit, or a unit's chunks all inside or all outside): then
-one unit changes at most one response, hence every keyword's count by at most
-one. A refused prompt does not change this: its response (empty) is still a
-function of that unit's documents and the public question alone, when the
-refusal is decided by the prompt (a content filter) or independent of the
-prompts (a transient error), and nothing else about the query (how many calls,
-how many prompts, whether it fails) depends on it. The noise is calibrated so that the certified bound
-(``parameters.achieved``, e.g. ε = 7.999999996 for a requested 8) is within the
-requested budget; the answer reports, and the budget is charged, the requested
-(ε, δ) itself: a valid claim (it is at least the certified one), and the one the
-user configured, so totals add up in round numbers (ten queries of ε = 8 fit
-exactly in 80). The released keywords are DP outputs, their case included (the
-case of a form is part of the keyword the histogram counts, so it is released by
-the same mechanism, never restored afterwards from a response), and may appear
-verbatim in the answer: that is by design (they are words that at least
-k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
-``ptr_passed``, ``keywords_released`` (a count), ``epsilon_bound`` (the
-accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and ``stop_reason``
-(``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
+add/remove of one privacy unit, *provided the retriever's top-N is counted in units*
+(one item per unit, or a unit's chunks all inside or all outside): then one unit changes
+at most one response, hence every keyword's count by at most one. A refused prompt does
+not change this: its response (empty) is still a function of that unit's documents and
+the public question alone, when the refusal is decided by the prompt (a content filter)
+or independent of the prompts (a transient error), and nothing else about the query (how
+many calls, how many prompts, whether it fails) depends on it. The noise is calibrated
+so that the certified bound (``parameters.achieved``, e.g. ε = 7.999999996 for a
+requested 8) is within the requested budget; the answer reports, and the budget is
+charged, the requested (ε, δ) itself: a valid claim (it is at least the certified one),
+and the one the user configured, so totals add up in round numbers (ten queries of ε = 8
+fit exactly in 80). The released keywords are DP outputs, their case included (the case
+of a form is part of the keyword the histogram counts, so it is released by the same
+mechanism, never restored afterwards from a response), and may appear verbatim in the
+answer: that is by design (they are words that at least k̂-gap-many responses agree on).
+``details`` holds ``k_hat``, ``ptr_passed``, ``keywords_released`` (a count),
+``epsilon_bound`` (the accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and
+``stop_reason`` (``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
 :mod:`dprag_core.stop_reasons`), nothing per document.
 
 >>> class Echo:
