@@ -132,11 +132,15 @@ def keep_last(rows: Sequence[Sequence[int]], width: int) -> list[list[int]]:
 def keep_last_bytes(text: str, max_bytes: int) -> str:
     """The longest end of ``text`` that is at most ``max_bytes`` UTF-8 bytes (whole characters).
 
+    Reads only the last ``max_bytes`` characters of ``text``, whatever its length.
+
     >>> keep_last_bytes("€uro", 4), keep_last_bytes("€uro", 6), keep_last_bytes("ab", 9)
     ('uro', '€uro', 'ab')
     """
-    data = text.encode("utf-8", errors="surrogatepass")
-    if len(data) <= max_bytes:
+    # every character is at least one byte: the last max_bytes characters hold the answer,
+    # so only they are encoded (the work is bounded by max_bytes, not by the text)
+    data = text[-max_bytes:].encode("utf-8", errors="surrogatepass")
+    if len(data) <= max_bytes and len(text) <= max_bytes:
         return text
     tail = data[len(data) - max_bytes :]
     while tail and (tail[0] & 0xC0) == 0x80:  # a continuation byte: the character was cut

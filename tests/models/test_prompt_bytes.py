@@ -111,3 +111,24 @@ def test_no_length_warning_whatever_the_prompt(
         assert [r for r in caplog.records if "Token indices" in r.getMessage()]
     finally:
         tiny_tokenizer.model_max_length = limit
+
+
+def test_keep_last_bytes_reads_only_the_end_and_agrees_with_encoding_it_all() -> None:
+    """The cut encodes only the last ``max_bytes`` characters; the result is the one of
+    encoding the whole text (random texts of 1- to 4-byte characters)."""
+    import random
+
+    def whole(text: str, max_bytes: int) -> str:
+        data = text.encode("utf-8")
+        if len(data) <= max_bytes:
+            return text
+        tail = data[len(data) - max_bytes :]
+        while tail and (tail[0] & 0xC0) == 0x80:
+            tail = tail[1:]
+        return tail.decode("utf-8")
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choice("ab é€😀\n") for _ in range(rng.randint(0, 30)))
+        limit = rng.randint(1, 40)
+        assert keep_last_bytes(text, limit) == whole(text, limit), (text, limit)
