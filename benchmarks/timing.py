@@ -20,6 +20,7 @@ with it, the overruns (queries that met the deadline unfinished: the fixed failu
 the cost, the median latency added.
 
     PYTHONPATH=. .venv/bin/python benchmarks/timing.py [--n 200] [--only core] [--out DIR]
+        [--cells langchain:eager:long ...]
 
 Torch runs one thread. ``--quick``: n = 6 and one cell per entry point (a smoke run, no
 figures). The figures depend on the machine and its load: compare a row's accuracy with
@@ -317,6 +318,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="queries per side (default 200)")
     parser.add_argument("--quick", action="store_true", help="n = 6, three cells (smoke)")
     parser.add_argument("--only", nargs="*", default=None, help="entry points or engines")
+    parser.add_argument(
+        "--cells", nargs="*", default=None, help="entry:engine:x, e.g. core:eager:long"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="also write DIR/table.md")
     args = parser.parse_args()
@@ -326,6 +330,8 @@ def main() -> None:
     cells = QUICK if args.quick else CELLS
     if args.only:
         cells = [c for c in cells if c[0] in args.only or c[1] in args.only]
+    if args.cells:
+        cells = [c for c in cells if ":".join(c) in args.cells]
     rng = np.random.default_rng(args.seed)
     torch.set_num_threads(1)  # one core per query, as on a shared host (and steadier figures)
     lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]
