@@ -105,7 +105,9 @@ class LangChainTextModel:
     ) -> list[str | None]:
         """:meth:`generate`'s requests, one per prompt; None where a prompt's own request
         failed (a content filter), its error dropped, nothing sent again
-        (:mod:`dprag_core.models.outcomes`)."""
+        (:mod:`dprag_core.models.outcomes`). A ``with_retry`` inside ``model`` still
+        retries what it is configured to: retry transient errors only
+        (``retry_if_exception_type``), or a refused prompt adds its retries' requests."""
         kwargs = self._kwargs(max_new_tokens)
         plan, prompts = sealed(self._plan), self._cut(prompts)
 
