@@ -63,6 +63,7 @@ ledger filter), each fetching only after its public step, in a private section o
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -87,6 +88,7 @@ from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_questi
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.contract import check_answer, check_mechanism
 from dprag_core.answers import DPAnswer
+from dprag_core.deadline import Deadline, as_deadline
 from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
@@ -211,6 +213,7 @@ class Query:
     query_id: str
     rng: np.random.Generator = dataclasses.field(repr=False)
     retry: bool = False
+    started: float = dataclasses.field(default_factory=time.monotonic, repr=False)
 
 
 class QueryRun:
@@ -224,6 +227,8 @@ class QueryRun:
     :class:`CorpusAccountant` (:func:`require_accountant`, ``parameter``
     naming the app's keyword for it); ``max_question_tokens`` is a positive
     integer; ``public_fallback`` is checked (:func:`check_public_fallback`);
+    ``deadline`` (seconds) holds every answer until that long after the query
+    started (:mod:`dprag_core.deadline`; off by default);
     ``rng`` (a seed: tests and benchmarks only) starts one generator that every
     query draws from, so queries never reuse noise (default: OS entropy per query).
     ``accountant`` is the checked budget; apps pass theirs again to
@@ -254,8 +259,10 @@ class QueryRun:
         scale: ScoreScale | None = None,
         parameter: str = "accountant",
         rng: RngLike = None,
+        deadline: Deadline | float | None = None,
     ) -> None:
         check_mechanism(mechanism)
+        self.deadline = as_deadline(deadline)  # opt-in: results held (dprag_core.deadline)
         self.source_name = source_name or str(getattr(source, "__name__", type(source).__name__))
         check_source(mechanism, source, qualifying=qualifying, name=self.source_name, scale=scale)
         self.parameter = parameter
@@ -289,6 +296,7 @@ class QueryRun:
         Everything here is public: it depends on the inputs and the budget
         stores, never on the corpus (module docstring).
         """
+        began = time.monotonic()  # a deadline counts from here
         text = check_query(self.mechanism, question, max_question_tokens=self.max_question_tokens)
         qid = new_query_id() if query_id is None else check_query_id(query_id)
         generator = make_rng(self.rng if rng is None else rng)
@@ -297,7 +305,7 @@ class QueryRun:
         else:
             check_accountant(accountant, parameter=self.parameter)
         (hooks or RunHooks()).before_charge()
-        return Query(text, qid, generator, self._record(qid, accountant))
+        return Query(text, qid, generator, self._record(qid, accountant), began)
 
     def _record(self, query_id: str, accountant: CorpusAccountant | None) -> bool:
         """Write the query's record before its private section; True for an accepted retry.
@@ -320,10 +328,19 @@ class QueryRun:
             docs = self._retrieve(query, retriever, hooks)
             return self._release(query, hooks.generating(self._answer, query, docs))
 
-        return self._sealed(query, private, released=False)
+        held = (
+            private if self.deadline is None else self.deadline.held(private, started=query.started)
+        )
+        return self._sealed(query, held, released=False)
 
     def stream(self, query: Query, retriever: Retriever, hooks: RunHooks) -> Released:
-        """Retrieve now, then :class:`Released`: the text chunks and the DPAnswer, step by step."""
+        """Retrieve now, then :class:`Released`: the text chunks and the DPAnswer, step by step.
+
+        With a deadline, the whole answer is held (:meth:`answer`), then released as one chunk.
+        """
+        if self.deadline is not None:
+            done = self.answer(query, retriever, hooks)
+            return Released(self, query, iter([done.text, done] if done.text else [done]), hooks)
 
         def private() -> Iterator[str | DPAnswer]:
             docs = self._retrieve(query, retriever, hooks)
@@ -514,6 +531,9 @@ class PrivateRAG:
     fixed cost is charged against before retrieval; it is required for every
     mechanism with a per-query cost (:func:`require_accountant`).
     ``max_question_tokens`` bounds the question's length (:func:`check_query`).
+    ``deadline`` (seconds, off by default): every answer, or its failure, leaves
+    that long after the query started, never sooner; work not done by then is the
+    one fixed failure, at the deadline (:mod:`dprag_core.deadline`).
     The question, the ``rng``, the ``query_id`` and the budget are checked
     before anything is charged; a failure after the charge (retrieval,
     generation, a per-unit ledger) raises the one fixed
@@ -548,6 +568,7 @@ class PrivateRAG:
         accountant: CorpusAccountant | None = None,
         max_question_tokens: int = DEFAULT_MAX_QUESTION_TOKENS,
         public_fallback: bool | NonRAG = False,
+        deadline: Deadline | float | None = None,
     ) -> None:
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
@@ -558,6 +579,7 @@ class PrivateRAG:
             accountant=accountant,
             max_question_tokens=max_question_tokens,
             public_fallback=public_fallback,
+            deadline=deadline,
         )
         self.retriever = retriever
         self.accountant = self.run.accountant

@@ -415,6 +415,9 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     """The longest question accepted, in tokens of the mechanism's model."""
     rng: RngLike = None
     """A seed for tests and benchmarks only: one generator for all queries (default: OS entropy)."""
+    deadline: float | None = None
+    """Opt in: seconds after its start at which each query's answer (or failure) leaves,
+    never sooner; work not done by then is the one fixed failure (:mod:`dprag_core.deadline`)."""
     input_key: str = "question"
     """The question's key in a mapping input (``"input"``, ``"query"`` as LangChain's chains)."""
     output: OutputForm = "object"
@@ -580,6 +583,7 @@ def _query_run(chain: DPRAGChain) -> QueryRun:
         public_fallback=chain.public_fallback,
         source_name=source.name,
         rng=chain.rng,
+        deadline=chain.deadline,
     )
 
 

@@ -101,6 +101,26 @@ class LangChainTextModel:
         with muted_logs(), ContextThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             return list(pool.map(lambda p: complete(plan, p, kwargs), prompts))
 
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate`'s requests, one per prompt; None where a prompt's own request
+        failed (a content filter), its error dropped, nothing sent again
+        (:mod:`dprag_core.models.outcomes`). A ``with_retry`` inside ``model`` still
+        retries what it is configured to: retry transient errors only
+        (``retry_if_exception_type``), or a refused prompt adds its retries' requests."""
+        kwargs = self._kwargs(max_new_tokens)
+        plan, prompts = sealed(self._plan), self._cut(prompts)
+
+        def one(prompt: str) -> str | None:
+            try:
+                return complete(plan, prompt, kwargs)
+            except Exception:
+                return None
+
+        with muted_logs(), ContextThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return list(pool.map(one, prompts))
+
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Like :meth:`generate`, with asyncio concurrency (``max_concurrency`` at a time)."""
         kwargs = self._kwargs(max_new_tokens)

@@ -90,6 +90,30 @@ class LlamaIndexTextModel:
                 return guarded(lambda: [self.llm.complete(p, **kwargs).text for p in prompts])
             return guarded(lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens)))
 
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate`'s calls, one per prompt; None where a prompt's own call failed
+        (a content filter), its error dropped, nothing sent again
+        (:mod:`dprag_core.models.outcomes`)."""
+        max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+        prompts = self._cut(prompts)
+        with private_section():
+            return guarded(lambda: _run_coroutine(self._each(prompts, max_new_tokens)))
+
+    async def _each(self, prompts: list[str], max_new_tokens: int) -> list[str | None]:
+        limit = asyncio.Semaphore(self.max_concurrency)
+        kwargs = self._kwargs(max_new_tokens)
+
+        async def one(prompt: str) -> str | None:
+            async with limit:
+                try:
+                    return (await self.llm.acomplete(prompt, **kwargs)).text
+                except Exception:
+                    return None
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Async :meth:`generate`: ``acomplete`` calls, ``max_concurrency`` at a time."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)

@@ -177,7 +177,10 @@ class EngineOptions(TypedDict, total=False):
     default: the node's source document), ``metadata_mode``, ``partition`` (a
     public :class:`~dprag_core.retrieval.cells.PublicPartition`: only the cells
     the question probes are queried, exactly; nodes tagged with
-    :func:`~llamaindex_dprag.cells.tag_nodes`; docs/design.md §11).
+    :func:`~llamaindex_dprag.cells.tag_nodes`; docs/design.md §11). ``deadline``
+    (seconds, opt in): each query's response (or failure) leaves that long after
+    its start, never sooner; work not done by then is the one fixed failure
+    (:mod:`dprag_core.deadline`).
 
     >>> options: EngineOptions = {"streaming": True, "public_fallback": True}
     >>> "text_qa_template" in EngineOptions.__annotations__
@@ -199,6 +202,7 @@ class EngineOptions(TypedDict, total=False):
     text_qa_template: Any
     callback_manager: CallbackManager | None
     public_fallback: bool | NonRAG
+    deadline: float | None
 
 
 def answer_metadata(answer: DPAnswer) -> dict[str, Any]:
@@ -284,6 +288,7 @@ class DPQueryEngine(CustomQueryEngine):
         callback_manager: CallbackManager | None = None,
         text_qa_template: Any = None,
         public_fallback: bool | NonRAG = False,
+        deadline: float | None = None,
     ) -> None:
         run = _query_run(
             mechanism,
@@ -294,6 +299,7 @@ class DPQueryEngine(CustomQueryEngine):
             rng=rng,
             callback_manager=callback_manager,
             text_qa_template=text_qa_template,
+            deadline=deadline,
         )
         super().__init__(**_fields(run, streaming, source_ids, similarity_top_k, callback_manager))
         self._source, self._run = source, run
@@ -456,6 +462,7 @@ def _query_run(
     rng: RngLike,
     callback_manager: CallbackManager | None,
     text_qa_template: Any,
+    deadline: float | None = None,
 ) -> QueryRun:
     """The engine's source, callbacks and prompt checked, then its one query run (when built)."""
     if not callable(getattr(source, "bind", None)):
@@ -476,6 +483,7 @@ def _query_run(
         public_fallback=public_fallback,
         parameter="budget",
         rng=rng,
+        deadline=deadline,
     )
 
 

@@ -55,7 +55,8 @@ FACES: dict[str, list[str]] = {
         exponential_probabilities gaussian gumbel laplace limited_domain_top1 make_rng
     """),
     "dprag_core.models": words("""
-        LogprobModel LogprobSession LookaheadModel LookaheadSession TextModel TokenModel
+        LogprobModel LogprobSession LookaheadModel LookaheadSession PerPromptTextModel TextModel
+        TokenModel
         TokenSession
     """),
     "dprag_core.retrieval": words("""

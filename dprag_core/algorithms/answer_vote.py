@@ -19,24 +19,27 @@ nothing:
   of the key, a public function of it — never a voter's own wording.
 - :class:`AnswerVote`: the non-private counterpart, the most frequent key.
 
-**Voter failure.** A voter whose model call fails (a hosted API's content filter
-refusing one record, a timeout after the model's own retries) abstains instead
-of failing the query (``voter_errors="abstain"``, the default): the m prompts go
-in one ``generate`` call; if it raises, each prompt is sent alone and a prompt
-whose call raises, or returns something other than one string, abstains. That
-keeps each voter's key a function of its own records, provided a call's failure
-is either decided by its prompt alone (a content filter) or independent of the
-prompts (a transient error): then whether a query fails no longer depends on the
-corpus. ``voter_errors="raise"`` lets the model's error through instead (the
-adapters re-raise it without its message), for debugging a model that fails on
-every call — with ``"abstain"`` such a model releases nothing, every time.
+**Voter failure.** A voter whose prompt the model refuses (a hosted API's
+content filter refusing one record, a timeout after the model's own retries)
+abstains instead of failing the query (``voter_errors="abstain"``, the default):
+the m prompts go through :func:`~dprag_core.models.outcomes.generate_each`, one
+fixed request schedule whatever any prompt's outcome (one call for dprag's
+wrappers and engines, which report each prompt's outcome; one call per prompt
+for any other model), and a prompt that failed, or returned something other
+than one string, abstains. Nothing is ever sent again. That keeps each voter's
+key a function of its own records, provided a failure is either decided by its
+prompt alone (a content filter) or independent of the prompts (a transient
+error): then neither whether a query fails nor what it sends depends on the
+corpus. ``voter_errors="raise"`` sends the m prompts in one ``generate`` call
+and lets the model's error through instead (the adapters re-raise it without
+its message), for debugging a model that fails on every call — with
+``"abstain"`` such a model releases nothing, every time.
 
 **Cost per answer**: m voter completions of at most ``max_new_tokens`` tokens
-each, in one ``generate`` call (in process, one batched generation; on a server,
-one request of m prompts, which the server runs in parallel slots; through a
-LangChain or LlamaIndex model, m concurrent requests); m more single calls only
-when that call raises. No public answer is generated; the selection itself is
-O(m).
+each (in process, one batched generation; on a server, one request of m
+prompts, which the server runs in parallel slots; through a LangChain or
+LlamaIndex model, m concurrent requests; a model of your own, m calls). No
+public answer is generated; the selection itself is O(m).
 
 >>> class Reader:  # answers with the record it is given
 ...     def generate(self, prompts, *, max_new_tokens=64):
@@ -73,6 +76,7 @@ from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_vote import vote_select
 from dprag_core.models.base import TextModel
 from dprag_core.models.checks import check_text_model
+from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -131,20 +135,7 @@ class _AnswerVoting(Mechanism):
             return _checked(
                 self.model.generate(prompts, max_new_tokens=self.max_new_tokens), prompts
             )
-        try:
-            return _checked(
-                self.model.generate(prompts, max_new_tokens=self.max_new_tokens), prompts
-            )
-        except Exception:
-            return [self._alone(prompt) for prompt in prompts]
-
-    def _alone(self, prompt: str) -> str | None:
-        try:
-            return _checked(
-                self.model.generate([prompt], max_new_tokens=self.max_new_tokens), [prompt]
-            )[0]
-        except Exception:
-            return None
+        return generate_each(self.model, prompts, max_new_tokens=self.max_new_tokens)
 
     def keys(
         self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

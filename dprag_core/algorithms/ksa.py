@@ -2,7 +2,12 @@
 (Tang et al. 2026, Alg. 1).
 
 1. Retrieve N documents (``candidates_needed() = n_docs``); one response per
-   privacy unit (its chunks joined) through any :class:`TextModel`, in one batch.
+   privacy unit (its chunks joined) through any :class:`TextModel`, always
+   ``n_docs`` prompts on one fixed schedule
+   (:func:`~dprag_core.models.outcomes.generate_each`: one call for dprag's
+   wrappers and engines, one call per prompt for any other model). A prompt
+   the model refuses (a content filter, a tokenizer rejecting a special token)
+   is an empty response: it counts no keyword, and the query goes on.
 2. Keyword histogram: each response's words (punctuation and stop words
    removed, optionally without the question's own words), each counted at most
    once per response. A word keeps the case the response wrote it in, and each
@@ -18,22 +23,24 @@
    question alone (zero-shot) when PTR fails.
 
 **Guarantee** (:class:`DPKSA`): ``query_cost()`` = the requested (ε, δ), w.r.t.
-add/remove of one privacy unit, *provided the retriever's top-N is counted in
-units* (one item per unit, or a unit's chunks all inside or all outside): then
-one unit changes at most one response, hence every keyword's count by at most
-one. The noise is calibrated so that the certified bound
-(``parameters.achieved``, e.g. ε = 7.999999996 for a requested 8) is within the
-requested budget; the answer reports, and the budget is charged, the requested
-(ε, δ) itself: a valid claim (it is at least the certified one), and the one the
-user configured, so totals add up in round numbers (ten queries of ε = 8 fit
-exactly in 80). The released keywords are DP outputs, their case included (the
-case of a form is part of the keyword the histogram counts, so it is released by
-the same mechanism, never restored afterwards from a response), and may appear
-verbatim in the answer: that is by design (they are words that at least
-k̂-gap-many responses agree on). ``details`` holds ``k_hat``,
-``ptr_passed``, ``keywords_released`` (a count), ``epsilon_bound`` (the
-accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and ``stop_reason``
-(``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
+add/remove of one privacy unit, *provided the retriever's top-N is counted in units*
+(one item per unit, or a unit's chunks all inside or all outside): then one unit changes
+at most one response, hence every keyword's count by at most one. A refused prompt does
+not change this: its response (empty) is still a function of that unit's documents and
+the public question alone, when the refusal is decided by the prompt (a content filter)
+or independent of the prompts (a transient error), and nothing else about the query (how
+many calls, how many prompts, whether it fails) depends on it. The noise is calibrated
+so that the certified bound (``parameters.achieved``, e.g. ε = 7.999999996 for a
+requested 8) is within the requested budget; the answer reports, and the budget is
+charged, the requested (ε, δ) itself: a valid claim (it is at least the certified one),
+and the one the user configured, so totals add up in round numbers (ten queries of ε = 8
+fit exactly in 80). The released keywords are DP outputs, their case included (the case
+of a form is part of the keyword the histogram counts, so it is released by the same
+mechanism, never restored afterwards from a response), and may appear verbatim in the
+answer: that is by design (they are words that at least k̂-gap-many responses agree on).
+``details`` holds ``k_hat``, ``ptr_passed``, ``keywords_released`` (a count),
+``epsilon_bound`` (the accounting bound that certified ε, ``"rdp"`` or ``"pld"``) and
+``stop_reason`` (``"keywords"``, or ``"ptr_failed"`` for a zero-shot answer:
 :mod:`dprag_core.stop_reasons`), nothing per document.
 
 >>> class Echo:
@@ -70,6 +77,7 @@ from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.base import TextModel
 from dprag_core.models.checks import check_text_model
+from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
@@ -239,14 +247,15 @@ class _KeywordAnswerer(Mechanism):
         one per unit, and for the rest of the ``n_docs`` slots (fewer units
         than documents, or fewer documents than ``n_docs``) the prompt with an
         empty context, whose responses are not counted. What a server or a
-        hosted API is asked (how many prompts, in one call) is then public.
+        hosted API is asked (how many prompts, on which schedule) is then public, and
+        a refused prompt is an empty response (module docstring).
         """
         contexts = _unit_contexts(docs, self.n_docs)
         empty = self.response_template.format(context="", question=question)
         prompts = [self.response_template.format(context=c, question=question) for c in contexts]
         prompts += [empty] * (self.n_docs - len(prompts))
-        responses = self.model.generate(prompts, max_new_tokens=self.response_tokens)
-        responses = responses[: len(contexts)]
+        outcomes = generate_each(self.model, prompts, max_new_tokens=self.response_tokens)
+        responses = [r or "" for r in outcomes[: len(contexts)]]  # refused: an empty response
         exclude: Iterable[str] = ()
         if self.drop_question_words:
             exclude = (

@@ -11,7 +11,9 @@ server at temperature 0) can implement it.
 Mechanisms that read full next-token distributions (DP-ICL, kNN-Prompting keys)
 need a :class:`LogprobModel`, whose :meth:`~LogprobModel.prefill_logprobs`
 session also has ``logprobs`` [B, V]. Text-level mechanisms (DP-KSA) need only a
-:class:`TextModel`.
+:class:`TextModel`; they read it through
+:func:`~dprag_core.models.outcomes.generate_each` (one outcome per prompt, a
+fixed request schedule), which a :class:`PerPromptTextModel` serves in one call.
 
 Prompts passed to all of them are *user messages*; an implementation wraps them
 with the tokenizer's chat template when it has one, else uses them verbatim.
@@ -42,6 +44,7 @@ __all__ = [
     "LogprobSession",
     "LookaheadModel",
     "LookaheadSession",
+    "PerPromptTextModel",
     "StopRule",
     "TextModel",
     "TokenModel",
@@ -199,4 +202,30 @@ class TextModel(Protocol):
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """One completion per prompt, in order."""
+        ...
+
+
+@runtime_checkable
+class PerPromptTextModel(TextModel, Protocol):
+    """A :class:`TextModel` that reports each prompt's own outcome, in one call.
+
+    ``generate_each`` sends exactly what ``generate`` sends (the same requests,
+    whatever any of them returns) and gives, per prompt, its completion or
+    ``None`` where that prompt's own request failed (a hosted API's content
+    filter, a tokenizer refusing a special token), the error dropped. It never
+    sends a prompt again. It raises only for what is not one prompt's (a bad
+    argument, a batch the model runs as one: the in-process engines).
+
+    >>> class Filtered:
+    ...     def generate(self, prompts, *, max_new_tokens=64): return ["ok"] * len(prompts)
+    ...     def generate_each(self, prompts, *, max_new_tokens=64):
+    ...         return [None if "forbidden" in p else "ok" for p in prompts]
+    >>> isinstance(Filtered(), PerPromptTextModel)
+    True
+    """
+
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """One outcome per prompt, in order: its completion, or None where it failed."""
         ...

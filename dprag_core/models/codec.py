@@ -6,7 +6,11 @@ does with its tokenizer: ``encode`` / ``decode`` (no special tokens),
 anywhere: :func:`complete_text`),
 ``prompt_ids`` (a user-message prompt wrapped with the tokenizer's chat template
 when it has one, else encoded verbatim with the tokenizer's usual special tokens)
-and ``prompt_rows`` (a batch of them, checked).
+and ``prompt_rows`` (a batch of them, checked). A token model that sets its
+public ``prompt_width`` has every prompt cut to its last
+:func:`~dprag_core.models.envelope.prompt_bytes` UTF-8 bytes *before* it is
+tokenized (:mod:`dprag_core.models.envelope`, *bytes first*); nothing here asks
+the tokenizer for its length warning (``verbose=False``).
 
 :func:`special_tokens` is the one home of what a token model reads from its
 tokenizer and configs once: the vocabulary size, the end-of-sequence set, the
@@ -18,7 +22,7 @@ a server. :func:`word_starts` is the public word-start table of word-level votin
 
 >>> class Chars:  # a toy tokenizer: one id per character
 ...     chat_template = None
-...     def encode(self, text, add_special_tokens=True): return [ord(c) for c in text]
+...     def encode(self, text, add_special_tokens=True, **kw): return [ord(c) for c in text]
 ...     def decode(self, ids, skip_special_tokens=True): return "".join(map(chr, ids))
 >>> codec = TokenizerCodec(Chars())
 >>> codec.prompt_ids("hi"), codec.decode(codec.encode("ok"))
@@ -36,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from dprag_core.models.envelope import keep_last_bytes, prompt_bytes
 
 __all__ = [
     "PENDING_TOKENS",
@@ -306,12 +312,16 @@ def word_starts(model: Any) -> npt.NDArray[np.bool_]:
 class TokenizerCodec:
     """Encoding, decoding and prompt building with one transformers ``tokenizer``."""
 
+    prompt_width: int | None = None
+    """The public width of a token model's prompts (tokens); when set, every prompt keeps
+    its last ``prompt_bytes(prompt_width)`` UTF-8 bytes before it is tokenized."""
+
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``, special tokens skipped."""
@@ -327,13 +337,28 @@ class TokenizerCodec:
         return complete_text(self.decode, ids)
 
     def prompt_ids(self, prompt: str) -> list[int]:
-        """The token ids fed to the model for one user-message ``prompt``."""
+        """The token ids fed to the model for one user-message ``prompt``.
+
+        With a ``prompt_width``, only the prompt's last ``prompt_bytes(prompt_width)``
+        UTF-8 bytes are wrapped and tokenized (the engines then keep the last
+        ``prompt_width`` tokens): the tokenizer's work is bounded by public numbers.
+
+        >>> class Bytes:
+        ...     chat_template = None
+        ...     def encode(self, text, **kw): return list(text.encode())
+        >>> codec = TokenizerCodec(Bytes())
+        >>> codec.prompt_width = 1  # at most 16 bytes are tokenized
+        >>> len(codec.prompt_ids("x" * 10**6))
+        16
+        """
+        if self.prompt_width is not None:
+            prompt = keep_last_bytes(prompt, prompt_bytes(self.prompt_width))
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
             )
-            return list(self.tokenizer.encode(text, add_special_tokens=False))
-        return list(self.tokenizer.encode(prompt))
+            return list(self.tokenizer.encode(text, add_special_tokens=False, verbose=False))
+        return list(self.tokenizer.encode(prompt, verbose=False))
 
     def prompt_rows(self, prompts: Sequence[str]) -> list[list[int]]:
         """:meth:`prompt_ids` of each of B prompts (each must encode to a token at least)."""

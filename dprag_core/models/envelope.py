@@ -7,10 +7,30 @@ refuse it (a server answers HTTP 400 to a prompt over its context; that
 failure would tell whether the document is in the corpus). One rule serves
 every engine, in process and on a server:
 
-- **Width.** A prompt keeps its last ``prompt_width`` tokens (:func:`keep_last`;
-  the question and the answer cue end every prompt). ``prompt_width`` is a
-  public parameter of the model; by default :data:`DEFAULT_PROMPT_WIDTH`
-  tokens, or half the model's context if that is less (:func:`public_width`).
+- **Bytes first.** Before anything tokenizes it, a prompt keeps its last
+  :func:`prompt_bytes` ``(prompt_width)`` = :data:`PROMPT_BYTES_PER_TOKEN` x
+  ``prompt_width`` UTF-8 bytes, cut at a character boundary
+  (:func:`keep_last_bytes`; a chat template is applied to the cut message).
+  Only those bytes are tokenized, so the work of a query (bytes read, tokens
+  made, memory) is bounded by public numbers and does not grow with a
+  retrieved document's length, and the tokenizer never sees a sequence long
+  enough for transformers' "Token indices sequence length is longer than ..."
+  warning (which every engine also switches off: ``verbose=False``).
+- **Width.** The tokens of that end keep their last ``prompt_width``
+  (:func:`keep_last`; the question and the answer cue end every prompt).
+  ``prompt_width`` is a public parameter of the model; by default
+  :data:`DEFAULT_PROMPT_WIDTH` tokens, or half the model's context if that is
+  less (:func:`public_width`). A prompt whose last ``prompt_width`` tokens take
+  at most ``prompt_bytes(prompt_width)`` bytes (prose: 3 to 6 bytes a token)
+  keeps exactly the tokens it kept without the byte cut (the cut falls words
+  before them, and a tokenizer's pieces do not reach across words). A text
+  whose tokens average more bytes than that (long runs of one character or of
+  whitespace merged into long tokens) keeps fewer than ``prompt_width``
+  tokens: those of its last ``prompt_bytes(prompt_width)`` bytes. Either way
+  what the model reads of a prompt is a function of that prompt alone (one
+  voter's or one unit's documents, the public question and template) and the
+  public width, whatever the other prompts hold, so each mechanism's argument
+  ("one unit changes one row") is unchanged.
 - **Room.** The model's context (``max_position_embeddings`` in process, the
   server's per-request context on a server) must hold a prompt of the full
   width plus the answer: ``answer_room = context - prompt_width`` new tokens
@@ -34,6 +54,8 @@ every engine, in process and on a server:
 (256, 150)
 >>> keep_last_bytes("naïve", 4)
 'ïve'
+>>> prompt_bytes(256)
+4096
 """
 
 from __future__ import annotations
@@ -45,10 +67,12 @@ from dprag_core.validation import positive_int
 __all__ = [
     "DEFAULT_PROMPT_BYTES",
     "DEFAULT_PROMPT_WIDTH",
+    "PROMPT_BYTES_PER_TOKEN",
     "answer_room",
     "check_answer_room",
     "keep_last",
     "keep_last_bytes",
+    "prompt_bytes",
     "public_width",
 ]
 
@@ -58,6 +82,21 @@ DEFAULT_PROMPT_WIDTH = 256
 DEFAULT_PROMPT_BYTES = 16384
 """UTF-8 bytes a text-only model's prompt keeps by default (at most that many tokens
 with a byte-level tokenizer, plus the chat template's)."""
+
+
+PROMPT_BYTES_PER_TOKEN = 16
+"""UTF-8 bytes a token engine reads per token of ``prompt_width`` (:func:`prompt_bytes`)."""
+
+
+def prompt_bytes(width: int) -> int:
+    """The UTF-8 bytes of a prompt a token engine tokenizes: its last ``16 * width``.
+
+    A public function of the public width alone (module docstring, *bytes first*).
+
+    >>> prompt_bytes(64)
+    1024
+    """
+    return PROMPT_BYTES_PER_TOKEN * positive_int("prompt_width", width)
 
 
 def public_width(width: int | None, *, context: int | None, source: str = "context") -> int:
@@ -93,11 +132,15 @@ def keep_last(rows: Sequence[Sequence[int]], width: int) -> list[list[int]]:
 def keep_last_bytes(text: str, max_bytes: int) -> str:
     """The longest end of ``text`` that is at most ``max_bytes`` UTF-8 bytes (whole characters).
 
+    Reads only the last ``max_bytes`` characters of ``text``, whatever its length.
+
     >>> keep_last_bytes("€uro", 4), keep_last_bytes("€uro", 6), keep_last_bytes("ab", 9)
     ('uro', '€uro', 'ab')
     """
-    data = text.encode("utf-8", errors="surrogatepass")
-    if len(data) <= max_bytes:
+    # every character is at least one byte: the last max_bytes characters hold the answer,
+    # so only they are encoded (the work is bounded by max_bytes, not by the text)
+    data = text[-max_bytes:].encode("utf-8", errors="surrogatepass")
+    if len(data) <= max_bytes and len(text) <= max_bytes:
         return text
     tail = data[len(data) - max_bytes :]
     while tail and (tail[0] & 0xC0) == 0x80:  # a continuation byte: the character was cut

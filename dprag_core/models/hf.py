@@ -44,10 +44,11 @@ within a row; attention is per row and head; padded positions are masked), so a
 row's logits are bit-identical whatever the other rows hold
 (``tests/models/test_batch_invariance.py`` perturbs them on every engine that
 runs on CPU, also with AVX2 kernels forced: ``tests/models/test_cpu_kernels.py``).
-A prompt longer than ``prompt_width`` keeps its last ``prompt_width`` tokens
+A prompt is cut to its last ``prompt_bytes(prompt_width)`` UTF-8 bytes before
+it is tokenized, and a longer prompt keeps its last ``prompt_width`` tokens
 (the question and the answer cue end every prompt; the one rule of every
 engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
-so the argument holds. Set ``prompt_width``
+so the argument holds, and the tokenizer's work is bounded by the public width. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the prefill computes B x
 ``prompt_width`` positions, except on a CPU with one torch thread, where the
@@ -475,6 +476,8 @@ class HFTokenModel(TokenizerCodec):
     'aspirin'
     """
 
+    prompt_width: int
+
     def __init__(
         self,
         model: Any,
@@ -669,3 +672,11 @@ class HFTextModel:
             cut = next((i for i, tok in enumerate(row) if tok in eos_ids), len(row))
             outputs.append(tm.decode_answer(row[:cut]))
         return outputs
+
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate` (a :class:`~dprag_core.models.base.PerPromptTextModel`): one
+        batch, whose rows are the prompts' public-width token ids; no prompt can make it
+        fail alone, so a failure is the batch's and raises."""
+        return list(self.generate(prompts, max_new_tokens=max_new_tokens))

@@ -14,7 +14,8 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
 - the vocabulary and the end-of-sequence set come from the same resolver as the
   in-process engine's (:func:`~dprag_core.models.codec.special_tokens`), so one
   checkpoint stops on the same tokens in process and on a server;
-- **a public envelope**: every prompt keeps its last ``prompt_width`` tokens,
+- **a public envelope**: every prompt keeps its last ``prompt_width`` tokens
+  (of its last ``prompt_bytes(prompt_width)`` UTF-8 bytes, the only ones tokenized),
   the rule of the in-process engine (:mod:`~dprag_core.models.envelope`), and
   the server's context (``context_length``: read from the server, or declared)
   must hold that width plus the answer: a server whose context is not above the
@@ -279,6 +280,8 @@ class OpenAICompatModel(TokenizerCodec):
     TypeError: endpoint must be a CompletionsEndpoint, got object
     """
 
+    prompt_width: int
+
     @strict_init
     def __init__(
         self,
@@ -467,6 +470,14 @@ class OpenAICompatModel(TokenizerCodec):
             cut = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), len(ids))
             out.append(self.decode_answer(ids[:cut]))
         return out
+
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """:meth:`generate` (a :class:`~dprag_core.models.base.PerPromptTextModel`): one
+        request of public-width token-id rows, which no prompt can make the server refuse
+        alone (the envelope); a failure is the request's and raises."""
+        return list(self.generate(prompts, max_new_tokens=max_new_tokens))
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """:meth:`generate` in a worker thread (the event loop stays free)."""

@@ -317,7 +317,12 @@ def test_a_failing_voter_abstains_instead_of_failing_the_query() -> None:
     docs = corpus(["Aspirin."] * 11 + ["Forbidden aspirin."])
     keys = mech.keys("Which drug?", docs, rng=0)
     assert keys == ["aspirin"] * 11  # the refused voter abstained
-    assert model.calls == 1 + 12  # one batch, then each prompt alone
+    assert model.calls == 12  # one call per prompt (a model of the app's own), never a resend
+    clean = Filtered("Forbidden")
+    DPAnswerVote(clean, m=12, k=1, epsilon=20.0, delta=1e-4).keys(
+        "Which drug?", corpus(["Aspirin."] * 12), rng=0
+    )
+    assert clean.calls == model.calls  # the same schedule without the refused record
     assert mech.answer("Which drug?", docs, rng=0).text == "Aspirin"
 
 
@@ -344,7 +349,7 @@ def test_padding_voters_are_prompted_but_abstain() -> None:
     model = Reader()
     mech = DPAnswerVote(model, m=30, k=1, epsilon=50.0, delta=1e-4)
     assert mech.keys("Which drug?", corpus(["Aspirin."] * 3), rng=0) == ["aspirin"] * 3
-    assert model.calls == 1
+    assert model.calls == 30  # m prompts, one call each (a model of the app's own)
     answer = AnswerVote(model, m=30, k=1).answer("Which drug?", corpus(["Aspirin."] * 3))
     assert answer.text == "Aspirin" and answer.epsilon == math.inf
 

@@ -44,6 +44,12 @@ class ScriptedTextModel:
                 out.append(f"ECHO[{p}]")
         return out
 
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """A PerPromptTextModel: the n_docs responses in one recorded call."""
+        return list(self.generate(prompts, max_new_tokens=max_new_tokens))
+
 
 def _docs(texts: Sequence[str], units: Sequence[str] | None = None) -> list[ScoredDocument]:
     return [

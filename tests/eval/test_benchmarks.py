@@ -197,3 +197,22 @@ def test_cpu_answer_benchmark_times_both_prefills() -> None:
     assert "a CPU session with 1 threads prefills rows" in out
     assert re.search(r"load average [\d.]+-[\d.]+", out)
     assert re.search(r"bf16 / float32 CPU time of one 64x576x1536 product: [\d.]+x", out)
+
+
+def test_timing_quick(tmp_path: Path) -> None:
+    """benchmarks/timing.py with n = 6: every column of its table, no timing claim."""
+    table = run_benchmark("timing.py", tmp_path)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[0].startswith("| entry point | engine | x |")
+    cells = {tuple(part.strip() for part in row.split("|")[1:4]) for row in rows[1:]}
+    assert cells == {
+        ("core", "eager", "long"),
+        ("langchain", "hosted", "refused"),
+        ("llamaindex", "hosted", "long"),
+    }
+    for row in rows[1:]:
+        fields = [part.strip() for part in row.split("|")[1:-1]]
+        assert len(fields) == 12
+        for accuracy in (fields[4], fields[5], fields[8], fields[9]):
+            assert 0.0 <= float(accuracy) <= 1.0
+        assert fields[6] == "0 / 0"  # a refused record is an abstain, not a failed query

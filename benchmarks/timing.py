@@ -1,0 +1,357 @@
+"""What wall time tells a caller with a stopwatch: D against D + x, per entry point and engine.
+
+For each entry point (``PrivateRAG.answer``, ``DPRAGChain.invoke``,
+``DPQueryEngine.query``) and engine (``eager``: ``HFTokenModel`` on the shipped reader
+under DPVote; ``static``: the same on the static engine, PrivateRAG only; ``hosted``: a
+hosted text API double under DPAnswerVote, answering at once, through a text model of
+the app's own, ``LangChainTextModel`` or ``LlamaIndexTextModel``) and each kind of x
+(``long``: a 20 000-word record that wins retrieval; ``refused``: a record the hosted
+API refuses, HTTP 400), the script times ``--n`` queries on D and on D + x (interleaved,
+so drift in the machine's load falls on both) and ``--n`` more on D (the control, D
+against D), and prints the accuracy of the best threshold on time telling the two sides
+apart. The threshold and its direction are fitted on one random half of each side and
+the accuracy is measured on the other half, so a control with no signal reads about 0.50
+(not the optimistic in-sample maximum).
+
+Then the same cells with the deadline mode on (:mod:`dprag_core.deadline`): the deadline
+is 1.5 x the 99th percentile of the query times measured without it (rounded up to 10
+ms: a public number an operator reads off this table), and the table adds the accuracy
+with it, the overruns (queries that met the deadline unfinished: the fixed failure) and
+the cost, the median latency added.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/timing.py [--n 200] [--only core] [--out DIR]
+        [--cells langchain:eager:long ...]
+
+Torch runs one thread. ``--quick``: n = 6 and one cell per entry point (a smoke run, no
+figures). The figures depend on the machine and its load: compare a row's accuracy with
+its control, measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+
+from langchain_core.callbacks import (  # noqa: E402
+    CallbackManagerForLLMRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.retrievers import BaseRetriever as LCRetriever  # noqa: E402
+from llama_index.core.base.base_retriever import BaseRetriever as LIRetriever  # noqa: E402
+from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata  # noqa: E402
+from llama_index.core.llms.callbacks import llm_completion_callback  # noqa: E402
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
+
+from dprag_core.accounting.accountant import InMemoryCorpusAccountant  # noqa: E402
+from dprag_core.algorithms import DPAnswerVote, DPVote  # noqa: E402
+from dprag_core.budget import Budget  # noqa: E402
+from dprag_core.eval.workbench import reader_path  # noqa: E402
+from dprag_core.models.hf import HFTokenModel  # noqa: E402
+from dprag_core.pipeline import PrivateRAG  # noqa: E402
+from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
+from dprag_core.retrieval.documents import ScoredDocument  # noqa: E402
+from langchain_dprag import DPRAGChain, LangChainTextModel  # noqa: E402
+from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel  # noqa: E402
+
+QUESTION = "Which drug treats Snurfosis?"
+MARKER = "<|endoftext|>"
+FILLER = "The clinic keeps a record of each visit, the dosage and the follow-up date."
+Row = tuple[str, str, str]  # id, unit, text
+D: list[Row] = [
+    (f"r{i}", f"u{i}", f"Patient {i}: Snurfosis is treated with Gleeblorazine. {FILLER}")
+    for i in range(8)
+]
+X: dict[str, Row] = {  # each ranks first in D + x
+    "long": ("x", "ux", " ".join(["visit"] * 20_000) + " Snurfosis: Gleeblorazine."),
+    "refused": ("x", "ux", f"{MARKER} Snurfosis is treated with Gleeblorazine."),
+}
+
+
+def _reply(prompt: str) -> str:
+    if MARKER in prompt:
+        raise ValueError("HTTP 400 content_filter")
+    return "Gleeblorazine" if "Gleeblorazine" in prompt else "I do not know"
+
+
+class OwnApi:
+    """A hosted text API through a TextModel of the app's own (one call per prompt)."""
+
+    def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
+        return [_reply(p) for p in prompts]
+
+
+class ApiChat(BaseChatModel):
+    """A hosted chat API as a LangChain chat model."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "hosted-double"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        reply = AIMessage(content=_reply(str(messages[-1].content)))
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class ApiLLM(CustomLLM):
+    """A hosted completion API as a LlamaIndex LLM."""
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="hosted-double")
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        return CompletionResponse(text=_reply(prompt))
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+        yield self.complete(prompt)
+
+
+class LCRank(LCRetriever):
+    """The first k of a fixed ranking."""
+
+    rows: list[Any]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+    ) -> list[Document]:
+        return [Document(page_content=t, id=i, metadata={"who": u}) for i, u, t in self.rows[:k]]
+
+
+class LIRank(LIRetriever):
+    """A fixed ranking, all of it."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [
+            NodeWithScore(node=TextNode(id_=i, text=t, metadata={"who": u}), score=0.9 - n / 100)
+            for n, (i, u, t) in enumerate(self.rows)
+        ]
+
+
+_READERS: dict[str, HFTokenModel] = {}
+
+
+def _mechanism(engine: str, entry: str) -> Any:
+    if engine in ("eager", "static"):
+        if engine not in _READERS:
+            _READERS[engine] = HFTokenModel.from_pretrained(str(reader_path()), engine=engine)
+        return DPVote(
+            _READERS[engine], m=4, k=1, epsilon=20.0, delta=1e-4, epsilon_token=5.0,
+            max_new_tokens=8,
+        )  # fmt: skip
+    model: Any = {
+        "core": OwnApi,
+        "langchain": lambda: LangChainTextModel(ApiChat()),
+        "llamaindex": lambda: LlamaIndexTextModel(ApiLLM()),
+    }[entry]()
+    return DPAnswerVote(model, m=4, k=1, epsilon=8.0, delta=1e-4, max_new_tokens=16)
+
+
+def _budget() -> InMemoryCorpusAccountant:
+    return InMemoryCorpusAccountant(Budget(1e9, 0.5))
+
+
+def build(entry: str, engine: str, rows: list[Row], deadline: float | None) -> Callable[[], Any]:
+    """One app over ``rows`` (best first); the call that asks it one question."""
+    mech = _mechanism(engine, entry)
+    if entry == "core":
+        docs = [ScoredDocument(i, t, 0.9 - n / 100, unit=u) for n, (i, u, t) in enumerate(rows)]
+        rag = PrivateRAG(
+            mech, HonoursK(lambda q, k: docs[:k]), accountant=_budget(), deadline=deadline
+        )
+        return lambda: rag.answer(QUESTION)
+    if entry == "langchain":
+        chain = DPRAGChain(
+            retriever=LCRank(rows=rows),
+            retriever_honours_k=True,
+            mechanism=mech,
+            unit_key="who",
+            accountant=_budget(),
+            deadline=deadline,
+        )
+        return lambda: chain.invoke(QUESTION)
+    engine_ = DPQueryEngine.from_retriever(
+        LIRank(rows),
+        mechanism=mech,
+        returns_everything=True,
+        unit_key="who",
+        budget=_budget(),
+        deadline=deadline,
+    )
+    return lambda: engine_.query(QUESTION)
+
+
+def timed(ask: Callable[[], Any]) -> tuple[float, bool]:
+    """Wall seconds of one query, and whether it failed."""
+    start = time.perf_counter()
+    try:
+        ask()
+        failed = False
+    except Exception:
+        failed = True
+    return time.perf_counter() - start, failed
+
+
+def sample(apps: dict[str, Callable[[], Any]], n: int, rng: np.random.Generator) -> dict[str, Any]:
+    """``n`` timed queries per app, interleaved in a fresh random order each round."""
+    times: dict[str, list[float]] = {name: [] for name in apps}
+    failures = dict.fromkeys(apps, 0)
+    for ask in apps.values():  # warm-up, not timed
+        timed(ask)
+    for _ in range(n):
+        for name in rng.permutation(list(apps)):
+            took, failed = timed(apps[name])
+            times[name].append(took)
+            failures[name] += failed
+    return {"times": times, "failures": failures}
+
+
+def holdout_accuracy(a: Sequence[float], b: Sequence[float], rng: np.random.Generator) -> float:
+    """Accuracy, on held-out halves, of the best threshold on time telling ``a`` from ``b``.
+
+    >>> round(holdout_accuracy([1.0] * 10, [2.0] * 10, np.random.default_rng(0)), 2)
+    1.0
+    """
+    xa, xb = rng.permutation(np.asarray(a)), rng.permutation(np.asarray(b))
+    fit_a, test_a = xa[: len(xa) // 2], xa[len(xa) // 2 :]
+    fit_b, test_b = xb[: len(xb) // 2], xb[len(xb) // 2 :]
+    best = (-1.0, 0.0, 1)
+    for t in np.concatenate([fit_a, fit_b]):
+        for sign in (1, -1):  # 1: a is at or below the threshold
+            score = (np.mean(sign * fit_a <= sign * t) + np.mean(sign * fit_b > sign * t)) / 2
+            if score > best[0]:
+                best = (float(score), float(t), sign)
+    _, t, sign = best
+    return float((np.mean(sign * test_a <= sign * t) + np.mean(sign * test_b > sign * t)) / 2)
+
+
+def cell(entry: str, engine: str, kind: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
+    """One row: without and with the deadline."""
+    with_x = [X[kind], *D]
+    apps = {
+        "D": build(entry, engine, D, None),
+        "D+x": build(entry, engine, with_x, None),
+        "D'": build(entry, engine, D, None),
+    }
+    plain = sample(apps, n, rng)
+    t = plain["times"]
+    slow = float(np.quantile(np.concatenate(list(t.values())), 0.99))
+    deadline = math.ceil(slow * 1.5 / 0.01) * 0.01
+    held = sample(
+        {
+            "D": build(entry, engine, D, deadline),
+            "D+x": build(entry, engine, with_x, deadline),
+            "D'": build(entry, engine, D, deadline),
+        },
+        n,
+        rng,
+    )
+    h = held["times"]
+    return {
+        "median_d": statistics.median(t["D"]),
+        "median_x": statistics.median(t["D+x"]),
+        "accuracy": holdout_accuracy(t["D"], t["D+x"], rng),
+        "control": holdout_accuracy(t["D"], t["D'"], rng),
+        "failures": plain["failures"],
+        "deadline": deadline,
+        "held_accuracy": holdout_accuracy(h["D"], h["D+x"], rng),
+        "held_control": holdout_accuracy(h["D"], h["D'"], rng),
+        "overruns": sum(held["failures"].values()),
+        "added": statistics.median(h["D"] + h["D+x"]) - statistics.median(t["D"] + t["D+x"]),
+    }
+
+
+CELLS = [
+    ("core", "eager", "long"),
+    ("core", "static", "long"),
+    ("core", "hosted", "long"),
+    ("core", "hosted", "refused"),
+    ("langchain", "eager", "long"),
+    ("langchain", "hosted", "long"),
+    ("langchain", "hosted", "refused"),
+    ("llamaindex", "eager", "long"),
+    ("llamaindex", "hosted", "long"),
+    ("llamaindex", "hosted", "refused"),
+]
+QUICK = [
+    ("core", "eager", "long"),
+    ("langchain", "hosted", "refused"),
+    ("llamaindex", "hosted", "long"),
+]
+
+HEADER = (
+    "| entry point | engine | x | median D / D+x (ms) | accuracy | control | failures D / D+x "
+    "| deadline (ms) | accuracy held | control held | overruns | added latency (ms) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="queries per side (default 200)")
+    parser.add_argument("--quick", action="store_true", help="n = 6, three cells (smoke)")
+    parser.add_argument("--only", nargs="*", default=None, help="entry points or engines")
+    parser.add_argument(
+        "--cells", nargs="*", default=None, help="entry:engine:x, e.g. core:eager:long"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="also write DIR/table.md")
+    args = parser.parse_args()
+    if args.n < 2:
+        parser.error("--n must be an integer >= 2")
+    n = 6 if args.quick else args.n
+    cells = QUICK if args.quick else CELLS
+    if args.only:
+        cells = [c for c in cells if c[0] in args.only or c[1] in args.only]
+    if args.cells:
+        cells = [c for c in cells if ":".join(c) in args.cells]
+    rng = np.random.default_rng(args.seed)
+    torch.set_num_threads(1)  # one core per query, as on a shared host (and steadier figures)
+    lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]
+    lines.append(HEADER)
+    print("\n".join(lines), flush=True)
+    for entry, engine, kind in cells:
+        r = cell(entry, engine, kind, n, rng)
+        line = (
+            f"| {entry} | {engine} | {kind} | {r['median_d'] * 1e3:.1f} / "
+            f"{r['median_x'] * 1e3:.1f} | {r['accuracy']:.2f} | {r['control']:.2f} | "
+            f"{r['failures']['D']} / {r['failures']['D+x']} | {r['deadline'] * 1e3:.0f} | "
+            f"{r['held_accuracy']:.2f} | {r['held_control']:.2f} | {r['overruns']} | "
+            f"{r['added'] * 1e3:.1f} |"
+        )
+        lines.append(line)
+        print(line, flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "table.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
