@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -246,13 +247,20 @@ def watching(seen: Seen) -> Iterator[None]:
             ]  # fmt: skip
 
 
+CLOCKS = frozenset({"began", "started"})
+"""Locals and fields holding a monotonic clock reading at a query's start (the deadline
+counts from it): public, and different in every run."""
+_CLOCK_FIELD = re.compile(r'"(' + "|".join(sorted(CLOCKS)) + r')": [0-9.eE+-]+')
+
+
 def _local(value: Any) -> str:
     """A local as an error tracker shows it: its normalised form, short, and a digest of all
-    of it (a document anywhere in it changes the digest)."""
+    of it (a document anywhere in it changes the digest); clock readings as ``<clock>``."""
     try:
         shown = json.dumps(normalise(value), default=str, sort_keys=True)
     except Exception as error:  # a value that cannot be shown
         shown = f"<unshowable: {type(error).__name__}>"
+    shown = _CLOCK_FIELD.sub(r'"\1": "<clock>"', shown)
     digest = hashlib.sha256(shown.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"{shown[:120]}… #{digest}" if len(shown) > 120 else shown
 
@@ -276,7 +284,10 @@ def frames_of(error: BaseException) -> list[dict[str, Any]]:
                     "exception": type(exc).__name__,
                     "function": frame.f_code.co_qualname,
                     "file": Path(frame.f_code.co_filename).name,
-                    "locals": {name: _local(v) for name, v in sorted(frame.f_locals.items())},
+                    "locals": {
+                        name: "<clock>" if name in CLOCKS else _local(v)
+                        for name, v in sorted(frame.f_locals.items())
+                    },
                 })  # fmt: skip
             tb = tb.tb_next
         pending += [exc.__cause__, exc.__context__]
