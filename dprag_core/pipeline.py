@@ -90,10 +90,11 @@ from dprag_core.fallback import check_public_fallback, fallback_answer, fallback
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
 from dprag_core.retrieval.above import Retriever, retrieve_above
-from dprag_core.retrieval.capabilities import has_range_search
+from dprag_core.retrieval.capabilities import has_range_search, stored_count
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.retrieval.stores import refuse_empty
 from dprag_core.retrieval.threshold import DPThreshold
 from dprag_core.retrieval.units import top_units
 from dprag_core.validation import positive_int, strict_init
@@ -433,6 +434,10 @@ class PrivateRAG:
     fixed cost is charged against before retrieval; it is required for every
     mechanism with a per-query cost (:func:`require_accountant`).
     ``max_question_tokens`` bounds the question's length (:func:`check_query`).
+    A retriever that says how many documents it searches (``len(retriever)``:
+    :class:`~dprag_core.retrieval.faiss_corpus.FaissRetriever`) and says 0 is
+    refused here, once, before any charge
+    (:func:`~dprag_core.retrieval.stores.refuse_empty` says why that is public).
     The question, the ``rng``, the ``query_id`` and the budget are checked
     before anything is charged; a failure after the charge (retrieval,
     generation, a per-unit ledger) raises the one fixed
@@ -470,6 +475,8 @@ class PrivateRAG:
     ) -> None:
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
+        # an empty corpus, where the retriever says (len): refused once, now, before any charge
+        refuse_empty(type(retriever).__name__, stored_count(retriever))
         self.run = QueryRun(
             mechanism,
             retriever,
