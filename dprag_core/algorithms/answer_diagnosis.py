@@ -84,7 +84,7 @@ def diagnose(
     of them, best first); ``rng`` seeds the voters' random partition.
     """
     keys = mechanism.keys(question, docs, rng=rng)
-    counts = Counter(keys).most_common(2) + [(None, 0), (None, 0)]
+    counts: list[tuple[str | None, int]] = [*Counter(keys).most_common(2), (None, 0), (None, 0)]
     (top, top_votes), (_, runner_up) = counts[0], counts[1]
     return Diagnosis(
         question=question,
