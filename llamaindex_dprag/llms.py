@@ -132,11 +132,14 @@ class LlamaIndexTextModel:
 def _stop_reason(raw: Any) -> object:
     """The provider's stop reason in a raw response (first choice), if it has one."""
     try:
-        get = raw.get if isinstance(raw, dict) else lambda name: getattr(raw, name, None)
-        choices = get("choices")
+        choices = _field(raw, "choices")
         if choices:
-            first = choices[0]
-            return first.get("finish_reason") if isinstance(first, dict) else first.finish_reason
-        return get("stop_reason")
+            return _field(choices[0], "finish_reason")
+        return _field(raw, "stop_reason")
     except Exception:
         return None
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict, ``obj.name`` of an object; None when it has none."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)

@@ -1,8 +1,9 @@
 """An existing app's install: ``dprag[langchain-openai,llamaindex-openai]`` in a fresh venv
 without torch answers a DP query through each framework, against a served model.
 
-The venv is built from this checkout (``python -m venv``, no system site packages:
-the test venv has torch, the built one must not), with pip's own cache reused. The
+The venv is built from this checkout (``python -m venv --without-pip``, no system
+site packages: the test venv has torch, the built one must not), and this
+interpreter's pip installs into it (``pip --python``), reusing pip's cache. The
 first python block of docs/langchain.md and of docs/llamaindex.md (the served-model
 quick starts, skipped by tests/test_docs_run.py for want of a server) then run in it,
 as written, with ``OPENAI_BASE_URL`` / ``OPENAI_API_BASE`` pointing at a stand-in
@@ -47,13 +48,15 @@ def build_venv(where: Path) -> tuple[Path, dict[str, float]]:
     times = {}
     start = time.perf_counter()
     venv = where / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # no pip of its own (ensurepip is a third of a warm build): this interpreter's pip
+    # installs into it (--python), with pip's cache
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     times["venv"] = time.perf_counter() - start
     python = venv / "bin" / "python"
     start = time.perf_counter()
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         f"{source}[{EXTRAS}]"],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+         "--disable-pip-version-check", f"{source}[{EXTRAS}]"],
         check=True,
     )  # fmt: skip
     times["pip install"] = time.perf_counter() - start
