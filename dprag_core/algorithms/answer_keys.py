@@ -17,8 +17,11 @@ The steps, in order (all public):
    :data:`ABSTAIN_PATTERN`) or is blank.
 2. **Cut word**: a completion its generator stopped at the token limit
    (a :class:`~dprag_core.models.cut.CutText`: the provider's
-   ``finish_reason="length"``) loses its last word when the text ends inside
-   it ("Combination Qu" -> "Combination"): a key never ends in a fragment.
+   ``finish_reason="length"``) loses its last word when the text ends on a
+   letter or digit, since the limit may have cut it there ("Combination Qu" ->
+   "Combination"; a word the limit happened to end exactly goes too, the price
+   of never keeping a fragment); a cut text ending on a space or punctuation
+   keeps every word.
 3. **First sentence** of the first non-blank line (a sentence ends at ``.``,
    ``!`` or ``?`` after two lower-case letters or digits, so "Dr. Smith" and
    "U.S." stay whole).
