@@ -11,7 +11,9 @@ DP mechanisms share one durable corpus-level accountant; MuRAG charges its
 per-patient ledger; both live in a temporary folder, removed at the end (the
 corpus is made anew by every run). --model takes any transformers
 model name or path (default: the project's reader LM). dprag ledger creates,
-shows and exports budgets.
+shows and exports budgets. dprag diagnose (NOT private, for the data owner only)
+shows per question how many DPAnswerVote voters agree on the top answer and the
+bar h-bottom that count must clear at the chosen epsilon: why an answer is empty.
 """  # the command's --help text: plain text, no markup
 
 from __future__ import annotations
@@ -218,6 +220,86 @@ def _answer_all(
     return 0
 
 
+def _diagnose(args: argparse.Namespace) -> int:
+    """``dprag diagnose``: DPAnswerVote's voters on the owner's records, counted (NOT private)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError as missing:
+        raise missing_extra("dprag diagnose", missing, extra="demo") from missing
+
+    from dprag_core.algorithms.answer_diagnosis import NOT_PRIVATE, diagnose
+    from dprag_core.algorithms.answer_vote import DPAnswerVote
+    from dprag_core.eval.embeddings import MiniLMEmbedder
+    from dprag_core.eval.workbench import CorpusIndex, load_models
+
+    ids, texts = _read_records(Path(args.records))
+    print(NOT_PRIVATE)
+    index = CorpusIndex(ids, texts, MiniLMEmbedder())
+    _, text_model = load_models(args.model)
+    mechanism = DPAnswerVote(
+        text_model,
+        m=args.voters,
+        k=args.k,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        max_new_tokens=args.max_new_tokens,
+    )
+    print(
+        f"{len(ids)} records; DPAnswerVote m={args.voters} k={args.k} epsilon={args.epsilon:g} "
+        f"delta={args.delta:g}: an answer is released when its voters' count, plus noise, "
+        f"beats the bar h⊥ = {mechanism.bar():.1f}, plus noise"
+    )
+    for question in args.question:
+        docs = index(question, mechanism.candidates_needed())
+        print(diagnose(mechanism, question, docs, rng=args.seed).line())
+    print(NOT_PRIVATE)
+    return 0
+
+
+def _read_records(path: Path) -> tuple[list[str], list[str]]:
+    """``(ids, texts)`` of a JSON-lines file: one ``{"text": ..., "id": ...}`` per line."""
+    import json
+
+    ids, texts = [], []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise SystemExit(f"dprag diagnose: --records line {n} has no string 'text' field")
+        ids.append(str(record.get("id", n)))
+        texts.append(record["text"])
+    if not texts:
+        raise SystemExit("dprag diagnose: --records holds no record")
+    return ids, texts
+
+
+def _add_diagnose_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    diag = sub.add_parser(
+        "diagnose",
+        help="NOT PRIVATE, data owner only: why DPAnswerVote answers are empty",
+        description="NOT PRIVATE, for the data owner only: runs DPAnswerVote's voters on the "
+        "records and prints, per question, how many voters agree on the top answer key and "
+        "the bar h-bottom that count must clear at the chosen epsilon. Spends no budget; "
+        "never show its output to whoever asks the questions.",
+    )
+    diag.add_argument(
+        "--records", required=True, help='JSON-lines file, one {"text": ..., "id": ...} a line'
+    )
+    diag.add_argument(
+        "--question", action="append", required=True, help="a question (repeat for more)"
+    )
+    diag.add_argument("--model", default=None, help="HF model name or path (default: reader)")
+    diag.add_argument("--epsilon", type=_positive_float, default=5.0, help="per-query epsilon")
+    diag.add_argument("--delta", type=_probability, default=_DELTA, help="per-query delta")
+    diag.add_argument("--voters", type=_positive_int, default=40, help="voters m")
+    diag.add_argument("--k", type=_positive_int, default=1, help="records per voter")
+    diag.add_argument("--max-new-tokens", type=_positive_int, default=32, help="answer length")
+    diag.add_argument("--seed", type=int, default=0, help="seed of the voters' partition")
+    diag.set_defaults(func=_diagnose)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dprag`` console script.
 
@@ -266,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.set_defaults(func=_demo)
     add_ledger_command(sub)
+    _add_diagnose_command(sub)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
@@ -274,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _positive_int = argument_int(1)
 _positive_float = argument_number("a finite number > 0", lambda v: v > 0)
 _share = argument_number("a share in (0, 1]", lambda v: 0 < v <= 1)
+_probability = argument_number("a probability in (0, 1)", lambda v: 0 < v < 1)
 _cosine = argument_number("a cosine score in [-1, 1]", lambda v: -1 <= v <= 1)
 
 

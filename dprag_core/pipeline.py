@@ -96,10 +96,11 @@ from dprag_core.models.text_envelope import DPRAG_PACKAGES
 from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
 from dprag_core.quiet_logs import muted_logs
 from dprag_core.retrieval.above import Retriever, retrieve_above
-from dprag_core.retrieval.capabilities import has_range_search
+from dprag_core.retrieval.capabilities import has_range_search, stored_count
 from dprag_core.retrieval.documents import ScoredDocument, clean_documents
 from dprag_core.retrieval.scores import ScoreScale
 from dprag_core.retrieval.selection import ledger_filter
+from dprag_core.retrieval.stores import refuse_empty
 from dprag_core.retrieval.threshold import DPThreshold
 from dprag_core.retrieval.units import top_units
 from dprag_core.validation import positive_int, strict_init
@@ -534,6 +535,10 @@ class PrivateRAG:
     ``deadline`` (seconds, off by default): every answer, or its failure, leaves
     that long after the query started, never sooner; work not done by then is the
     one fixed failure, at the deadline (:mod:`dprag_core.deadline`).
+    A retriever that says how many documents it searches (``len(retriever)``:
+    :class:`~dprag_core.retrieval.faiss_corpus.FaissRetriever`) and says 0 is
+    refused here, once, before any charge
+    (:func:`~dprag_core.retrieval.stores.refuse_empty` says why that is public).
     The question, the ``rng``, the ``query_id`` and the budget are checked
     before anything is charged; a failure after the charge (retrieval,
     generation, a per-unit ledger) raises the one fixed
@@ -572,6 +577,8 @@ class PrivateRAG:
     ) -> None:
         if not callable(retriever):
             raise TypeError("retriever must be callable as retriever(question, k)")
+        # an empty corpus, where the retriever says (len): refused once, now, before any charge
+        refuse_empty(type(retriever).__name__, stored_count(retriever))
         self.run = QueryRun(
             mechanism,
             retriever,

@@ -12,7 +12,7 @@ MiniLM embeddings (from PyPI) and the project's reader LM
 asks for a fact that 16 records support, so the DP answer names the right
 treatment; what only one or two records say gets no DP answer (that is the point).
 
-    python examples/langchain_quickstart.py --mechanism dpvote  # or dpsparsevote, dpksa, murag
+    python examples/langchain_quickstart.py --mechanism dpvote  # or dpsparsevote, dpksa, dpanswervote, murag
 
 The corpus budget is this corpus's own, found by its name from any folder
 (``dprag ledger status --name langchain-quickstart`` shows it): its total pays
@@ -50,7 +50,9 @@ RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, pati
 FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
 QUESTION = FACT.question
 BUDGET = "langchain-quickstart"  # this corpus's budget (and MuRAG's per-patient ledger)
-TOTAL = Budget(46.0, 6e-4)  # dpvote 2 x 5 + dpsparsevote 2 x 8 + dpksa 2 x 10 (murag: its ledger)
+TOTAL = Budget(
+    56.0, 8e-4
+)  # 2 x: dpvote 5, dpsparsevote 8, dpksa 10, dpanswervote 5 (murag: its ledger)
 
 
 class MiniLM(Embeddings):
@@ -104,6 +106,11 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism
         from dprag_core.algorithms.ksa import DPKSA
 
         return DPKSA(LangChainTextModel(llm), epsilon=10.0, delta=1e-4, n_docs=16)
+    if name == "dpanswervote":
+        from dprag_core.algorithms.answer_vote import DPAnswerVote
+
+        # text only, one DP decision per whole answer: any chat model or LLM, hosted too
+        return DPAnswerVote(LangChainTextModel(llm), m=16, k=1, epsilon=5.0, delta=1e-4)
     if name == "murag":
         from dprag_core.accounting.ledger import SQLiteLedger
         from dprag_core.algorithms import murag
@@ -115,13 +122,17 @@ def build_mechanism(name: str, token_model: HFTokenModel, llm: Any) -> Mechanism
         )  # fmt: skip
         ledger = SQLiteLedger(name=BUDGET, budget_per_unit=48.0, create=True)  # per patient
         return murag.MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
-    raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa or murag, got {name!r}")
+    raise ValueError(
+        f"mechanism must be dpvote, dpsparsevote, dpksa, dpanswervote or murag, got {name!r}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--mechanism", default="dpvote", choices=["dpvote", "dpsparsevote", "dpksa", "murag"]
+        "--mechanism",
+        default="dpvote",
+        choices=["dpvote", "dpsparsevote", "dpksa", "dpanswervote", "murag"],
     )
     parser.add_argument(
         "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"

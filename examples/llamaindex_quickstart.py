@@ -13,7 +13,7 @@ MiniLM embeddings (from PyPI) and the project's reader LM
 16 records support, so the DP answer names the right treatment; what only one or
 two records say gets no DP answer (that is the point).
 
-    python examples/llamaindex_quickstart.py --mechanism dpvote  # dpsparsevote, dpksa, dpicl, murag
+    python examples/llamaindex_quickstart.py --mechanism dpvote  # dpsparsevote, dpksa, dpanswervote, dpicl, murag
 
 The corpus budget is this corpus's own, found by its name from any folder
 (``dprag ledger status --name llamaindex-quickstart`` shows it): its total pays
@@ -50,7 +50,9 @@ RECORDS = [(record.text, record.id) for record in CORPUS.records]  # (text, pati
 FACT = CORPUS.questions_of("treatment")[0]  # a disease whose treatment 16 records name
 QUESTION = FACT.question
 BUDGET = "llamaindex-quickstart"  # this corpus's budget (and MuRAG's per-patient ledger)
-TOTAL = Budget(86.0, 8e-4)  # 2 queries each: dpvote 5, dpsparsevote 8, dpksa 10, dpicl 20
+TOTAL = Budget(
+    96.0, 1e-3
+)  # 2 queries each: dpvote 5, dpsparsevote 8, dpksa 10, dpanswervote 5, dpicl 20
 
 
 class MiniLM(BaseEmbedding):
@@ -125,6 +127,11 @@ def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
 
         # text-level: the app's own LlamaIndex LLM, unchanged
         return DPKSA(LlamaIndexTextModel(Settings.llm), epsilon=10.0, delta=1e-4, n_docs=16)
+    if name == "dpanswervote":
+        from dprag_core.algorithms.answer_vote import DPAnswerVote
+
+        # text only, one DP decision per whole answer: the app's own LLM, hosted too
+        return DPAnswerVote(LlamaIndexTextModel(Settings.llm), m=16, k=1, epsilon=5.0, delta=1e-4)
     if name == "dpicl":
         from dprag_core.algorithms.icl import DPICL
 
@@ -141,7 +148,9 @@ def build_mechanism(name: str, token_model: HFTokenModel) -> Mechanism:
         )  # fmt: skip
         ledger = SQLiteLedger(name=BUDGET, budget_per_unit=48.0, create=True)  # per patient
         return MuRAG(inner, ledger=ledger, tau=0.3, epsilon_query=24.0)
-    raise ValueError(f"mechanism must be dpvote, dpsparsevote, dpksa, dpicl or murag, got {name!r}")
+    raise ValueError(
+        f"mechanism must be dpvote, dpsparsevote, dpksa, dpanswervote, dpicl or murag, got {name!r}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--mechanism",
         default="dpvote",
-        choices=["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"],
+        choices=["dpvote", "dpsparsevote", "dpksa", "dpanswervote", "dpicl", "murag"],
     )
     parser.add_argument(
         "--seed", type=int, default=None, help="seed the DP noise (tests only; default: OS entropy)"

@@ -42,6 +42,7 @@ from langchain_core.runnables.base import RunnableBindingBase
 from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 from langchain_core.runnables.retry import RunnableRetry
 
+from dprag_core.models.cut import marked
 from langchain_dprag._compat import message_text
 from langchain_dprag._sealed import unsealable_config
 
@@ -144,9 +145,9 @@ def _leaf(leaf: Leaf, prompt: str, extra: Mapping[str, Any]) -> str:
     model = leaf.model
     if isinstance(model, BaseChatModel):
         chat = model._generate_with_cache([HumanMessage(content=prompt)], stop=stop, **kwargs)
-        return message_text(chat.generations[0].message)
+        return _chat_text(chat.generations[0])
     assert isinstance(model, BaseLLM)
-    return model._generate([prompt], stop=stop, **kwargs).generations[0][0].text
+    return _llm_text(model._generate([prompt], stop=stop, **kwargs).generations[0][0])
 
 
 async def _aleaf(leaf: Leaf, prompt: str, extra: Mapping[str, Any]) -> str:
@@ -155,9 +156,21 @@ async def _aleaf(leaf: Leaf, prompt: str, extra: Mapping[str, Any]) -> str:
     if isinstance(model, BaseChatModel):
         messages: list[BaseMessage] = [HumanMessage(content=prompt)]
         chat = await model._agenerate_with_cache(messages, stop=stop, **kwargs)
-        return message_text(chat.generations[0].message)
+        return _chat_text(chat.generations[0])
     assert isinstance(model, BaseLLM)
-    return (await model._agenerate([prompt], stop=stop, **kwargs)).generations[0][0].text
+    return _llm_text((await model._agenerate([prompt], stop=stop, **kwargs)).generations[0][0])
+
+
+def _chat_text(generation: Any) -> str:
+    """The message's text, a :class:`~dprag_core.models.cut.CutText` when the provider
+    says it stopped at the token limit (``finish_reason`` / ``stop_reason``)."""
+    meta = {**(generation.generation_info or {}), **generation.message.response_metadata}
+    reason = meta.get("finish_reason") or meta.get("stop_reason")
+    return marked(message_text(generation.message), reason)
+
+
+def _llm_text(generation: Any) -> str:
+    return marked(generation.text, (generation.generation_info or {}).get("finish_reason"))
 
 
 def complete(plan: Plan, prompt: str, extra: Mapping[str, Any]) -> str:

@@ -76,13 +76,14 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.algorithms.base import Mechanism, check_question
 from dprag_core.algorithms.baselines import NonRAG
 from dprag_core.algorithms.templates import with_context_template
-from dprag_core.answers import DPAnswer
+from dprag_core.answers import MODEL, DPAnswer
 from dprag_core.errors import private_failure
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.stop_reasons import MODEL_ALONE_NOTE
 from langchain_dprag._compat import message_text
 from langchain_dprag._retrieval import LANGCHAIN_SOURCES, DocumentSource
 from langchain_dprag._runs import AnswerRun
@@ -113,7 +114,8 @@ QUERY_ID_KEY = "dprag_query_id"
 ChainInput = Union[str, Mapping[str, Any], PromptValue]  # noqa: UP007 (pydantic schema)
 ChainOutput = Union["DPRAGOutput", str, dict[str, Any]]
 OutputForm = Literal["object", "text", "dict"]
-"""``"object"``: a :class:`DPRAGOutput`; ``"text"``: the answer string; ``"dict"``: a dict."""
+"""``"object"``: a :class:`DPRAGOutput`; ``"text"``: the answer string (an answer from the
+model alone ends with :data:`~dprag_core.stop_reasons.MODEL_ALONE_NOTE`); ``"dict"``: a dict."""
 
 _T = TypeVar("_T")
 
@@ -223,7 +225,7 @@ class _Form:
 
     def whole(self, out: DPRAGOutput, value: object) -> ChainOutput:
         if self.output == "text":
-            return out.answer
+            return out.answer + _provenance(out, out.answer)
         if self.output == "dict":
             return AddableDict({**self.inputs(value), self.output_key: out.answer, **out.public()})
         return out
@@ -231,16 +233,35 @@ class _Form:
     def chunks(self, value: object, outputs: Iterator[DPRAGOutput]) -> Iterator[ChainOutput]:
         """The stream: the echoed input mapping first (``"dict"``), once charged, then chunks."""
         inputs = self.inputs(value)
+        text = ""
         for n, chunk in enumerate(outputs):
             if inputs and n == 0:  # after the charge: a refused query yields nothing
                 yield AddableDict(inputs)
             if self.output == "text":
-                yield chunk.answer
+                text += chunk.answer
+                yield chunk.answer + _provenance(chunk, text)
             elif self.output == "dict":
                 fields = chunk.public() if chunk.mechanism is not None else {}
                 yield AddableDict({self.output_key: chunk.answer, **fields})
             else:
                 yield chunk
+
+
+def _provenance(out: DPRAGOutput, text: str) -> str:
+    """What the ``"text"`` form adds to ``text``: the note of an answer from the model alone.
+
+    A string keeps no field, and LangChain's output parsers rebuild the string
+    (``StrOutputParser`` returns a plain ``str``), so the one place provenance
+    survives every step after the chain is the text itself.
+
+    >>> _provenance(DPRAGOutput(answer="555-0199", answer_source="model"), "555-0199")
+    ' (from the model alone, not the records)'
+    >>> _provenance(DPRAGOutput(answer="Lisbon", answer_source="documents"), "Lisbon")
+    ''
+    """
+    if out.answer_source == MODEL and text.strip():
+        return f" {MODEL_ALONE_NOTE}"
+    return ""
 
 
 def query_id_of(run_manager: CallbackManagerForChainRun, config: RunnableConfig) -> str:
@@ -364,7 +385,9 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     Input: a string, a prompt value (its last message) or a mapping whose
     ``input_key`` holds the question. Output, by ``output``: ``"object"`` (a
     :class:`DPRAGOutput`), ``"text"`` (the answer; ``chain | StrOutputParser()``
-    composes this form) or ``"dict"`` (the input mapping plus ``output_key``
+    composes this form; an answer from the model alone, ``answer_source="model"``,
+    ends with :data:`~dprag_core.stop_reasons.MODEL_ALONE_NOTE` there, since a
+    string carries no field) or ``"dict"`` (the input mapping plus ``output_key``
     and the privacy fields, so ``.pick("answer")`` streams tokens).
     ``stream``/``astream`` yield answer chunks as the mechanism releases them,
     also reported as the tokens of a nested chat-model run whose only input is
@@ -380,8 +403,8 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     >>> model = LangChainTextModel(FakeListChatModel(responses=["aspirin"]))
     >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
     >>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model), output="text")
-    >>> chain.invoke({"question": "Which drug treats migraine?"})
-    'aspirin'
+    >>> chain.invoke({"question": "Which drug treats migraine?"})  # NonRAG: the model alone
+    'aspirin (from the model alone, not the records)'
     >>> chain.pick("epsilon").invoke("Which drug?")  # NonRAG: no corpus, epsilon 0
     0.0
     """

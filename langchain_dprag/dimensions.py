@@ -12,6 +12,10 @@ text is embedded once with the store's embedding function, and a mismatch is
 refused naming both. A store whose dimension cannot be read (an empty one, an
 unknown class, PGVector without ``embedding_length``) is not checked.
 
+An empty store is refused at the same time (:func:`check_not_empty`: the count
+of InMemoryVectorStore, FAISS, Chroma and Qdrant is read; other stores are not
+counted).
+
 >>> from langchain_core.embeddings import DeterministicFakeEmbedding
 >>> from langchain_core.vectorstores import InMemoryVectorStore
 >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
@@ -28,9 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dprag_core.retrieval.stores import refusal
+from dprag_core.retrieval.stores import refusal, refuse_empty
 
-__all__ = ["PROBE", "check_dimension", "stored_dimension"]
+__all__ = ["PROBE", "check_dimension", "check_not_empty", "stored_count", "stored_dimension"]
 
 PROBE = "dprag embedding dimension probe"
 """The public text embedded once when an app is built (no document, no question)."""
@@ -105,6 +109,35 @@ def stored_dimension(store: object) -> int | None:
     cls = type(store)
     reader = _READERS.get(f"{cls.__module__}.{cls.__qualname__}")
     return None if reader is None else reader(store)
+
+
+_COUNTERS: dict[str, Callable[[Any], int | None]] = {
+    "langchain_core.vectorstores.in_memory.InMemoryVectorStore": lambda s: len(s.store),
+    "langchain_community.vectorstores.faiss.FAISS": lambda s: int(s.index.ntotal),
+    "langchain_chroma.vectorstores.Chroma": lambda s: int(s._collection.count()),
+    "langchain_qdrant.qdrant.QdrantVectorStore": lambda s: int(
+        s.client.count(s.collection_name, exact=True).count
+    ),
+}
+
+
+def stored_count(store: object) -> int | None:
+    """How many vectors ``store`` holds, or None where it is not read (the other classes).
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> stored_count(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
+    0
+    """
+    cls = type(store)
+    counter = _COUNTERS.get(f"{cls.__module__}.{cls.__qualname__}")
+    return None if counter is None else counter(store)
+
+
+def check_not_empty(store: Any, name: str) -> None:
+    """Refuse a store that holds no vector (:func:`~dprag_core.retrieval.stores.refuse_empty`
+    says why this build-time check reveals nothing to whoever asks questions)."""
+    refuse_empty(name, stored_count(store))
 
 
 def check_dimension(store: Any, name: str) -> None:

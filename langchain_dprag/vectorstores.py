@@ -67,7 +67,7 @@ from dprag_core.retrieval.stores import (
 )
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import missing_extra
-from langchain_dprag.dimensions import check_dimension
+from langchain_dprag.dimensions import check_dimension, check_not_empty
 from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import SUPPORTED_STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
@@ -315,6 +315,7 @@ def open_store(
     )
     exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
     function = _score_function(facts, score_function)
+    check_not_empty(store, facts.store)  # an empty corpus: refused now, not charged per query
     check_dimension(store, facts.store)  # another embedding model: refused now, not charged
     opened = OpenedStore(store, facts, function, exact, reading)
     if function.relevance:

@@ -1,10 +1,21 @@
 """Any LlamaIndex ``LLM`` as a dprag :class:`~dprag_core.models.base.TextModel`.
 
 Text-level mechanisms (DP-KSA, KSA and the text baselines) only need
-completions, so any LlamaIndex LLM works: ``OpenAI``, ``Ollama``, a
-``CustomLLM``... Each prompt (a user message with private documents in it) is
-sent with ``complete``; batches run concurrently through ``acomplete``
-(``max_concurrency`` at a time).
+completions, so any LlamaIndex LLM works: ``OpenAI``, ``OpenAILike``,
+``Ollama``, a ``CustomLLM``... Each prompt (a user message with private
+documents in it) is sent with the LLM's own sync ``complete``; a batch runs
+``max_concurrency`` calls at a time on worker threads, from sync and async
+code alike (:meth:`LlamaIndexTextModel.agenerate` awaits the same threads).
+Why not ``acomplete``: an async provider client (``AsyncOpenAI`` under
+``OpenAILike``) keeps pooled connections bound to the event loop that opened
+them, so driving it from a new loop per batch, or from an app's successive
+``asyncio.run`` calls, fails a later query with "Event loop is closed"; the
+sync client is thread-safe and bound to no loop. The worker threads live for
+one batch and are joined before it returns.
+
+A completion its LLM stopped at the token limit (``finish_reason`` "length" or
+"max_tokens" in the provider's raw response) comes back as a
+:class:`~dprag_core.models.cut.CutText`, so an answer key drops its cut last word.
 
 The prompts and completions are private: the calls run inside
 :func:`~llamaindex_dprag._quiet.private_section`, so the LLM's
@@ -24,13 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llama_index.core.llms import LLM
 
 from dprag_core.errors import aguarded, guarded
+from dprag_core.models.cut import marked
 from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
 from dprag_core.validation import positive_int, strict_init
 from llamaindex_dprag._quiet import private_section
@@ -81,14 +93,12 @@ class LlamaIndexTextModel:
         return {} if self.max_tokens_kwarg is None else {self.max_tokens_kwarg: max_new_tokens}
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        """One completion per prompt, in order (concurrent when ``max_concurrency > 1``)."""
+        """One completion per prompt, in order (``max_concurrency`` threads at a time)."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         prompts = self._cut(prompts)
+        kwargs = self._kwargs(max_new_tokens)
         with private_section():
-            if self.max_concurrency == 1 or len(prompts) <= 1:
-                kwargs = self._kwargs(max_new_tokens)
-                return guarded(lambda: [self.llm.complete(p, **kwargs).text for p in prompts])
-            return guarded(lambda: _run_coroutine(self._agenerate(prompts, max_new_tokens)))
+            return guarded(lambda: self._complete_all(prompts, kwargs))
 
     def generate_each(
         self, prompts: Sequence[str], *, max_new_tokens: int = 64
@@ -115,47 +125,45 @@ class LlamaIndexTextModel:
         return list(await asyncio.gather(*(one(p) for p in prompts)))
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        """Async :meth:`generate`: ``acomplete`` calls, ``max_concurrency`` at a time."""
+        """Async :meth:`generate`: the same threads, awaited (the event loop stays free)."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         prompts = self._cut(prompts)
-        with private_section():
-            return await aguarded(lambda: self._agenerate(prompts, max_new_tokens))
-
-    async def _agenerate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
-        limit = asyncio.Semaphore(self.max_concurrency)
         kwargs = self._kwargs(max_new_tokens)
+        with private_section():
+            return await aguarded(lambda: asyncio.to_thread(self._complete_all, prompts, kwargs))
 
-        async def one(prompt: str) -> str:
-            async with limit:
-                return (await self.llm.acomplete(prompt, **kwargs)).text
+    def _complete_all(self, prompts: list[str], kwargs: dict[str, Any]) -> list[str]:
+        if self.max_concurrency == 1 or len(prompts) <= 1:
+            return [self._complete(p, kwargs) for p in prompts]
+        workers = min(self.max_concurrency, len(prompts))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dprag-llm") as pool:
+            # each call runs in a copy of this context: the private section holds there too
+            futures = [
+                pool.submit(contextvars.copy_context().run, self._complete, p, kwargs)
+                for p in prompts
+            ]
+            return [f.result() for f in futures]
 
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+    def _complete(self, prompt: str, kwargs: dict[str, Any]) -> str:
+        response = self.llm.complete(prompt, **kwargs)
+        return marked(response.text, _stop_reason(response.raw))
 
     def __repr__(self) -> str:
         llm = type(self.llm).__name__
         return f"LlamaIndexTextModel(llm={llm}, max_concurrency={self.max_concurrency})"
 
 
-def _run_coroutine(coro: Any) -> Any:
-    """Run ``coro`` to completion from sync code, even under a running event loop."""
+def _stop_reason(raw: Any) -> object:
+    """The provider's stop reason in a raw response (first choice), if it has one."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # a loop is running in this thread: run in a helper thread (context copied)
-    result: list[Any] = []
-    errors: list[BaseException] = []
-    context = contextvars.copy_context()
+        choices = _field(raw, "choices")
+        if choices:
+            return _field(choices[0], "finish_reason")
+        return _field(raw, "stop_reason")
+    except Exception:
+        return None
 
-    def target() -> None:
-        try:
-            result.append(context.run(asyncio.run, coro))
-        except BaseException as exc:
-            errors.append(exc)
 
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join()
-    if errors:
-        raise errors[0]
-    return result[0]
+def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a dict, ``obj.name`` of an object; None when it has none."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)

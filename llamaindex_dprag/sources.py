@@ -75,12 +75,19 @@ from dprag_core.retrieval.stores import (
     exactness,
     first_inexact,
     refusal,
+    refuse_empty,
     require_declarations,
 )
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import strict_bool
 from llamaindex_dprag.cells import partitioned_reading
-from llamaindex_dprag.stores import SUPPORTED_STORES, Query, StoreReading, read_vector_store
+from llamaindex_dprag.stores import (
+    SUPPORTED_STORES,
+    Query,
+    StoreReading,
+    read_vector_store,
+    stored_count,
+)
 from llamaindex_dprag.units import (
     ScoreDirection,
     check_direction,
@@ -254,6 +261,7 @@ class IndexSource(_Conversion):
         else:  # the exact query of the probed cells (llamaindex_dprag.cells)
             self.reading = partitioned_reading(index.vector_store, partition)
         facts = self.reading.facts
+        refuse_empty(facts.store, stored_count(index.vector_store))  # once, before any charge
         require_declarations(
             facts,
             scores=score_direction is not None,

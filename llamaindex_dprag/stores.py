@@ -51,7 +51,7 @@ from dprag_core.retrieval import clients
 from dprag_core.retrieval.scores import read_score
 from dprag_core.retrieval.stores import StoreFacts
 
-__all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store"]
+__all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store", "stored_count"]
 
 Query = Callable[..., VectorStoreQueryResult]
 """``query(VectorStoreQuery, **kwargs)``: the store's top k, best first."""
@@ -259,3 +259,24 @@ _TABLE: dict[str, Callable[[Any], StoreReading]] = {
     "llama_index.vector_stores.lancedb.base.LanceDBVectorStore": _lancedb,
 }
 """The supported classes, by module and name (module docstring)."""
+
+
+_COUNTERS: dict[str, Callable[[Any], int | None]] = {
+    "llama_index.core.vector_stores.simple.SimpleVectorStore": lambda s: len(s.data.embedding_dict),
+    "llama_index.vector_stores.faiss.base.FaissVectorStore": lambda s: int(s._faiss_index.ntotal),
+    "llama_index.vector_stores.chroma.base.ChromaVectorStore": lambda s: int(s._collection.count()),
+}
+
+
+def stored_count(vector_store: object) -> int | None:
+    """How many vectors ``vector_store`` holds, or None where it is not read (other classes):
+    an empty store is refused when the engine is built
+    (:func:`~dprag_core.retrieval.stores.refuse_empty`).
+
+    >>> from llama_index.core.vector_stores import SimpleVectorStore
+    >>> stored_count(SimpleVectorStore())
+    0
+    """
+    cls = type(vector_store)
+    counter = _COUNTERS.get(f"{cls.__module__}.{cls.__qualname__}")
+    return None if counter is None else counter(vector_store)

@@ -53,6 +53,7 @@ public answer is generated; the selection itself is O(m).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -260,6 +261,20 @@ class DPAnswerVote(_AnswerVoting):
     def query_cost(self) -> Budget:
         """The (epsilon, delta) of one answer, charged before retrieval."""
         return Budget(self.epsilon, self.delta)
+
+    def bar(self) -> float:
+        """h⊥ before noise: 2 + (2/ε)·ln(2/δ), a public function of (ε, δ).
+
+        The top key's count plus Gumbel(2/ε) noise must beat this plus its own
+        noise to be released; a count far under it releases ⊥ (an empty answer)
+        almost always. ``dprag diagnose`` shows it next to the voters' agreement.
+
+        >>> class Api:
+        ...     def generate(self, prompts, *, max_new_tokens=64): return [""] * len(prompts)
+        >>> round(DPAnswerVote(Api(), m=40, k=1, epsilon=5.0, delta=1e-4).bar(), 2)
+        5.96
+        """
+        return 2.0 + (2.0 / self.epsilon) * math.log(2.0 / self.delta)
 
     def select(
         self, keys: Sequence[str], *, rng: RngLike = None, size: int = 1

@@ -77,6 +77,7 @@ from dprag_core.models.codec import (
     special_tokens,
     token_id_problem,
 )
+from dprag_core.models.cut import CutText
 from dprag_core.models.endpoint import Completion, CompletionsEndpoint, EndpointError, Server
 from dprag_core.models.envelope import check_answer_room, keep_last, public_width
 from dprag_core.validation import check_keywords, positive_int, strict_bool, strict_init
@@ -460,6 +461,8 @@ class OpenAICompatModel(TokenizerCodec):
         Each answer's ids pass the same check as a session's (:meth:`continuation`);
         the text stops before the first end id and drops a trailing incomplete
         UTF-8 character (:meth:`~dprag_core.models.codec.TokenizerCodec.decode_answer`).
+        An answer that reached ``max_new_tokens`` without an end id is a
+        :class:`~dprag_core.models.cut.CutText`.
         """
         limit = check_answer_room(self, max_new_tokens)
         rows = keep_last(self.prompt_rows(prompts), self.prompt_width)
@@ -468,7 +471,9 @@ class OpenAICompatModel(TokenizerCodec):
         for completion in done:
             ids = self.continuation(completion, limit)
             cut = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), len(ids))
-            out.append(self.decode_answer(ids[:cut]))
+            text = self.decode_answer(ids[:cut])
+            # no end id within the limit: stopped by it (dprag_core.models.cut)
+            out.append(CutText(text) if cut == len(ids) >= limit else text)
         return out
 
     def generate_each(

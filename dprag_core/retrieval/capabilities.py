@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 from dprag_core.retrieval.documents import ScoredDocument
 
-__all__ = ["HonoursK", "has_range_search", "honours_k", "requirement"]
+__all__ = ["HonoursK", "has_range_search", "honours_k", "requirement", "stored_count"]
 
 
 def honours_k(retriever: object) -> bool:
@@ -55,6 +55,19 @@ def has_range_search(retriever: object) -> bool:
     False
     """
     return callable(getattr(retriever, "above", None))
+
+
+def stored_count(retriever: object) -> int | None:
+    """How many documents ``retriever`` searches, where it says (``len(retriever)``), else None.
+
+    :class:`~dprag_core.pipeline.PrivateRAG` refuses a retriever that says 0 when
+    it is built (:func:`~dprag_core.retrieval.stores.refuse_empty`).
+
+    >>> stored_count([1, 2]), stored_count(lambda q, k: [])
+    (2, None)
+    """
+    length = getattr(type(retriever), "__len__", None)
+    return None if length is None else int(length(retriever))
 
 
 def requirement(needed: int | None, retriever: object) -> str | None:

@@ -245,5 +245,9 @@ class FaissRetriever:
         """Every document with score > ``tau``, by FAISS range search."""
         return self.corpus.range_search(self.embed(question), tau)
 
+    def __len__(self) -> int:
+        """The number of documents in the corpus (read once when an app is built)."""
+        return len(self.corpus)
+
     def __repr__(self) -> str:
         return f"FaissRetriever(corpus={self.corpus!r})"

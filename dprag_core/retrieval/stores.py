@@ -50,6 +50,7 @@ __all__ = [
     "exactness",
     "first_inexact",
     "refusal",
+    "refuse_empty",
     "require_declarations",
 ]
 
@@ -89,6 +90,43 @@ def refusal(store: str, problem: str, fix: str) -> ValueError:
     'MyStore: dprag cannot establish X. Fix: pass Y'
     """
     return ValueError(f"{store}: {problem}. Fix: {fix}")
+
+
+def refuse_empty(store: str, count: int | None) -> None:
+    """Refuse a store that holds no vector, when the app is built (``count``: None = unknown).
+
+    An empty store (a wrong path, a collection name misspelt, an index not yet
+    filled) would accept the app and charge ε for every query, each of which can
+    only release nothing. So the adapters read how many vectors the store holds
+    (its own count: FAISS ``ntotal``, Chroma ``count()``, ...) once, when the
+    chain, retriever, query engine or :class:`~dprag_core.pipeline.PrivateRAG`
+    is built, before any charge, and refuse a count of zero with this error.
+
+    Why this is no leak: whether the corpus is empty is a property of the
+    corpus, and on the neighbouring pair ∅ vs {x} the refusal tells x's presence
+    with certainty, so it must not be observable by whoever sends questions. It
+    is not: the check runs once, at build time, read by the operator who
+    builds the app from the store they hold (the data owner, who sees the
+    corpus anyway), never per query. An app that was built answers every query
+    the same way whatever the store holds later (no query is refused or
+    answered differently because the store has since been emptied or filled).
+    It is a public precondition of serving, like the store's dimension
+    (checked at the same time), not a query's output.
+
+    >>> refuse_empty("FAISS", 3); refuse_empty("MyStore", None)
+    >>> refuse_empty("FAISS", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: FAISS: it holds no vector (an empty corpus: every query would be charged ...
+    """
+    if count == 0:
+        raise refusal(
+            store,
+            "it holds no vector (an empty corpus: every query would be charged and could "
+            "only release nothing; checked once, when the app is built, before any charge)",
+            "add the documents to the store (or open the store that holds them) before "
+            "building the app",
+        )
 
 
 def require_declarations(

@@ -92,3 +92,24 @@ async def test_canary_fallback_prompt_is_the_question_alone(store: InMemoryVecto
     assert QUESTION in out.answer and SECRET not in out.answer
     events = [e async for e in chain.astream_events(QUESTION, version="v2")]
     assert SECRET not in dump(events) + handler.text() + dump(out.model_dump())
+
+
+def test_text_form_through_str_output_parser_keeps_the_provenance(
+    store: InMemoryVectorStore,
+) -> None:
+    """A string carries no field: the note in the text survives every string step."""
+    from langchain_core.output_parsers import StrOutputParser
+
+    from dprag_core.stop_reasons import MODEL_ALONE_NOTE
+
+    note = f"public {MODEL_ALONE_NOTE}"
+    for form in ("text", "object"):  # "object" | parser is switched to the text form
+        chain, _ = _chain(
+            store, FakeListChatModel(responses=["public"]), public_fallback=True, output=form
+        )
+        app = chain | StrOutputParser()
+        assert app.invoke(QUESTION) == note
+        assert "".join(app.stream(QUESTION)) == note
+        assert app.batch([QUESTION]) == [note]
+    silent, _ = _chain(store, FakeListChatModel(responses=["public"]), output="text")
+    assert (silent | StrOutputParser()).invoke(QUESTION) == ""  # nothing released: no note

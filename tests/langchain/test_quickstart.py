@@ -22,7 +22,13 @@ EXAMPLE = ROOT / "examples" / "langchain_quickstart.py"
 def test_every_documented_run_answers_right_within_the_examples_budget(tmp_path: Path) -> None:
     folder = checkout(tmp_path / "reader")
     commands = run_example_in_order(EXAMPLE, folder, ("answer", "as an LCEL app"))
-    assert [c.split()[-1] for c in commands] == ["dpvote", "dpsparsevote", "dpksa", "murag"]
+    assert [c.split()[-1] for c in commands] == [
+        "dpvote",
+        "dpsparsevote",
+        "dpksa",
+        "dpanswervote",
+        "murag",
+    ]
     budget = folder / ".data" / "dprag" / "langchain-quickstart.db"
     assert sorted(p.name for p in budget.parent.glob("*.db")) == [budget.name]
     refusal = refused_in_one_line(commands[0], folder)  # its budget paid for one run of each

@@ -26,12 +26,12 @@ def test_every_documented_run_answers_right_within_the_examples_budget(tmp_path:
     data = folder / ".data" / "dprag"
     data.mkdir(parents=True)
     # the LangChain example ran here before, and spent all of its own budget
-    spent = Budget(46.0, 6e-4)
+    spent = Budget(56.0, 8e-4)
     SQLiteCorpusAccountant(
         data / "langchain-quickstart.db", total=spent, name="langchain-quickstart", create=True
     ).charge(spent)
     commands = run_example_in_order(EXAMPLE, folder, ("answer", "streamed"), ("source_nodes: []",))
-    names = ["dpvote", "dpsparsevote", "dpksa", "dpicl", "murag"]
+    names = ["dpvote", "dpsparsevote", "dpksa", "dpanswervote", "dpicl", "murag"]
     assert [c.split()[-1] for c in commands] == names
     refusal = refused_in_one_line(commands[0], folder)  # its budget paid for one run of each
     assert refusal.startswith("refused: query needs epsilon=5")

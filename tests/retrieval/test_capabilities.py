@@ -24,6 +24,7 @@ def test_undeclared_retrievers_are_refused_when_the_pipeline_is_built() -> None:
         with pytest.raises(ValueError, match="Sources that qualify: FaissRetriever"):
             PrivateRAG(mech, plain)
     corpus = FaissCorpus(dim=2)
+    corpus.add(["a"], ["x"], np.array([[1.0, 0.0]]))
     for mech in (ToyMechanism(k=3), AboveToy()):
         budget = InMemoryCorpusAccountant(Budget(10.0))
         PrivateRAG(mech, corpus.as_retriever(lambda q: np.array([1.0, 0.0])), accountant=budget)
