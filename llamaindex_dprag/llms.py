@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.llms import LLM
 
@@ -46,6 +46,8 @@ from dprag_core.models.cut import marked
 from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
 from dprag_core.validation import positive_int, strict_init
 from llamaindex_dprag._quiet import private_section
+
+T = TypeVar("T")
 
 __all__ = ["LlamaIndexTextModel"]
 
@@ -98,7 +100,7 @@ class LlamaIndexTextModel:
         prompts = self._cut(prompts)
         kwargs = self._kwargs(max_new_tokens)
         with private_section():
-            return guarded(lambda: self._complete_all(prompts, kwargs))
+            return guarded(lambda: self._complete_all(prompts, kwargs, self._complete))
 
     def generate_each(
         self, prompts: Sequence[str], *, max_new_tokens: int = 64
@@ -108,21 +110,9 @@ class LlamaIndexTextModel:
         (:mod:`dprag_core.models.outcomes`)."""
         max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
         prompts = self._cut(prompts)
-        with private_section():
-            return guarded(lambda: _run_coroutine(self._each(prompts, max_new_tokens)))
-
-    async def _each(self, prompts: list[str], max_new_tokens: int) -> list[str | None]:
-        limit = asyncio.Semaphore(self.max_concurrency)
         kwargs = self._kwargs(max_new_tokens)
-
-        async def one(prompt: str) -> str | None:
-            async with limit:
-                try:
-                    return (await self.llm.acomplete(prompt, **kwargs)).text
-                except Exception:
-                    return None
-
-        return list(await asyncio.gather(*(one(p) for p in prompts)))
+        with private_section():
+            return guarded(lambda: self._complete_all(prompts, kwargs, self._complete_or_none))
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """Async :meth:`generate`: the same threads, awaited (the event loop stays free)."""
@@ -130,23 +120,33 @@ class LlamaIndexTextModel:
         prompts = self._cut(prompts)
         kwargs = self._kwargs(max_new_tokens)
         with private_section():
-            return await aguarded(lambda: asyncio.to_thread(self._complete_all, prompts, kwargs))
+            return await aguarded(
+                lambda: asyncio.to_thread(self._complete_all, prompts, kwargs, self._complete)
+            )
 
-    def _complete_all(self, prompts: list[str], kwargs: dict[str, Any]) -> list[str]:
+    def _complete_all(
+        self, prompts: list[str], kwargs: dict[str, Any], one: Callable[[str, dict[str, Any]], T]
+    ) -> list[T]:
+        """``one`` on every prompt, ``max_concurrency`` at a time on worker threads, each in
+        a copy of this context (the private section holds there too); joined before it
+        returns."""
         if self.max_concurrency == 1 or len(prompts) <= 1:
-            return [self._complete(p, kwargs) for p in prompts]
+            return [one(p, kwargs) for p in prompts]
         workers = min(self.max_concurrency, len(prompts))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dprag-llm") as pool:
-            # each call runs in a copy of this context: the private section holds there too
-            futures = [
-                pool.submit(contextvars.copy_context().run, self._complete, p, kwargs)
-                for p in prompts
-            ]
+            futures = [pool.submit(contextvars.copy_context().run, one, p, kwargs) for p in prompts]
             return [f.result() for f in futures]
 
     def _complete(self, prompt: str, kwargs: dict[str, Any]) -> str:
         response = self.llm.complete(prompt, **kwargs)
         return marked(response.text, _stop_reason(response.raw))
+
+    def _complete_or_none(self, prompt: str, kwargs: dict[str, Any]) -> str | None:
+        """One prompt's completion, or None where its own call failed (a refusal)."""
+        try:
+            return self._complete(prompt, kwargs)
+        except Exception:
+            return None
 
     def __repr__(self) -> str:
         llm = type(self.llm).__name__

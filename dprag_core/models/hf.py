@@ -86,6 +86,7 @@ except ImportError as missing:
 
 from dprag_core.models.base import StopRule
 from dprag_core.models.codec import TokenizerCodec, check_token_ids, special_tokens
+from dprag_core.models.cut import marked
 from dprag_core.models.envelope import (
     check_answer_room,
     keep_last,
@@ -642,7 +643,9 @@ class HFTextModel:
         )
 
     def generate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
-        """One greedy completion per prompt, in order (new text only).
+        """One greedy completion per prompt, in order (new text only); a completion that
+        reached ``max_new_tokens`` without an end token is a
+        :class:`~dprag_core.models.cut.CutText`.
 
         The loop stays on the device: each step's argmax feeds the next step
         (finished rows are fed the pad token), and one boolean ("all rows done?")
@@ -667,10 +670,11 @@ class HFTextModel:
                 session.step_rows(fed.unsqueeze(1))
             table = torch.stack(picked, dim=1).cpu().tolist()
         eos_ids = tm.eos_token_ids
-        outputs = []
+        outputs: list[str] = []
         for row in table:
             cut = next((i for i, tok in enumerate(row) if tok in eos_ids), len(row))
-            outputs.append(tm.decode_answer(row[:cut]))
+            # a row with no end token in its `limit` tokens stopped at the limit: CutText
+            outputs.append(marked(tm.decode_answer(row[:cut]), "length" if cut == limit else None))
         return outputs
 
     def generate_each(
