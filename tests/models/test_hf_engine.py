@@ -199,3 +199,17 @@ def test_cuda_engine_matches_cpu(tiny_tokenizer: Any):
             temperature=None,
         )
     assert texts == [tiny_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)]
+
+
+def test_a_completion_stopped_at_the_token_limit_is_cut_text(tiny_text_model: Any) -> None:
+    """A row that reaches max_new_tokens without an end token is a CutText (answer keys drop
+    its last, cut word); a row whose first token is an end token is not."""
+    from dprag_core.models.cut import was_cut
+
+    model = tiny_text_model.token_model
+    prompts = ["Question: who?\nAnswer:", "Context: x\n\nQuestion: what?\nAnswer:"]
+    session = model.prefill(prompts)
+    first = [int(t) for t in session.greedy()]
+    for prompt, token in zip(prompts, first, strict=True):
+        (text,) = tiny_text_model.generate([prompt], max_new_tokens=1)
+        assert was_cut(text) == (token not in model.eos_token_ids)
