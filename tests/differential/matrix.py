@@ -674,18 +674,13 @@ KNOWN: list[Known] = [
           lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
           and c.mechanism.name in TOP_N,
           settled=lambda c: False),  # which units a random order takes: by chance
-    Known("issue 40 case 1", "outcome: a model endpoint refusing (HTTP 400 content_filter) or "
-          "timing out on x's prompt makes the query fail in D + x only (no per-prompt abstain)",
-          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
-          and c.mechanism.name in USES_DOCUMENTS - {"DPAnswerVote", "AnswerVote"}),
-    Known("issue 40 case 1", "model endpoint requests: DPAnswerVote's and AnswerVote's "
-          "fallback re-sends every prompt alone once one was refused (1 call becomes 9)",
-          lambda c: c.neighbour.endpoint in ("refuse", "timeout")
-          and c.mechanism.name in ("DPAnswerVote", "AnswerVote")),
-    Known("issue 40 case 3", "work past the bound: every token engine (and the served "
-          "model's client) tokenizes a whole prompt before cutting it to prompt_width",
-          lambda c: c.neighbour.name == "huge" and c.engine is not None
-          and c.engine.name != "hosted" and c.mechanism.name in USES_DOCUMENTS),
+    Known("issue 40 case 1", "outcome: a served model (OpenAICompatModel) gets every prompt "
+          "of a query in one request of public-width rows: a server that refuses or times out "
+          "on x's row fails that request, and the query, in D + x only",
+          lambda c: c.neighbour.endpoint in ("refuse", "timeout") and c.engine is not None
+          and c.engine.name in ("server", "scripted-server")
+          and c.mechanism.name in USES_DOCUMENTS,
+          settled=lambda c: False),  # the full matrix's other served cells: not measured
     Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
           "placeholder embeds the question again (2 requests in D, 4 in D + x)",
           lambda c: c.entry.runner in ("chain_invoke", "chain_events")
