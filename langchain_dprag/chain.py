@@ -402,6 +402,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     >>> from langchain_dprag.models import LangChainTextModel
     >>> model = LangChainTextModel(FakeListChatModel(responses=["aspirin"]))
     >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    >>> ids = store.add_texts(["Patient A takes Zorvex for migraine."])
     >>> chain = DPRAGChain(vectorstore=store, mechanism=NonRAG(model), output="text")
     >>> chain.invoke({"question": "Which drug treats migraine?"})  # NonRAG: the model alone
     'aspirin (from the model alone, not the records)'

@@ -298,7 +298,9 @@ def open_store(
 
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> from langchain_core.vectorstores import InMemoryVectorStore
-    >>> opened = open_store(InMemoryVectorStore(DeterministicFakeEmbedding(size=4)))
+    >>> store = InMemoryVectorStore(DeterministicFakeEmbedding(size=4))
+    >>> ids = store.add_texts(["a record"])
+    >>> opened = open_store(store)
     >>> opened.score_function.name, opened.exact
     ('cosine', 'brute force (every stored vector scored)')
     """

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from dprag_core.models.base import TextModel
 from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
+from dprag_core.models.outcomes import generate_each
 from dprag_core.validation import positive_int
 
 __all__ = ["DPRAG_PACKAGES", "PublicEnvelope", "applies_envelope"]
@@ -78,6 +79,15 @@ class PublicEnvelope:
         """The inner model's completions of the cut prompts."""
         cut = [keep_last_bytes(p, self.max_prompt_bytes) for p in prompts]
         return list(self.inner.generate(cut, max_new_tokens=max_new_tokens))
+
+    def generate_each(
+        self, prompts: Sequence[str], *, max_new_tokens: int = 64
+    ) -> list[str | None]:
+        """Each cut prompt's completion, or None where its own call failed: the inner
+        model's own ``generate_each`` where it has one, else one call per prompt
+        (:func:`~dprag_core.models.outcomes.generate_each`: one fixed schedule either way)."""
+        cut = [keep_last_bytes(p, self.max_prompt_bytes) for p in prompts]
+        return generate_each(self.inner, cut, max_new_tokens=max_new_tokens)
 
     def __repr__(self) -> str:
         return (

@@ -311,11 +311,12 @@ def test_faiss_store(faiss_store: Any) -> None:
 
 def test_other_store_embeddings() -> None:
     vs = InMemoryVectorStore(HashingEmbeddings(dim=32))
+    vs.add_texts(["first record", "second record", "third record"])
     assert (
         DPRAGChain(vectorstore=vs, mechanism=ToyMechanism(k=2), accountant=budget())
         .invoke(QUESTION)
         .answer
-        == "0 candidates"
+        == "2 candidates"
     )
 
 
@@ -340,6 +341,7 @@ def test_a_seed_starts_one_generator_so_queries_do_not_repeat_noise() -> None:
             return DPAnswer(str(make_rng(rng).integers(10**9)), None, self.name, RELEASED)
 
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
+    store.add_texts(["a record"])
     chain = DPRAGChain(vectorstore=store, mechanism=Draw(), rng=7, accountant=budget())
     draws = {chain.invoke("q").answer for _ in range(3)}
     assert len(draws) == 3
