@@ -407,7 +407,20 @@ class SQLiteStore:
         self.read_only = read_only or not os.access(self.path, os.W_OK)
         self._creating = create and not self.read_only
         self._names: set[str] = set()
-        self._listed = self._inspect()
+        self._listed = self._inspect_when_free()
+
+    def _inspect_when_free(self) -> dict[str, _Listed]:
+        """:meth:`_inspect`, again while another process holds the file busy (a creator
+        switching it to WAL answers SQLITE_BUSY at once, past SQLite's busy handler), for
+        at most ``busy_timeout``."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self._inspect()
+            except LedgerUnavailable as exc:
+                if "SQLITE_BUSY" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.01)
 
     # -- opening -----------------------------------------------------------------
 
