@@ -17,8 +17,8 @@ add/remove of one privacy unit, given that ``docs`` holds every unit scoring
 above the public lower bound (``candidates_needed() = None`` with
 ``min_score() = bounds[0]``: the pipeline retrieves exactly those). Given the DP
 threshold, neighbouring corpora select sets differing by at most that unit, so
-each token's utility moves by at most C. An empty selection generates from the
-public prompt alone (still through the mechanism). ``details``: ``tokens``
+each token's utility moves by at most C (L∞ sensitivity C). An empty selection
+generates from the public prompt alone (still through the mechanism). ``details``: ``tokens``
 (generated; ``private_tokens`` too: every token is a DP release),
 ``max_new_tokens``, ``stopped_at_eos``, ``stop_reason`` (``"eos"`` or
 ``"max_tokens"``, :mod:`dprag_core.stop_reasons`) — nothing about the

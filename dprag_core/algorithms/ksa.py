@@ -25,7 +25,8 @@
 **Guarantee** (:class:`DPKSA`): ``query_cost()`` = the requested (ε, δ), w.r.t.
 add/remove of one privacy unit, *provided the retriever's top-N is counted in units*
 (one item per unit, or a unit's chunks all inside or all outside): then one unit changes
-at most one response, hence every keyword's count by at most one. A refused prompt does
+at most one response, hence every keyword's count by at most one
+(L∞ sensitivity 1). A refused prompt does
 not change this: its response (empty) is still a function of that unit's documents and
 the public question alone, when the refusal is decided by the prompt (a content filter)
 or independent of the prompts (a transient error), and nothing else about the query (how

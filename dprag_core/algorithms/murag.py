@@ -24,7 +24,10 @@ of Feldman & Zrnic 2021, Cor. 3.3, which allows fully adaptive queries): over
 is ε-DP with ε = M·ε_q = ``ledger.budget_per_unit`` with respect to adding or
 removing one privacy unit, because each unit is charged exactly the privacy loss
 it can incur in each query (0 when it is not relevant/visited, else ε_q, ε_thr,
-ε_RAG) and takes part only while its remaining budget covers that loss.
+ε_RAG) and takes part only while its remaining budget covers that loss. Within a query
+the sensitivities are the inner mechanism's (one added unit substitutes at most one
+of the top-k it is given) and, for MuRAG-Ada's walk, 1 (one unit adds one to one
+bin's count, so at most one to every noisy prefix sum).
 Each :class:`~dprag_core.answers.DPAnswer` therefore reports
 ``guarantee = Budget(M·ε_q)``: the guarantee of the whole transcript, this
 answer included, which is what the theorem proves. The most any unit can lose
