@@ -1,6 +1,9 @@
-"""Exponential mechanism: exact softmax, Gumbel-max goodness of fit, audits and mutations."""
+"""Exponential mechanism: exact softmax, Gumbel-max goodness of fit, audits and mutations
+(the worst-case pair through the kit's suites, dprag_core.testing.mechanisms)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ from dprag_core.mechanisms.exponential import (
     exponential_probabilities,
     gumbel_max,
 )
+from dprag_core.testing.mechanisms import ExactLaw, WorstCaseAudit
 
 TRIALS = 200_000
 EPSILON = 1.0
@@ -64,7 +68,10 @@ def test_public_function_returns_python_int_in_range() -> None:
     assert isinstance(choice, int) and 0 <= choice < 5
 
 
-def em_sampler(*, monotone: bool):
+Sampler = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
+
+
+def em_sampler(*, monotone: bool) -> Sampler:
     def sample(u: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
         logits = exponential_logits(u, epsilon=EPSILON, sensitivity=1.0, monotone=monotone)
         return gumbel_max(logits, size=n, rng=gen)
@@ -77,10 +84,31 @@ def broken_em_sampler(u: np.ndarray, n: int, gen: np.random.Generator) -> np.nda
     return np.argmax(u * EPSILON + gen.gumbel(size=(n, u.size)), axis=1)
 
 
-def test_audit_exponential_mechanism_non_monotone_pair() -> None:
-    result = run_audit(em_sampler(monotone=False), U_D, U_D_NONMONO, trials=TRIALS, rng=30)
-    # exact worst ratio for this pair is ln 2.45 = 0.90
-    assert 0.75 < result.epsilon_lower_bound <= EPSILON
+class TestNonMonotonePair(ExactLaw[Sampler, np.ndarray], WorstCaseAudit[Sampler, np.ndarray]):
+    """The kit's suites on the worst-case non-monotone pair (exact worst ratio: ln 2.45 = 0.90;
+    the mutant's: 1.78)."""
+
+    epsilon = EPSILON
+    trials = TRIALS
+    seed = 30
+    power = 0.75
+
+    def mechanism(self) -> Sampler:
+        return em_sampler(monotone=False)
+
+    def mutant(self) -> Sampler:
+        return broken_em_sampler
+
+    def pair(self) -> tuple[np.ndarray, np.ndarray]:
+        return U_D, U_D_NONMONO
+
+    def sample(
+        self, em: Sampler, u: np.ndarray, trials: int, gen: np.random.Generator
+    ) -> np.ndarray:
+        return em(u, trials, gen)
+
+    def law(self, em: Sampler, u: np.ndarray) -> dict[int, float]:
+        return dict(enumerate(exponential_probabilities(u, epsilon=EPSILON).tolist()))
 
 
 def test_audit_exponential_mechanism_monotone_pair() -> None:
@@ -88,10 +116,8 @@ def test_audit_exponential_mechanism_monotone_pair() -> None:
     assert 0.7 < result.epsilon_lower_bound <= EPSILON  # exact: ln(10e/(e+9)) = 0.84
 
 
-def test_mutation_monotone_scaling_on_non_monotone_utility_fails() -> None:
-    result = run_audit(broken_em_sampler, U_D, U_D_NONMONO, trials=TRIALS, rng=30)
-    assert result.epsilon_lower_bound > EPSILON  # exact: 1.78
-    # the package's own monotone=True path is the same bug when misused: the claim needs it
+def test_the_monotone_path_misused_on_a_non_monotone_pair_fails() -> None:
+    """The package's own monotone=True path is the mutant's bug when misused: the claim needs it."""
     misused = run_audit(em_sampler(monotone=True), U_D, U_D_NONMONO, trials=TRIALS, rng=30)
     assert misused.epsilon_lower_bound > EPSILON
 

@@ -1,15 +1,17 @@
-"""Noise samplers: exact distribution checks, audits of the additive mechanisms, mutations."""
+"""Noise samplers: exact distribution checks, audits of the additive mechanisms, mutations
+(the audits and laws through the kit's suites, dprag_core.testing.mechanisms)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from dprag_core.audit import run_audit
 from dprag_core.mechanisms.noise import discrete_laplace, gaussian, gumbel, laplace
+from dprag_core.testing.mechanisms import ExactLaw, WorstCaseAudit, chi_square_pvalue
 
 TRIALS = 200_000
 EPSILON = 1.0
@@ -19,14 +21,6 @@ def discrete_laplace_pmf(values: np.ndarray, scale: float) -> np.ndarray:
     """P[X = x] = (1 - r)/(1 + r) · r^|x| with r = exp(-1/scale)."""
     r = math.exp(-1 / scale)
     return (1 - r) / (1 + r) * r ** np.abs(values)
-
-
-def chi_square_pvalue(samples: np.ndarray, support: np.ndarray, pmf: np.ndarray) -> float:
-    """Goodness of fit on ``support``, with everything outside it pooled into one tail bin."""
-    counts = np.array([(samples == v).sum() for v in support] + [0])
-    counts[-1] = samples.size - counts[:-1].sum()
-    expected = np.append(pmf, max(1.0 - pmf.sum(), 0.0)) * samples.size
-    return float(stats.chisquare(counts, expected).pvalue)
 
 
 def test_scalar_and_array_types() -> None:
@@ -42,10 +36,13 @@ def test_discrete_laplace_pmf_matches_by_chi_square() -> None:
     scale = 2.0
     samples = discrete_laplace(scale, size=TRIALS, rng=10)
     support = np.arange(-12, 13)
-    assert chi_square_pvalue(samples, support, discrete_laplace_pmf(support, scale)) > 1e-3
+
+    def law(s: float) -> dict[int, float]:
+        return dict(zip(support.tolist(), discrete_laplace_pmf(support, s).tolist(), strict=True))
+
+    assert chi_square_pvalue(samples, law(scale)) > 1e-3
     # power: the same test rejects a 10% wrong scale
-    wrong = discrete_laplace_pmf(support, scale * 1.1)
-    assert chi_square_pvalue(samples, support, wrong) < 1e-6
+    assert chi_square_pvalue(samples, law(scale * 1.1)) < 1e-6
 
 
 def test_discrete_laplace_tiny_and_huge_scales() -> None:
@@ -68,60 +65,81 @@ def test_continuous_samplers_match_their_laws() -> None:
 
 
 # --- audits: a counting query f(D) = 0, f(D') = 1 (sensitivity 1), noise added --------------
+# Each class runs the kit's suites (dprag_core.testing.mechanisms): the mechanism is a
+# noise sampler, the mutant the same sampler with too little noise.
+
+Noise = Callable[[int, np.random.Generator], np.ndarray]
 
 
-def discrete_release(scale: float):
-    def sample(value: int, n: int, gen: np.random.Generator) -> np.ndarray:
-        return value + discrete_laplace(scale, size=n, rng=gen)
+class TestDiscreteLaplace(ExactLaw[float, int], WorstCaseAudit[float, int]):
+    """value + DiscreteLaplace(1/ε): ε-DP; the mutant's scale is half that."""
 
-    return sample
+    epsilon = EPSILON
+    trials = TRIALS
+    seed = 20
+    power = 0.8
+
+    def mechanism(self) -> float:
+        return 1 / EPSILON
+
+    def mutant(self) -> float:
+        return 0.5 / EPSILON
+
+    def pair(self) -> tuple[int, int]:
+        return 0, 1
+
+    def sample(self, scale: float, value: int, trials: int, gen: np.random.Generator) -> np.ndarray:
+        return value + discrete_laplace(scale, size=trials, rng=gen)
+
+    def law(self, scale: float, value: int) -> dict[int, float]:
+        support = np.arange(value - 40, value + 41)
+        return dict(
+            zip(
+                support.tolist(), discrete_laplace_pmf(support - value, scale).tolist(), strict=True
+            )
+        )
 
 
-def binned_release(noise):
+class _BinnedRelease(WorstCaseAudit[Noise, float]):
     """Continuous outputs binned to integers (post-processing) and clipped to [-4, 5]."""
 
-    def sample(value: float, n: int, gen: np.random.Generator) -> np.ndarray:
-        return np.clip(np.floor(value + noise(n, gen)), -4, 5).astype(np.int64)
+    trials = TRIALS
 
-    return sample
+    def pair(self) -> tuple[float, float]:
+        return 0.0, 1.0
 
-
-def test_audit_discrete_laplace() -> None:
-    result = run_audit(discrete_release(1 / EPSILON), 0, 1, trials=TRIALS, rng=20)
-    assert 0.8 * EPSILON < result.epsilon_lower_bound <= EPSILON
-
-
-def test_mutation_discrete_laplace_half_scale_fails() -> None:
-    result = run_audit(discrete_release(0.5 / EPSILON), 0, 1, trials=TRIALS, rng=20)
-    assert result.epsilon_lower_bound > EPSILON
+    def sample(
+        self, noise: Noise, value: float, trials: int, gen: np.random.Generator
+    ) -> np.ndarray:
+        return np.clip(np.floor(value + noise(trials, gen)), -4, 5).astype(np.int64)
 
 
-def test_audit_laplace() -> None:
-    sampler = binned_release(lambda n, gen: laplace(1 / EPSILON, size=n, rng=gen))
-    result = run_audit(sampler, 0.0, 1.0, trials=TRIALS, rng=21)
-    assert 0.8 * EPSILON < result.epsilon_lower_bound <= EPSILON
+class TestLaplace(_BinnedRelease):
+    epsilon = EPSILON
+    seed = 21
+    power = 0.8
 
+    def mechanism(self) -> Noise:
+        return lambda n, gen: laplace(1 / EPSILON, size=n, rng=gen)
 
-def test_mutation_laplace_half_scale_fails() -> None:
-    sampler = binned_release(lambda n, gen: laplace(0.5 / EPSILON, size=n, rng=gen))
-    result = run_audit(sampler, 0.0, 1.0, trials=TRIALS, rng=21)
-    assert result.epsilon_lower_bound > EPSILON
+    def mutant(self) -> Noise:
+        return lambda n, gen: laplace(0.5 / EPSILON, size=n, rng=gen)
 
 
 GAUSS_EPS, GAUSS_DELTA = 0.99, 1e-2
 GAUSS_SIGMA = math.sqrt(2 * math.log(1.25 / GAUSS_DELTA)) / GAUSS_EPS  # Dwork & Roth Thm A.1
 
 
-def test_audit_gaussian() -> None:
-    sampler = binned_release(lambda n, gen: gaussian(GAUSS_SIGMA, size=n, rng=gen))
-    result = run_audit(sampler, 0.0, 1.0, trials=TRIALS, delta=GAUSS_DELTA, rng=22)
-    assert result.epsilon_lower_bound <= GAUSS_EPS
+class TestGaussian(_BinnedRelease):
+    epsilon = GAUSS_EPS
+    delta = GAUSS_DELTA
+    seed = 22
 
+    def mechanism(self) -> Noise:
+        return lambda n, gen: gaussian(GAUSS_SIGMA, size=n, rng=gen)
 
-def test_mutation_gaussian_quarter_sigma_fails() -> None:
-    sampler = binned_release(lambda n, gen: gaussian(GAUSS_SIGMA / 4, size=n, rng=gen))
-    result = run_audit(sampler, 0.0, 1.0, trials=TRIALS, delta=GAUSS_DELTA, rng=22)
-    assert result.epsilon_lower_bound > GAUSS_EPS
+    def mutant(self) -> Noise:
+        return lambda n, gen: gaussian(GAUSS_SIGMA / 4, size=n, rng=gen)
 
 
 @pytest.mark.parametrize("sampler", [laplace, gaussian, gumbel, discrete_laplace])

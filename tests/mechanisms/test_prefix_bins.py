@@ -1,16 +1,17 @@
-"""MuRAG-Ada's noisy prefix-sum bin walk: exact law, audit on the worst-case pair, mutation."""
+"""MuRAG-Ada's noisy prefix-sum bin walk: exact law, audit on the worst-case pair, mutation
+(through the kit's suites, dprag_core.testing.mechanisms)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from scipy import stats
 
-from dprag_core.audit import audit_epsilon
 from dprag_core.mechanisms.noise import discrete_laplace
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
+from dprag_core.testing.mechanisms import ExactLaw, WorstCaseAudit, chi_square_pvalue
 
 EPSILON = 1.0
 TARGET = 3
@@ -42,11 +43,6 @@ def exact_law(counts: list[int], *, epsilon: float, target: int) -> np.ndarray:
     return np.array(law)
 
 
-def walks(counts: list[int], n: int, seed: int, walk=noisy_bin_walk) -> np.ndarray:
-    gen = np.random.default_rng(seed)
-    return np.array([walk(counts, epsilon=EPSILON, target=TARGET, rng=gen) for _ in range(n)])
-
-
 def broken_walk(bin_counts, *, epsilon, target, rng=None):  # type: ignore[no-untyped-def]
     """Mutation: noise scale 1/(2 epsilon) — half the noise the claim needs."""
     total = 0
@@ -57,31 +53,47 @@ def broken_walk(bin_counts, *, epsilon, target, rng=None):  # type: ignore[no-un
     return i
 
 
-def test_exact_law_of_the_stopping_bin() -> None:
-    draws = walks(D, TRIALS, seed=1)
+Walk = Callable[..., int]
+
+
+class TestBinWalk(ExactLaw[Walk, list[int]], WorstCaseAudit[Walk, list[int]]):
+    """The kit's suites on the worst-case pair; the mutant has half the noise."""
+
+    epsilon = EPSILON
+    trials = TRIALS
+    seed = 2
+    power = 0.8
+
+    def mechanism(self) -> Walk:
+        return noisy_bin_walk
+
+    def mutant(self) -> Walk:
+        return broken_walk
+
+    def pair(self) -> tuple[list[int], list[int]]:
+        return D, D_PRIME
+
+    def sample(
+        self, walk: Walk, counts: list[int], trials: int, gen: np.random.Generator
+    ) -> np.ndarray:
+        return np.array(
+            [walk(counts, epsilon=EPSILON, target=TARGET, rng=gen) for _ in range(trials)]
+        )
+
+    def law(self, walk: Walk, counts: list[int]) -> dict[int, float]:
+        return dict(enumerate(exact_law(counts, epsilon=EPSILON, target=TARGET).tolist(), start=1))
+
+
+def test_the_pair_is_tight_and_the_law_test_has_power() -> None:
     law = exact_law(D, epsilon=EPSILON, target=TARGET)
     assert abs(law.sum() - 1) < 1e-9
-    observed = [np.sum(draws == i) for i in (1, 2, 3)]
-    assert stats.chisquare(observed, law * TRIALS).pvalue > 1e-3
-    # power: the law with the wrong epsilon is rejected
-    wrong = exact_law(D, epsilon=2 * EPSILON, target=TARGET)
-    assert stats.chisquare(observed, wrong * TRIALS).pvalue < 1e-6
-    # the pair is tight: the exact privacy loss of "halt at bin 1" is exactly epsilon
+    # the exact privacy loss of "halt at bin 1" is exactly epsilon
     p, q = law[0], exact_law(D_PRIME, epsilon=EPSILON, target=TARGET)[0]
     assert math.log(p / q) == pytest.approx(EPSILON, rel=1e-9)
-
-
-def test_audit_on_the_worst_case_pair_stays_within_epsilon() -> None:
-    result = audit_epsilon(walks(D, TRIALS, seed=2), walks(D_PRIME, TRIALS, seed=3))
-    assert 0.8 < result.epsilon_lower_bound <= EPSILON
-
-
-def test_mutation_half_noise_fails_the_same_audit() -> None:
-    result = audit_epsilon(
-        walks(D, TRIALS, seed=4, walk=broken_walk),
-        walks(D_PRIME, TRIALS, seed=5, walk=broken_walk),
-    )
-    assert result.epsilon_lower_bound > EPSILON
+    # power: the law with the wrong epsilon is rejected
+    draws = TestBinWalk().drawn("mechanism", 0)
+    wrong = exact_law(D, epsilon=2 * EPSILON, target=TARGET)
+    assert chi_square_pvalue(draws, dict(enumerate(wrong.tolist(), start=1))) < 1e-6
 
 
 def test_bins_are_read_lazily_and_all_visited_when_never_exceeded() -> None:
