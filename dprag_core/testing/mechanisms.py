@@ -116,8 +116,9 @@ def ask(
 def missing_claim(kind: type) -> list[str]:
     """The parts of :data:`CLAIM_PARTS` that neither ``kind``'s docstring nor its module's states.
 
-    >>> class Vague:
+    >>> class Vague:  # an app's own mechanism
     ...     '''Epsilon-DP.'''
+    ...     __module__ = "app"
     >>> missing_claim(Vague)
     ['delta', 'sensitivity', 'neighbouring relation']
     """
