@@ -5,7 +5,7 @@ An app (:class:`~dprag_core.pipeline.PrivateRAG`, ``DPRAGChain``,
 mechanism's cost, retrieve what it asks for, run it, release its answer. That
 order is the privacy invariant, and it holds only if the mechanism keeps these
 rules (``docs/new-mechanism.md`` explains each, with the claim to state and the
-three tests to write):
+test suites to subclass, :mod:`dprag_core.testing.mechanisms`):
 
 1. **It asks for its candidates** by exactly one route: ``candidates_needed()``
    (an int >= 0: the store's first n privacy units) or ``min_score()`` (a
