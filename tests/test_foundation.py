@@ -22,7 +22,7 @@ from dprag_core.retrieval.documents import ScoredDocument
 def test_import_is_light() -> None:
     code = (
         "import sys, dprag_core, dprag_core.pipeline;"
-        "bad=[m for m in ('torch','transformers','langchain_core','llama_index.core')"
+        "bad=[m for m in ('torch','transformers','langchain_core','llama_index.core','pytest')"
         " if m in sys.modules]; print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,6 +8,8 @@ broken, a wrong exact law, a pair that is not tight.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -123,3 +125,13 @@ def test_bad_arguments_that_are_accepted_fail_the_contract() -> None:
 
     with pytest.raises(pytest.fail.Exception):
         Lenient().test_bad_arguments_are_refused_when_built()
+
+
+def test_without_pytest_the_kit_says_which_extra_to_install() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None\n"
+        "try:\n    import dprag_core.testing.mechanisms\n"
+        "except ImportError as e:\n    print(e)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "dprag_core.testing needs pytest: pip install 'dprag[testing]'"
