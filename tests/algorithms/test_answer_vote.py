@@ -41,6 +41,7 @@ from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
+from dprag_core.testing.mechanisms import WorstCaseAudit, ask
 
 EPSILON, DELTA, M = 2.0, 1e-3, 20
 TRIALS = 200_000
@@ -271,16 +272,32 @@ def end_to_end(
     return np.array([code.get(t, 4) for t in texts])
 
 
-def test_end_to_end_audit_and_the_raw_wording_mutation() -> None:
+class TestEndToEndWording(WorstCaseAudit[DPAnswerVote, list[ScoredDocument]]):
     """The key, not the wording, is released: a neighbour that only rewords one answer
-    changes nothing; the mutation that releases a voter's wording is caught."""
-    d, d_prime = wording_pair(16)  # 16 votes for "aspirin": above h⊥ = 9.6
-    for cls, within in ((DPAnswerVote, True), (RawWording, False)):
-        mech = cls(Reader(), m=16, k=1, epsilon=EPSILON, delta=DELTA)
-        on_d = end_to_end(mech, d, 3000, seed=1)
-        on_d_prime = end_to_end(mech, d_prime, 3000, seed=2)
-        bound = audit_epsilon(on_d, on_d_prime, delta=DELTA).epsilon_lower_bound
-        assert (bound <= EPSILON) is within, (cls.__name__, bound)
+    changes nothing; the mutation that releases a voter's wording is caught (the kit's
+    audit suite, through answer())."""
+
+    epsilon = EPSILON
+    delta = DELTA
+    trials = 3000
+    seed = 1
+
+    def mechanism(self) -> DPAnswerVote:
+        return DPAnswerVote(Reader(), m=16, k=1, epsilon=EPSILON, delta=DELTA)
+
+    def mutant(self) -> DPAnswerVote:
+        return RawWording(Reader(), m=16, k=1, epsilon=EPSILON, delta=DELTA)
+
+    def pair(self) -> tuple[list[ScoredDocument], list[ScoredDocument]]:
+        return wording_pair(16)  # 16 votes for "aspirin": above h⊥ = 9.6
+
+    def sample(
+        self, mech: DPAnswerVote, docs: list[ScoredDocument], trials: int, gen: np.random.Generator
+    ) -> np.ndarray:
+        top = docs[: mech.candidates_needed()]
+        texts = [ask(mech, "Which drug?", top, rng=gen).text for _ in range(trials)]
+        code = {"": 0, "Aspirin": 1, "Aspirin.": 2, "ASPIRIN!": 3}
+        return np.array([code.get(t, 4) for t in texts])
 
 
 def test_end_to_end_near_tie_within_the_claim() -> None:
