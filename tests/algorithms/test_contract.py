@@ -10,6 +10,7 @@ template refused when built. Mutation tests: the helper fails on each broken var
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -100,9 +101,32 @@ class TableContract(MechanismContract):
         assert answer.details["answer_source"] in ANSWER_SOURCES  # every one says where from
 
 
+BAD_VALUES: dict[str, object] = {
+    "epsilon": 0.0,
+    "delta": 1.0,
+    "epsilon_token": float("nan"),
+    "m": 0,
+    "k": -1,
+    "n_docs": 0,
+    "max_new_tokens": 0,
+}
+"""A value each of these keywords refuses, when a mechanism has it (keyword-only)."""
+
+
+def bad_arguments(kind: type) -> list[tuple[dict[str, object], str]]:
+    """``(changes, pattern)``: each :data:`BAD_VALUES` keyword of ``kind``, refused by name."""
+    names = [
+        p.name
+        for p in inspect.signature(kind).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in BAD_VALUES
+    ]
+    return [({name: BAD_VALUES[name]}, rf"\b{name} must") for name in names]
+
+
 for _case in dprag_cases():
     _name = "TestContract" + _case.name.replace("-", "")
-    globals()[_name] = type(_name, (TableContract,), {"case": _case, "private": _case.private})
+    _body = {"case": _case, "private": _case.private, "bad_arguments": bad_arguments(_case.kind)}
+    globals()[_name] = type(_name, (TableContract,), _body)
 
 
 def test_misspelt_keywords_on_selectors_and_rules() -> None:
