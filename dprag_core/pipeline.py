@@ -67,8 +67,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-import numpy as np
-
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.accounting.stores.retries import PendingRetries
@@ -93,7 +91,7 @@ from dprag_core.errors import guarded
 from dprag_core.fallback import check_public_fallback, fallback_answer, fallback_stream
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.models.text_envelope import DPRAG_PACKAGES
-from dprag_core.query_ids import check_query_id, current_query_id, new_query_id, query_scope
+from dprag_core.query_ids import Query, check_query_id, new_query_id
 from dprag_core.quiet_logs import muted_logs
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.capabilities import has_range_search, stored_count
@@ -111,10 +109,10 @@ __all__ = [
     "DEFAULT_MAX_QUESTION_TOKENS",
     "HOW_TO_SET_A_BUDGET",
     "PrivateRAG",
-    "Query",
     "QueryRun",
     "Released",
     "RunHooks",
+    "StartedQuery",
     "as_answered",
     "charge_query",
     "check_accountant",
@@ -201,20 +199,19 @@ class RunHooks:
 
 
 @dataclasses.dataclass(frozen=True)
-class Query:
+class StartedQuery:
     """A checked and charged query: what :meth:`QueryRun.answer` and ``stream`` run.
 
-    ``retry``: the query's id was accepted as a retry, before the private
-    section: of its record left in doubt (``LedgerOutcomeUnknown``), or of
-    this run's own query that failed before releasing anything (the answer
-    then says ``details["charge"] == "retry"``).
+    ``query``: its public values (:class:`~dprag_core.query_ids.Query`), handed
+    to the mechanism as they are. ``query.retry``: the query's id was accepted
+    as a retry, before the private section: of its record left in doubt
+    (``LedgerOutcomeUnknown``), or of this run's own query that failed before
+    releasing anything (the answer then says ``details["charge"] == "retry"``).
+    ``began``: when its checks began (``time.monotonic()``; a deadline counts from it).
     """
 
-    question: str
-    query_id: str
-    rng: np.random.Generator = dataclasses.field(repr=False)
-    retry: bool = False
-    started: float = dataclasses.field(default_factory=time.monotonic, repr=False)
+    query: Query
+    began: float = dataclasses.field(default_factory=time.monotonic, repr=False)
 
 
 class QueryRun:
@@ -242,8 +239,8 @@ class QueryRun:
     >>> class Api:  # a text model
     ...     def generate(self, prompts, *, max_new_tokens=64): return ["Paris"] * len(prompts)
     >>> run = QueryRun(NonRAG(Api()), lambda q, k: [], qualifying="any")
-    >>> query = run.start("Capital of France?", accountant=None, query_id="q-1")
-    >>> query.query_id, run.answer(query, lambda q, k: [], RunHooks()).text
+    >>> started = run.start("Capital of France?", accountant=None, query_id="q-1")
+    >>> started.query.id, run.answer(started, lambda q, k: [], RunHooks()).text
     ('q-1', 'Paris')
     """
 
@@ -284,7 +281,7 @@ class QueryRun:
         rng: RngLike = None,
         query_id: object = None,
         hooks: RunHooks | None = None,
-    ) -> Query:
+    ) -> StartedQuery:
         """Check the question, the id, the rng and the budget, then record: the query to run.
 
         ``rng`` (a seed or generator) replaces the run's for this query.
@@ -306,7 +303,8 @@ class QueryRun:
         else:
             check_accountant(accountant, parameter=self.parameter)
         (hooks or RunHooks()).before_charge()
-        return Query(text, qid, generator, self._record(qid, accountant), began)
+        retry = self._record(qid, accountant)
+        return StartedQuery(Query(text, id=qid, retry=retry, rng=generator), began)
 
     def _record(self, query_id: str, accountant: CorpusAccountant | None) -> bool:
         """Write the query's record before its private section; True for an accepted retry.
@@ -322,25 +320,27 @@ class QueryRun:
             retry = True
         return retry
 
-    def answer(self, query: Query, retriever: Retriever, hooks: RunHooks) -> DPAnswer:
+    def answer(self, started: StartedQuery, retriever: Retriever, hooks: RunHooks) -> DPAnswer:
         """The private section, whole: the query's checked :class:`DPAnswer` (module docstring)."""
+        query = started.query
 
         def private() -> DPAnswer:
             docs = self._retrieve(query, retriever, hooks)
             return self._release(query, hooks.generating(self._answer, query, docs))
 
         held = (
-            private if self.deadline is None else self.deadline.held(private, started=query.started)
+            private if self.deadline is None else self.deadline.held(private, started=started.began)
         )
         return self._sealed(query, held, released=False)
 
-    def stream(self, query: Query, retriever: Retriever, hooks: RunHooks) -> Released:
+    def stream(self, started: StartedQuery, retriever: Retriever, hooks: RunHooks) -> Released:
         """Retrieve now, then :class:`Released`: the text chunks and the DPAnswer, step by step.
 
         With a deadline, the whole answer is held (:meth:`answer`), then released as one chunk.
         """
+        query = started.query
         if self.deadline is not None:
-            done = self.answer(query, retriever, hooks)
+            done = self.answer(started, retriever, hooks)
             return Released(self, query, iter([done.text, done] if done.text else [done]), hooks)
 
         def private() -> Iterator[str | DPAnswer]:
@@ -362,7 +362,7 @@ class QueryRun:
         except Exception:
             del fn  # its closure holds the retriever and the hooks: not in a failure's frames
             if not released:
-                self._failed.remember(query.query_id, True)
+                self._failed.remember(query.id, True)
             raise
 
     # inside the private section: the only frames that hold documents
@@ -378,20 +378,17 @@ class QueryRun:
         return docs
 
     def _answer(self, query: Query, docs: list[ScoredDocument]) -> DPAnswer:
-        with query_scope(query.query_id, retry=query.retry):
-            result = self.mechanism.answer(query.question, docs, rng=query.rng)
-            return fallback_answer(result, self.fallback, query.question)
+        result = self.mechanism.answer(query, docs)  # the Query itself: its id, retry and rng
+        return fallback_answer(result, self.fallback, query.question)
 
     def _open(self, query: Query, docs: list[ScoredDocument]) -> Iterator[str | DPAnswer]:
-        with query_scope(query.query_id, retry=query.retry):
-            items = self.mechanism.stream(query.question, docs, rng=query.rng)
+        items = self.mechanism.stream(query, docs)
         joined = as_answered(items, live=self._live)
         return fallback_stream(joined, self.fallback, query.question)
 
     def _step(self, query: Query, items: Iterator[str | DPAnswer]) -> object:
         """The stream's next release (a text chunk, or the checked DPAnswer), ``_END`` after."""
-        with query_scope(query.query_id, retry=query.retry):
-            item: object = next(items, _END)
+        item: object = next(items, _END)
         if item is _END or isinstance(item, str):
             return item
         return self._release(query, item)
@@ -606,7 +603,7 @@ class PrivateRAG:
         """The public answerer of empty DP answers, or None (off)."""
         return self.run.fallback
 
-    def _start(self, question: object, rng: RngLike, query_id: str | None) -> Query:
+    def _start(self, question: object, rng: RngLike, query_id: str | None) -> StartedQuery:
         return self.run.start(question, accountant=self.accountant, rng=rng, query_id=query_id)
 
     def answer(
@@ -721,14 +718,12 @@ def private_step(fn: Callable[[], T]) -> T:
 
 
 def selection_query_id(query_id: object = None) -> str:
-    """A selection step's query id: ``query_id`` (checked), else the current run's, else fresh.
+    """A selection step's query id: ``query_id`` (checked), else a fresh one.
 
-    The current run's id is set by :func:`~dprag_core.query_ids.query_scope`
-    (``DPRetriever`` sets its retriever run's ``run_id``).
+    The caller hands it over explicitly: ``DPRetriever`` its retriever run's
+    ``run_id``, the LlamaIndex postprocessors their ``DPQueryBundle``'s id.
 
     >>> selection_query_id("q-7"), len(selection_query_id())
     ('q-7', 36)
     """
-    if query_id is not None:
-        return check_query_id(query_id)
-    return current_query_id() or new_query_id()
+    return new_query_id() if query_id is None else check_query_id(query_id)

@@ -80,7 +80,13 @@ from dprag_core.answers import MODEL, DPAnswer
 from dprag_core.errors import private_failure
 from dprag_core.events import end_payload, start_payload
 from dprag_core.mechanisms.rng import RngLike
-from dprag_core.pipeline import DEFAULT_MAX_QUESTION_TOKENS, Query, QueryRun, Released, RunHooks
+from dprag_core.pipeline import (
+    DEFAULT_MAX_QUESTION_TOKENS,
+    QueryRun,
+    Released,
+    RunHooks,
+    StartedQuery,
+)
 from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.stop_reasons import MODEL_ALONE_NOTE
@@ -321,12 +327,12 @@ class _Hooks(RunHooks):
         value: object,
         run_manager: CallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> tuple[Query, _Hooks]:
+    ) -> tuple[StartedQuery, _Hooks]:
         """Check and charge one query of ``chain`` (the core's run), then report its start."""
         hooks = cls(chain._source, run_manager)
         question, qid = question_of(value, chain.input_key), query_id_of(run_manager, config)
         query = chain._run.start(question, accountant=chain.accountant, query_id=qid, hooks=hooks)
-        hooks.question = query.question
+        hooks.question = query.query.question
         hooks.event(QUERY_START_EVENT, start_payload(chain.mechanism))
         return query, hooks
 
@@ -487,7 +493,9 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     ) -> ChainOutput:
         query, hooks = _Hooks.start(self, value, run_manager, config)
         result = self._run.answer(query, hooks.retriever(self.mechanism), hooks)
-        answer = AnswerRun.start(run_manager.get_child(), query.question, name=self.mechanism.name)
+        answer = AnswerRun.start(
+            run_manager.get_child(), query.query.question, name=self.mechanism.name
+        )
         out = hooks.release(result, answer) + DPRAGOutput(answer=result.text)
         return self._form.whole(out, value)
 
@@ -496,7 +504,7 @@ class DPRAGChain(KnownFields, RunnableSerializable[ChainInput, ChainOutput]):
     ) -> Iterator[DPRAGOutput]:
         query, hooks = _Hooks.start(self, value, run_manager, config)
         released = self._run.stream(query, hooks.retriever(self.mechanism), hooks)
-        yield from hooks.outputs(released, query.question, self.mechanism.name)
+        yield from hooks.outputs(released, query.query.question, self.mechanism.name)
 
     def _chunks(
         self, inputs: Iterator[Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig

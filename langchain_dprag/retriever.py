@@ -30,7 +30,9 @@ Two selections, for chains that want the selection step on its own:
 The charges of one call are recorded under the retriever run's ``run_id``
 (:mod:`dprag_core.query_ids`): ``retriever.invoke(question, {"run_id": uuid})``
 (or LangChain's ``run_id=uuid`` keyword) names it, so a retry with the same
-``run_id`` after ``LedgerOutcomeUnknown`` is charged once. The ledger filter
+``run_id`` after ``LedgerOutcomeUnknown`` is charged once. Each call builds one
+:class:`~dprag_core.query_ids.Query` (the question, that id, the rng) and hands
+its id and rng to the selection step explicitly. The ledger filter
 claims the id in the ledger before it charges
 (:func:`~dprag_core.pipeline.select_by_ledger`): any other reuse is refused
 whatever the filter would have charged. A misspelt keyword
@@ -70,7 +72,7 @@ from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.pipeline import check_accountant, select_above_threshold, select_by_ledger
-from dprag_core.query_ids import query_scope
+from dprag_core.query_ids import Query
 from dprag_core.retrieval.above import Retriever, retrieve_above
 from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
@@ -197,29 +199,32 @@ class DPRetriever(KnownFields, BaseRetriever):
     def _searcher(self, found: dict[str, Document]) -> Retriever:
         return self._source.bind(needs_scores=True, found=found)
 
-    def _threshold(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
+    def _threshold(self, query: Query, k: int, search: Retriever) -> list[ScoredDocument]:
         from dprag_core.retrieval.threshold import DPThreshold
 
         assert self.accountant is not None and self.epsilon is not None
         scale = self._source.scale
         selector = DPThreshold(epsilon=self.epsilon, bounds=scale, k=k)
         low = scale.low  # every chunk above it: no top-N cut (module docstring)
+        question = query.question
         return select_above_threshold(
             selector,
             self.accountant,
-            lambda: retrieve_above(search, query, low, initial_k=self.fetch_k),
-            rng=self.rng,
+            lambda: retrieve_above(search, question, low, initial_k=self.fetch_k),
+            query_id=query.id,
+            rng=query.rng,
         )
 
-    def _ledger_filter(self, query: str, k: int, search: Retriever) -> list[ScoredDocument]:
+    def _ledger_filter(self, query: Query, k: int, search: Retriever) -> list[ScoredDocument]:
         assert self.ledger is not None and self.tau is not None and self.epsilon_query is not None
-        tau = self.tau
+        tau, question = self.tau, query.question
         return select_by_ledger(  # claims the id, then fetches: a reuse is refused unread
-            lambda: retrieve_above(search, query, tau, initial_k=self.fetch_k),
+            lambda: retrieve_above(search, question, tau, initial_k=self.fetch_k),
             ledger=self.ledger,
             tau=tau,
             cost=self.epsilon_query,
             k=k,
+            query_id=query.id,
         )
 
     def invoke(
@@ -240,11 +245,12 @@ class DPRetriever(KnownFields, BaseRetriever):
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         k = self.k if k is None else positive_int("k", k)
+        # the query's public values, handed to the selection (module docstring)
+        public = Query(query, id=str(run_manager.run_id), rng=make_rng(self.rng))
         found: dict[str, Document] = {}
         select = self._threshold if self.ledger is None else self._ledger_filter
         try:
-            with query_scope(str(run_manager.run_id)):  # the charges' query id (module docstring)
-                selected = select(query, k, self._searcher(found))
+            selected = select(public, k, self._searcher(found))
         except BaseException:
             found.clear()  # what was fetched stays out of the failure's frames (module docstring)
             raise

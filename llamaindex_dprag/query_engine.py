@@ -387,7 +387,8 @@ class DPQueryEngine(CustomQueryEngine):
         query = self._run.start(query_str, accountant=self.accountant, query_id=query_id)
         dispatcher.event(DPQueryStartEvent(**start_payload(self.mechanism)))
         hooks = _Hooks(self.source_ids)
-        retriever = _retriever(self._source, query.question, self.similarity_top_k, self.mechanism)
+        question = query.query.question
+        retriever = _retriever(self._source, question, self.similarity_top_k, self.mechanism)
         if self.streaming:
             return _streaming(self._run.stream(query, retriever, hooks), hooks, self.mechanism)
         answer = self._run.answer(query, retriever, hooks)

@@ -32,6 +32,7 @@ from dprag_core.answers import DPAnswer
 from dprag_core.audit import AuditResult, audit_epsilon
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.units import best_chunk_per_unit
 
@@ -68,15 +69,15 @@ class Recorder(Mechanism):
         return Budget(self.epsilon)
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        self.seen.append((question, list(docs)))
+        self.seen.append((as_query(query, rng=rng).question, list(docs)))
         return DPAnswer("recorded", self.query_cost(), self.name, {"stop_reason": "eos"})
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        result = self.answer(question, docs, rng=rng)
+        result = self.answer(query, docs, rng=rng)
         yield result.text  # the chunks join to the answer's text (the contract)
         yield result
 

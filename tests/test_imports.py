@@ -26,7 +26,7 @@ def words(text: str) -> list[str]:
 FACES: dict[str, list[str]] = {
     "dprag_core": words("""
         Budget DPAnswer InMemoryCorpusAccountant PrivacyBudgetExhausted PrivateDataError
-        PrivateRAG SQLiteCorpusAccountant ScoredDocument
+        PrivateRAG Query SQLiteCorpusAccountant ScoredDocument
     """),
     "dprag_core.accounting": words("""
         BOUNDS BudgetStatus ChargeRecord CompositionCount CorpusAccountant DEFAULT_ORDERS

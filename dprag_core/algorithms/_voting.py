@@ -33,17 +33,17 @@ from dprag_core.algorithms.base import (
     PublicModel,
     StreamingMechanism,
     Templates,
-    check_question,
     check_template,
 )
 from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.histogram import SparseCounts
-from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import LookaheadSession, TokenModel, TokenSession
 from dprag_core.models.checks import check_lookahead_model, check_token_model
 from dprag_core.models.envelope import check_answer_room
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
 from dprag_core.stop_reasons import BUDGET, EOS, MAX_TOKENS, NULL_TOKEN
@@ -208,13 +208,13 @@ class VotingMechanism(StreamingMechanism):
         )
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
         """Yield text chunks as tokens are released, then the DPAnswer."""
-        check_question(question)
-        gen = make_rng(rng)
+        query = as_query(query, rng=rng)
+        gen = query.rng
         voters = partition_voters(docs, m=self.m, k=self.k, rng=gen)
-        session = self.model.prefill(self.prompts(question, voters))
+        session = self.model.prefill(self.prompts(query.question, voters))
         eos = self.model.eos_token_ids
         limit = self._token_limit()
         state = self._start(gen)

@@ -67,7 +67,6 @@ from dprag_core.algorithms.base import (
     Mechanism,
     PublicModel,
     Templates,
-    check_question,
     check_template,
 )
 from dprag_core.answers import DOCUMENTS, NOTHING, DPAnswer
@@ -79,6 +78,7 @@ from dprag_core.models.base import TextModel
 from dprag_core.models.checks import check_text_model
 from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
 from dprag_core.stop_reasons import ANSWER, NULL_TOKEN
@@ -297,11 +297,12 @@ class DPAnswerVote(_AnswerVoting):
         return [None if p == BOTTOM else ballot.chosen(int(p), private=True) for p in picks]
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         """Voters' answers → keys → one LimitedDomain choice → the rendered key, or ""."""
-        gen = make_rng(rng)
-        keys = self.keys(check_question(question), docs, rng=gen)
+        query = as_query(query, rng=rng)
+        gen = query.rng
+        keys = self.keys(query.question, docs, rng=gen)
         return self._answer(self.select(keys, rng=gen)[0], self.query_cost())
 
     def _details(self) -> dict[str, Any]:
@@ -329,10 +330,11 @@ class AnswerVote(_AnswerVoting):
     name = "AnswerVote"
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         """Voters' answers → keys → the most frequent key (not private)."""
-        keys = self.keys(check_question(question), docs, rng=make_rng(rng))
+        query = as_query(query, rng=rng)
+        keys = self.keys(query.question, docs, rng=query.rng)
         if not keys:
             return self._answer(None, None)
         ballot = word_ballot(keys, public=None, m=self.m)

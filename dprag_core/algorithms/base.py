@@ -27,6 +27,7 @@ from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
+from dprag_core.query_ids import Query, as_query, check_question
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.validation import StrictKeywords
 
@@ -76,30 +77,6 @@ class PublicModel:
     max_new_tokens: int
 
 
-def check_question(question: object) -> str:
-    """A question must be a non-empty string of valid Unicode (its text is never echoed).
-
-    A lone surrogate (``chr(0xD800)``) cannot be encoded for a tokenizer or a
-    model API: it is refused here, before anything is charged.
-
-    >>> check_question("Who treats headache?")
-    'Who treats headache?'
-    >>> check_question("Who" + chr(0xD800))
-    Traceback (most recent call last):
-    ...
-    ValueError: question must be valid Unicode text: it contains a lone surrogate
-    """
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("question must be a non-empty string")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            "question must be valid Unicode text: it contains a lone surrogate"
-        ) from None
-    return question
-
-
 _Init = TypeVar("_Init", bound=Callable[..., None])
 
 
@@ -128,7 +105,7 @@ class Mechanism(StrictKeywords, ABC):
     >>> class Top(Mechanism):
     ...     def __init__(self, *, k: int) -> None:
     ...         self.k = k
-    ...     def answer(self, question, docs, *, rng=None): ...
+    ...     def answer(self, query, docs, *, rng=None): ...
     >>> Top(kk=3)
     Traceback (most recent call last):
     ...
@@ -227,15 +204,24 @@ class Mechanism(StrictKeywords, ABC):
 
     @abstractmethod
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        """Answer ``question`` from ``docs``."""
+        """Answer ``query`` from ``docs``.
+
+        ``query``: the :class:`~dprag_core.query_ids.Query` the app passes (its
+        question, id, retry flag and rng), or a plain question, which
+        :func:`~dprag_core.query_ids.as_query` turns into a fresh Query (a new
+        id, ``retry=False``, the generator of ``rng``: a seed or a generator).
+        ``rng`` is for a plain question only; a Query carries its own.
+        Implementations start with ``query = as_query(query, rng=rng)``.
+        """
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        """Yield released text chunks, then the final :class:`DPAnswer` last."""
-        result = self.answer(question, docs, rng=rng)
+        """Yield released text chunks, then the final :class:`DPAnswer` last (``query``: as
+        in :meth:`answer`)."""
+        result = self.answer(as_query(query, rng=rng), docs)
         if result.text:
             yield result.text
         yield result
@@ -279,7 +265,8 @@ class StreamingMechanism(Mechanism):
     :class:`DPAnswer` last), so that both entry points release exactly the same.
 
     >>> class Echo(StreamingMechanism):
-    ...     def stream(self, question, docs, *, rng=None):
+    ...     def stream(self, query, docs, *, rng=None):
+    ...         question = as_query(query, rng=rng).question
     ...         yield question
     ...         yield DPAnswer(question, None, "Echo")
     >>> Echo().answer("hi", []).text
@@ -288,16 +275,20 @@ class StreamingMechanism(Mechanism):
 
     @abstractmethod
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
-        """Yield released text chunks, then the final :class:`DPAnswer` last."""
+        """Yield released text chunks, then the final :class:`DPAnswer` last.
+
+        ``query``: a :class:`~dprag_core.query_ids.Query` or a plain question
+        (:meth:`Mechanism.answer`).
+        """
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         """Run :meth:`stream` to the end and return its :class:`DPAnswer`."""
         result: DPAnswer | None = None
-        for item in self.stream(question, docs, rng=rng):
+        for item in self.stream(as_query(query, rng=rng), docs):
             if isinstance(item, DPAnswer):
                 result = item
         if result is None:
@@ -322,8 +313,8 @@ class MechanismWrapper(StreamingMechanism):
     >>> class Same(MechanismWrapper):
     ...     def __init__(self, inner: Mechanism) -> None:
     ...         self.inner = inner
-    ...     def stream(self, question, docs, *, rng=None):
-    ...         yield from self.inner.stream(question, docs, rng=rng)
+    ...     def stream(self, query, docs, *, rng=None):
+    ...         yield from self.inner.stream(as_query(query, rng=rng), docs)
     >>> class Api:
     ...     def generate(self, prompts, *, max_new_tokens=64): return ["x"] * len(prompts)
     >>> from dprag_core.algorithms.baselines import NonRAG

@@ -32,7 +32,6 @@ from dprag_core.algorithms.base import (
     PublicModel,
     StreamingMechanism,
     Templates,
-    check_question,
     check_template,
 )
 from dprag_core.answers import DPAnswer, answer_source
@@ -41,6 +40,7 @@ from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.models.checks import callback_attributes, check_text_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import EOS, MAX_TOKENS, TEXT_MODEL
 from dprag_core.validation import positive_int
@@ -115,10 +115,10 @@ class _SinglePrompt(StreamingMechanism):
         )
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
         """Yield text chunks as they are generated, then the DPAnswer."""
-        prompt = self._prompt(check_question(question), docs)
+        prompt = self._prompt(as_query(query, rng=rng).question, docs)
         if isinstance(self.model, TokenModel):
             parts: list[str] = []
             stop = yield from _greedy_stream(self.model, prompt, self.max_new_tokens, parts)

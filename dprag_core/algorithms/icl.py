@@ -56,11 +56,12 @@ from dprag_core.algorithms.base import (
 from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.icl import dp_icl_token
-from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.mechanisms.threshold import Utility
 from dprag_core.models.base import LogprobModel
 from dprag_core.models.checks import callback_attributes, check_token_model, framework_of
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.threshold import DPThreshold
 from dprag_core.retrieval.units import group_by_unit
@@ -177,11 +178,12 @@ class DPICL(StreamingMechanism):
         return [*prompts, self.public_template.format(question=question)]
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
         """Yield text as each DP token is released, then the :class:`DPAnswer`."""
-        gen = make_rng(rng)
-        session = self.model.prefill_logprobs(self._prompts(question, docs, gen))
+        query = as_query(query, rng=rng)
+        gen = query.rng
+        session = self.model.prefill_logprobs(self._prompts(query.question, docs, gen))
         logprobs = np.asarray(session.logprobs, dtype=np.float64)
         eos = self.model.eos_token_ids
         decoder = IncrementalDecoder(self.model)

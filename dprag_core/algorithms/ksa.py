@@ -75,11 +75,12 @@ from dprag_core.algorithms.base import (
 from dprag_core.answers import DPAnswer, answer_source
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.ksa import find_best_k, gaps, top_k_with_ptr
-from dprag_core.mechanisms.rng import RngLike, make_rng
+from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel
 from dprag_core.models.checks import check_text_model
 from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
 from dprag_core.validation import positive_int
@@ -348,10 +349,11 @@ class DPKSA(_KeywordAnswerer):
         return self.guarantee
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         """Responses → histogram → FindBestK → PTR → keywords (or zero-shot) → answer."""
-        gen = make_rng(rng)
+        query = as_query(query, rng=rng)
+        question, gen = query.question, query.rng
         hist = self._histogram(question, docs)
         p = self.parameters
         k_hat = find_best_k(
@@ -385,9 +387,10 @@ class KSA(_KeywordAnswerer):
     name = "KSA"
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
         """Responses → histogram → the top-k at the largest gap → answer (not private)."""
+        question = as_query(query, rng=rng).question
         hist = self._histogram(question, docs)
         d = gaps(hist.counts, k_min=self.k_min, k_max=self.k_max)
         k = int(np.argmax(d)) + self.k_min

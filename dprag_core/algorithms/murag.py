@@ -63,12 +63,12 @@ from typing import Any
 
 from dprag_core.accounting.accountant import CorpusAccountant
 from dprag_core.accounting.ledger import Ledger, charge_active
-from dprag_core.algorithms.base import Mechanism, MechanismWrapper, check_question
+from dprag_core.algorithms.base import Mechanism, MechanismWrapper
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.prefix_bins import noisy_bin_walk
-from dprag_core.mechanisms.rng import RngLike, make_rng
-from dprag_core.query_ids import current_query_id, current_query_is_retry, new_query_id, step_id
+from dprag_core.mechanisms.rng import RngLike
+from dprag_core.query_ids import Query, as_query, step_id
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import ScoreScale, as_scale
 from dprag_core.retrieval.selection import ledger_filter
@@ -156,7 +156,7 @@ class _Individual(MechanismWrapper):
         return self.ledger
 
     def _select(
-        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+        self, query: Query, docs: Sequence[ScoredDocument]
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
         raise NotImplementedError
 
@@ -181,21 +181,20 @@ class _Individual(MechanismWrapper):
         return DPAnswer(inner_answer.text, guarantee, self.name, details)
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
         """Charge the ledger first, then stream ``inner``'s text and the wrapped DPAnswer.
 
-        The ledger charges are recorded under the id of the query run this
-        runs in (:func:`~dprag_core.query_ids.current_query_id`: the caller's
-        ``query_id``, claimed by the app before this runs, so a retry is
-        charged once), or a fresh id when called directly.
+        The ledger charges are recorded under ``query.id`` (the app's Query:
+        the caller's ``query_id``, claimed by the app before this runs, and
+        ``query.retry`` for an accepted retry, so a retry is charged once); a
+        plain question gets a fresh id (:func:`~dprag_core.query_ids.as_query`).
+        ``inner`` runs the same Query (its generator included).
         """
-        check_question(question)
-        gen = make_rng(rng)
-        query_id = current_query_id() or new_query_id()
-        top_k, extra = self._select(query_id, docs, gen)
-        for item in self.inner.stream(question, top_k, rng=gen):
-            yield self._wrap(item, query_id, extra) if isinstance(item, DPAnswer) else item
+        query = as_query(query, rng=rng)
+        top_k, extra = self._select(query, docs)
+        for item in self.inner.stream(query, top_k):
+            yield self._wrap(item, query.id, extra) if isinstance(item, DPAnswer) else item
 
 
 class MuRAG(_Individual):
@@ -240,11 +239,11 @@ class MuRAG(_Individual):
         return self.tau
 
     def _select(
-        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+        self, query: Query, docs: Sequence[ScoredDocument]
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
         top = ledger_filter(
             docs, ledger=self.ledger, tau=self.tau, cost=self.epsilon_query, k=self.k,
-            query_id=query_id, retry=current_query_is_retry(),
+            query_id=query.id, retry=query.retry,
         )  # fmt: skip
         return _padded(top, self.k), {"tau": self.tau}
 
@@ -332,7 +331,7 @@ class MuRAGAda(_Individual):
         raise AssertionError("score below the lowest edge")  # filtered by _relevant
 
     def _select(
-        self, query_id: str, docs: Sequence[ScoredDocument], gen: Any
+        self, query: Query, docs: Sequence[ScoredDocument]
     ) -> tuple[list[ScoredDocument], dict[str, Any]]:
         relevant = _relevant(docs, self.edges[-1])
         best: dict[str, float] = {}
@@ -342,7 +341,7 @@ class MuRAGAda(_Individual):
         for unit, score in best.items():
             per_bin[self._bin_of(score)].append(unit)
         found: list[str] = []
-        retry = current_query_is_retry()
+        query_id, retry = query.id, query.retry
 
         def counts() -> Iterator[int]:
             for i, units in enumerate(per_bin):  # charged only when the walk reaches the bin
@@ -352,7 +351,9 @@ class MuRAGAda(_Individual):
                 found.extend(charged)
                 yield len(charged)
 
-        visited = noisy_bin_walk(counts(), epsilon=self.epsilon_threshold, target=self.k, rng=gen)
+        visited = noisy_bin_walk(
+            counts(), epsilon=self.epsilon_threshold, target=self.k, rng=query.rng
+        )
         rag_id = step_id(query_id, "rag")
         usable = set(charge_active(self.ledger, rag_id, found, self.epsilon_rag, retry=retry))
         # TOP-K over units, as in MuRAG (selection.ledger_filter): one best chunk per unit
@@ -424,11 +425,10 @@ class NaiveMulti(MechanismWrapper):
         return self.accountant
 
     def stream(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> Iterator[str | DPAnswer]:
         """Stream ``inner``'s text and the DPAnswer (the app charged the query already)."""
-        check_question(question)
-        for item in self.inner.stream(question, docs, rng=rng):
+        for item in self.inner.stream(as_query(query, rng=rng), docs):
             if isinstance(item, DPAnswer):
                 details = {
                     **item.details,

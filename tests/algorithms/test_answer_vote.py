@@ -38,6 +38,7 @@ from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_vote import MAX_CHANGED
 from dprag_core.pipeline import PrivateRAG
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.partition import partition_voters
@@ -252,8 +253,11 @@ def wording_pair(m: int) -> tuple[list[ScoredDocument], list[ScoredDocument]]:
 class RawWording(DPAnswerVote):
     """MUTATION: decides on the keys, then releases the wording of a voter with that key."""
 
-    def answer(self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None) -> Any:
-        gen = make_rng(rng)
+    def answer(
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+    ) -> Any:
+        query = as_query(query, rng=rng)
+        question, gen = query.question, query.rng
         voters = partition_voters(docs, m=self.m, k=self.k, rng=gen)
         prompts = [self.template.format(context=v[0].text, question=question) for v in voters]
         answers = [a or "" for a in self._generate(prompts)]

@@ -21,7 +21,7 @@ from dprag_core.accounting.stores.errors import QueryIdReused
 from dprag_core.answers import DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
-from dprag_core.query_ids import current_query_id
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import EOS
 
@@ -54,20 +54,20 @@ class Quiet(ToyMechanism):
     name = "Quiet"
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
-        details = {"stop_reason": EOS, **self.details(real(docs))}
+        details = {"stop_reason": EOS, **self.details(real(docs), as_query(query, rng=rng))}
         return DPAnswer("ok", self.query_cost(), self.name, details)
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
-        """The answer's details besides its stop reason (none)."""
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
+        """The answer's details besides its stop reason (none); ``query``: the one it answers."""
         return {}
 
 
 class LeakyDetails(Quiet):
     """Puts a count of its documents and the first one's id in public-kind details keys."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         return {"k": len(docs), "inner": docs[0].id if docs else ""}
 
 
@@ -77,7 +77,7 @@ class IdsInDetails(Quiet):
 
     name = "IdsInDetails"
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         return {"doc_ids": [d.id for d in docs]}
 
 
@@ -95,8 +95,8 @@ class ReuseLeak(Quiet):
     def query_cost(self) -> None:  # type: ignore[override]
         return None
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
-        qid = current_query_id() or ""
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
+        qid = query.id
         if qid in self.seen:
             raise QueryIdReused("query_id was already charged")
         if len(docs) >= 5:
@@ -115,16 +115,16 @@ class Using(Quiet):
 class DocCharging(Using):
     """Charges the corpus budget (``used``) a little more for each document it read."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         for i, _ in enumerate(docs):
-            self.used.charge(Budget(1e-3), query_id=f"{current_query_id()}/doc{i}")
+            self.used.charge(Budget(1e-3), query_id=f"{query.id}/doc{i}")
         return {}
 
 
 class PerDocSession(Using):
     """Opens one session of its token model (``used``) with a row per document it read."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         if docs:
             self.used.prefill([d.text for d in docs]).greedy()
         return {}
@@ -133,7 +133,7 @@ class PerDocSession(Using):
 class PerDocGeneration(Using):
     """Asks its text model (``used``) once per document it read."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         for doc in docs:
             self.used.generate([doc.text], max_new_tokens=2)
         return {}
@@ -143,7 +143,7 @@ class DocEmbedding(Using):
     """Embeds each document it read with the store's embedding model (``used``): one request
     to the embedding endpoint per document."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         for doc in docs:
             self.used.embed_query(doc.text)
         return {}
@@ -153,7 +153,7 @@ class DocTokenizing(Using):
     """Tokenizes each document it read, whole, with its token model (``used``): work that
     grows with a document's length."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         for doc in docs:
             self.used.encode(doc.text)
         return {}
@@ -164,7 +164,7 @@ class RaisingWithDocuments(Quiet):
     sealed, the same failure in both worlds; let out (the data owner's debug switch), the
     message is still the same, the frames are not."""
 
-    def details(self, docs: list[ScoredDocument]) -> dict[str, Any]:
+    def details(self, docs: list[ScoredDocument], query: Query) -> dict[str, Any]:
         raise ValueError("this mechanism always fails")
 
 

@@ -16,6 +16,7 @@ from toy_mechanisms import RELEASED, ToyMechanism
 
 from dprag_core.answers import DPAnswer
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from langchain_dprag import DPRAGChain
 from langchain_dprag.chat import condensed_chat
@@ -27,8 +28,9 @@ class Repeat(ToyMechanism):
     """Answers with the question it was given (public), after reading every candidate."""
 
     def answer(
-        self, question: str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
+        self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None
     ) -> DPAnswer:
+        question = as_query(query, rng=rng).question
         return DPAnswer(f"Q: {question}", self.query_cost(), self.name, RELEASED)
 
 
