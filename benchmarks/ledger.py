@@ -587,7 +587,9 @@ def drop_tables(dsn: str, tables: list[str]) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
-            for suffix in ("audit", "units", "meta", "store", "budget", "charges", "queries"):
+            for suffix in (
+                "audit", "units", "meta", "store", "budget", "charges", "queries", "pruned"
+            ):  # fmt: skip
                 conn.execute(f"DROP TABLE IF EXISTS {DEFAULT_SCHEMA}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
                 conn.execute(f"DROP FUNCTION IF EXISTS {DEFAULT_SCHEMA}.{table}_{fn} CASCADE")

@@ -61,7 +61,7 @@ def run(root: Path, dsn: str, procs: int, charges: int, units: int) -> dict[str,
     )
     with psycopg.connect(dsn, autocommit=True) as conn:
         for schema in ("dprag", "public"):  # this version's schema, and where older ones were
-            for suffix in ("audit", "units", "meta", "store", "queries"):
+            for suffix in ("audit", "units", "meta", "store", "queries", "pruned"):
                 conn.execute(f"DROP TABLE IF EXISTS {schema}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
                 conn.execute(f"DROP FUNCTION IF EXISTS {schema}.{table}_{fn} CASCADE")

@@ -265,3 +265,30 @@ def test_postgres_prune_keeps_totals_refuses_pruned_ids_and_guards_newer_rows(
     finally:
         drop_postgres_tables(table)
         drop_postgres_tables(f"{table}_c")
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_a_version_5_postgres_store_is_outdated_until_its_owner_migrates_it() -> None:
+    """A store made before retention: serving roles are refused until ``init``, which adds
+    the digests and the watermark; what it held stays, and then it prunes."""
+    import psycopg
+
+    table = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        assert led.claim("c0") and led.charge("q0", ["a"], 0.25).granted
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:  # as version 5 left it
+            conn.execute(f"DROP TABLE dprag.{table}_pruned")
+            conn.execute(f"DELETE FROM dprag.{table}_meta WHERE key = 'watermark'")
+            conn.execute(f"UPDATE dprag.{table}_meta SET value = 5 WHERE key = 'schema'")
+        with pytest.raises(LedgerUnavailable, match="outdated"):
+            PostgresLedger(POSTGRES_DSN, table=table)
+        migrated = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        assert migrated.remaining(["a"]) == {"a": 0.75} and migrated.status().queries == 1
+        assert migrated.prune(before=time.time()) == 2
+        for qid in ("c0", "q0"):
+            with pytest.raises(QueryIdReused):
+                migrated.claim(qid)
+    finally:
+        drop_postgres_tables(table)

@@ -357,7 +357,7 @@ class PostgresSchema:
                 )
             store.run(lambda conn: self._create(conn, store, name, settings, role))
         found: str = store.run(lambda conn: self._identity(conn, store.label, name))
-        registry.bind_postgres(self.spec.kind, location, self._created)
+        registry.bind_postgres(self.spec.kind, location, self._created, owner=create)
         return found
 
     def _location(self, conn: psycopg.Connection[Any]) -> str:

@@ -24,12 +24,13 @@ the creating user's uid and the time. Then:
   a budget and its record together), or another file at the recorded path
   (another identity). Read-only opens (a backup's inspection) are not refused.
 
-A PostgreSQL store is recorded there too, under its location (server, database,
+A PostgreSQL store is recorded there too when its owner opens it with
+``create=True`` (``dprag ledger init``), under its location (server, database,
 schema and table prefix) with its identity (the time its ``{table}_store`` row
-records it was created): ``create=True`` (``dprag ledger init``) of an absent
-store at a recorded location is refused (a dropped database or table is never
-silently re-initialised), and a store at a recorded location whose identity
-differs (made again from another host) is refused at open.
+records it was created): ``create=True`` of an absent store at a recorded
+location is refused (a dropped database or table is never silently
+re-initialised), and a store at a recorded location whose identity differs
+(made again from another host) is refused at open.
 
 Limits (docs/ledgers.md, threat model): a user who can write the registry's
 own entries (the entry's owner, root) can delete them; without a registry
@@ -254,24 +255,30 @@ def check_postgres_create(kind: str, location: str) -> None:
         raise _gone(kind, location, entry)
 
 
-def bind_postgres(kind: str, location: str, identity: float) -> None:
-    """The PostgreSQL store at ``location`` has ``identity``: record it when this host has
-    no record of it, else refuse another identity (a store made again)."""
+def bind_postgres(kind: str, location: str, identity: float, *, owner: bool) -> None:
+    """The PostgreSQL store at ``location`` has ``identity``: refuse another identity than
+    the recorded one (a store made again); ``owner`` (``create=True``, ``init``): record it
+    when this host has no record of it."""
     entry, recorded = _postgres_entry(kind, location)
     if recorded is not None:
         if recorded != identity:
             raise _gone(kind, location, entry)
         return
-    if entry is None:  # no registry on this host
+    if entry is None or not owner:  # no registry on this host; a serving role records nothing
         return
     data = {"location": location, "identity": identity, "uid": os.getuid(),
             "created": time.time()}  # fmt: skip
     partial = entry.with_name(f".{entry.name}.{os.getpid()}")
-    partial.write_text(json.dumps(data), encoding="utf-8")
-    os.chmod(partial, 0o644)
     try:
+        partial.write_text(json.dumps(data), encoding="utf-8")
+        os.chmod(partial, 0o644)
         os.link(partial, entry)  # the first record wins
     except FileExistsError:  # recorded meanwhile by another process: it must agree
-        bind_postgres(kind, location, identity)
+        bind_postgres(kind, location, identity, owner=False)
+    except OSError as exc:
+        raise LedgerUnavailable(
+            f"the budget registry {str(entry.parent)!r} cannot be written ({exc.strerror}): "
+            f"make it once with `install -d -m 1777 {entry.parent}`"
+        ) from None
     finally:
         partial.unlink(missing_ok=True)
