@@ -2,12 +2,14 @@
 
 Measured side by side in one run:
 
-1. Per-unit ledger charge latency (median, p99, worst; slowest open) for
+1. Per-unit ledger latency of one query's writes, its claim (before its
+   private section) and its charge (inside it), together (median, p99, worst;
+   slowest open; the claim and the charge alone beside them) for
    SQLite (the default: writers queued on a sidecar flock, each commit's WAL
    fsync'd after the queue is released: group commit), SQLite with the fsync
    inside the queue (``synchronous=FULL``, the previous behaviour), SQLite
    with SQLite's busy handler alone (the one before) and PostgreSQL, with 1
-   process and with ``--procs`` processes x ``--charges`` charges of
+   process and with ``--procs`` processes x ``--charges`` queries charging
    ``--units`` overlapping units each; the targets (SQLite p99 <= 50 ms and
    PostgreSQL median <= 5 ms at 8 processes) and the machine's ``uptime``
    (its load average) are printed with them.
@@ -142,12 +144,15 @@ def latency_worker(
     with open_ledger(kind, target) as led:
         led.remaining(["warm-up"])
         opened = time.perf_counter() - t0
-        times = []
+        times: list[tuple[float, float]] = []
         for i in range(charges):
             batch = [f"u{j}" for j in gen.choice(POOL, size=units, replace=False)]
+            qid = f"s{seed}-q{i}"
             t0 = time.perf_counter()
-            granted = led.charge(f"s{seed}-q{i}", batch, 0.001).granted
-            times.append(time.perf_counter() - t0)
+            led.claim(qid)  # before the query's private section, as every query does
+            t1 = time.perf_counter()
+            granted = led.charge(qid, batch, 0.001).granted  # inside it, before the release
+            times.append((t1 - t0, time.perf_counter() - t0))
             assert granted
     return times, opened, phases
 
@@ -166,13 +171,16 @@ def latency(kind: str, target: str, procs: int, charges: int, units: int) -> dic
     args = [(kind, target, s, charges, units, barrier) for s in range(1, procs + 1)]
     results = in_processes(procs, latency_worker, args)  # the busy-handler switch stays there
     wall = time.perf_counter() - t0
-    ms = np.array([t for times, _, _ in results for t in times]) * 1e3
+    pairs = np.array([t for times, _, _ in results for t in times]) * 1e3
+    ms, claim = pairs[:, 1], pairs[:, 0]  # a query's claim + charge; its claim alone
     out = {
         "median": float(np.median(ms)),
         "p99": float(np.percentile(ms, 99)),
         "worst": float(ms.max()),
         "open": max(o for _, o, _ in results) * 1e3,
         "rate": len(ms) / wall,
+        "claim median": float(np.median(claim)),
+        "charge median": float(np.median(ms - claim)),
     }
     for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
         part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
@@ -219,6 +227,7 @@ def release_forever(kind: str, target: str, what: str, worker: int, markers: str
         qid = f"k{worker}-q{i}"
         i += 1
         if what == "ledger":
+            store.claim(qid)
             store.charge(qid, [f"u{j}" for j in rng.choice(POOL, size=5, replace=False)], 0.001)
         else:
             store.charge(COST, query_id=qid)
@@ -331,9 +340,13 @@ def main() -> None:
             return f"{dsn}|{tables[-1]}"
         return os.path.join(tmp, f"{uuid.uuid4().hex}.db")
 
-    print(f"1. per-unit ledger: {args.units} units per charge, {args.charges} charges per process")
+    print(
+        f"1. per-unit ledger: {args.charges} queries per process, each a claim of its id and a "
+        f"charge of {args.units} units; times are claim + charge, the claim and the charge "
+        "alone (medians) beside them"
+    )
     head = f"{'backend':<21}{'procs':>6}{'median ms':>11}{'p99 ms':>9}{'worst ms':>10}"
-    print(f"{head}{'open ms':>9}{'charges/s':>11}")
+    print(f"{head}{'open ms':>9}{'queries/s':>11}{'claim ms':>10}{'charge ms':>11}")
     rows = {}
     for kind in kinds:
         for procs in (1, args.procs):
@@ -341,19 +354,21 @@ def main() -> None:
             rows[(kind, procs)] = r
             print(
                 f"{kind:<21}{procs:>6}{r['median']:>11.2f}{r['p99']:>9.2f}{r['worst']:>10.1f}"
-                f"{r['open']:>9.1f}{r['rate']:>11.0f}"
+                f"{r['open']:>9.1f}{r['rate']:>11.0f}{r['claim median']:>10.2f}"
+                f"{r['charge median']:>11.2f}"
             )
     n = args.procs
     q, f, b = (rows[(k, n)] for k in ("sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"))
     print(
-        f"where a sqlite charge's time goes at {n} processes (median / p99 ms): waiting for the "
+        f"where a sqlite write's time goes at {n} processes (a claim or a charge, median / p99 "
+        "ms): waiting for the "
         f"writers' queue {q['wait median']:.2f} / {q['wait p99']:.2f}, holding it "
         f"{q['hold median']:.2f} / {q['hold p99']:.2f}, fdatasync after it "
         f"{q['sync median']:.2f} / {q['sync p99']:.2f}"
     )
     print(
         f"sqlite at {n} processes, group commit vs fsync in the queue: median "
-        f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, charges/s "
+        f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, queries/s "
         f"x{q['rate'] / f['rate']:.2f}; vs busy handler alone: p99 x{q['p99'] / b['p99']:.2f}, "
         f"worst x{q['worst'] / b['worst']:.2f}"
     )
@@ -365,7 +380,8 @@ def main() -> None:
     )
     verdict = "met" if q["p99"] <= 50 else "MISSED"
     print(
-        f"targets at {n} processes, {args.units} units per charge: sqlite p99 <= 50 ms "
+        f"targets at {n} processes, {args.units} units per charge, claim + charge: sqlite p99 "
+        "<= 50 ms "
         f"{verdict} ({q['p99']:.1f}){pg_target}; uptime now: {uptime()}"
     )
 
@@ -571,7 +587,9 @@ def drop_tables(dsn: str, tables: list[str]) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         for table in tables:
-            for suffix in ("audit", "units", "meta", "store", "budget", "charges", "queries"):
+            for suffix in (
+                "audit", "units", "meta", "store", "budget", "charges", "queries", "pruned"
+            ):  # fmt: skip
                 conn.execute(f"DROP TABLE IF EXISTS {DEFAULT_SCHEMA}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
                 conn.execute(f"DROP FUNCTION IF EXISTS {DEFAULT_SCHEMA}.{table}_{fn} CASCADE")

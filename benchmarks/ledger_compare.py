@@ -1,10 +1,10 @@
 """PostgreSQL ledger charge latency of this checkout against another, side by side.
 
-Each round runs ``benchmarks/ledger.py``'s ``latency()`` from both checkouts in
-turn (the order swapped every round, so drift in the machine's load falls on
-both), for ``--units`` (10 and 100) units per charge at 1 and ``--procs``
-processes, and prints
-the median of the rounds' medians and p99s with the ratio this / other.
+Each round runs this checkout's ``benchmarks/ledger.py`` ``latency()`` (a
+query's claim + charge) over both checkouts' libraries in turn (the order
+swapped every round, so drift in the machine's load falls on both), for
+``--units`` (10 and 100) units per charge at 1 and ``--procs`` processes, and
+prints the median of the rounds' medians and p99s with the ratio this / other.
 ``--no-flush`` runs with ``synchronous_commit=off``: the charge's own cost
 without the WAL flush (whose time dominates a loaded machine's figures).
 ``uptime`` is printed at the start and at the end.
@@ -35,19 +35,25 @@ from ledger import postgres_dsn, uptime  # noqa: E402  (this folder's ledger.py)
 
 _RUN = """
 import json, sys
-sys.path[:0] = [{root!r}, {root!r} + "/benchmarks"]
+sys.path[:0] = [{root!r}, {bench!r}]
 import ledger
 print(json.dumps(ledger.latency("postgres", {target!r}, {procs}, {charges}, {units})))
 """
 
 
 def run(root: Path, dsn: str, procs: int, charges: int, units: int) -> dict[str, float]:
-    """``latency()`` of the checkout at ``root``, in a fresh interpreter; its stores dropped."""
+    """This checkout's ``latency()`` over the library of the checkout at ``root``, in a fresh
+    interpreter; its stores dropped."""
     import psycopg
 
     table = f"cmp_{uuid.uuid4().hex[:10]}"
     code = _RUN.format(
-        root=str(root), target=f"{dsn}|{table}", procs=procs, charges=charges, units=units
+        root=str(root),
+        bench=str(ROOT / "benchmarks"),  # this checkout's harness times both libraries
+        target=f"{dsn}|{table}",
+        procs=procs,
+        charges=charges,
+        units=units,
     )
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
@@ -55,7 +61,7 @@ def run(root: Path, dsn: str, procs: int, charges: int, units: int) -> dict[str,
     )
     with psycopg.connect(dsn, autocommit=True) as conn:
         for schema in ("dprag", "public"):  # this version's schema, and where older ones were
-            for suffix in ("audit", "units", "meta", "store"):
+            for suffix in ("audit", "units", "meta", "store", "queries", "pruned"):
                 conn.execute(f"DROP TABLE IF EXISTS {schema}.{table}_{suffix} CASCADE")
             for fn in ("append_only", "charge"):
                 conn.execute(f"DROP FUNCTION IF EXISTS {schema}.{table}_{fn} CASCADE")

@@ -325,8 +325,6 @@ def _open_all(args: argparse.Namespace, action: str, *, writable: bool = False) 
         if kind == "sqlite":
             stores.append(_sqlite_store(where, k, prefix, args, writable=writable))
         else:
-            if writable:
-                raise SystemExit(f"dprag ledger {action}: PostgreSQL stores are not pruned yet")
             pg = {"schema": _schema(args), "timeouts": _timeouts(args)}
             stores.append(
                 PostgresCorpusAccountant(where, table=prefix, **pg)  # type: ignore[arg-type]
@@ -466,11 +464,16 @@ def _watermark(text: str) -> float:
 
 
 def ledger_prune(args: argparse.Namespace) -> int:
-    """Run ``dprag ledger prune --before TIME`` (SQLite): drop the claims and audit rows
-    older than the new public watermark; their ids stay refused (kept as digests)."""
+    """Run ``dprag ledger prune --before TIME`` (the PostgreSQL schema's owner, or a writer of
+    the SQLite file): drop the claims and audit rows older than the new public watermark;
+    their ids stay refused (kept as digests)."""
     for store in _open_all(args, "prune", writable=True):
-        assert isinstance(store, (SQLiteCorpusAccountant, SQLiteLedger))
-        pruned = _naming(str(store.path), lambda store=store: store.prune(before=args.before))
+        assert isinstance(
+            store,
+            (SQLiteCorpusAccountant, SQLiteLedger, PostgresCorpusAccountant, PostgresLedger),
+        )
+        where = str(getattr(store, "path", ""))
+        pruned = _naming(where, lambda store=store: store.prune(before=args.before))
         print(
             f"pruned {pruned} query ids recorded before {utc(args.before)} from {store.label} "
             "(their reuse stays refused; totals unchanged)"

@@ -31,9 +31,11 @@ from dprag_core.accounting.corpus_durable import DurableCorpusAccountant
 from dprag_core.accounting.stores.amounts import budget_units, check_table
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import (
+    PRUNED,
     PostgresBacked,
     PostgresSpec,
     append_only,
+    digest_sql,
     open_postgres,
 )
 from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresCorpusAccountant", "corpus_spec"]
 
-_CORPUS_CHARGE = """
+_CORPUS_CHARGE_TEXT = """
 CREATE OR REPLACE FUNCTION {charge}(q text, e bigint, d bigint)
 RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -65,6 +67,9 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
+    IF EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
+    END IF;
     UPDATE {budget} SET spent_epsilon = spent_epsilon + e, spent_delta = spent_delta + d,
         queries = queries + 1
         WHERE id = 1 AND spent_epsilon + e <= total_epsilon AND spent_delta + d <= total_delta;
@@ -79,6 +84,8 @@ END $$
 """
 
 
+_CORPUS_CHARGE = _CORPUS_CHARGE_TEXT.replace("DIGEST", digest_sql("q"))
+
 _SETTINGS = "INSERT INTO {budget} VALUES (1, %s, %s, 0, 0, 0, 0) ON CONFLICT (id) DO NOTHING"
 
 
@@ -86,7 +93,7 @@ def corpus_spec() -> PostgresSpec:
     """The corpus budget's tables and charge function.
 
     >>> sorted(corpus_spec().tables)
-    ['budget', 'charges']
+    ['budget', 'charges', 'pruned']
     """
     return PostgresSpec(
         "corpus budget",
@@ -97,16 +104,19 @@ def corpus_spec() -> PostgresSpec:
             " refusals bigint NOT NULL DEFAULT 0",
             "charges": "query_id text PRIMARY KEY, epsilon bigint NOT NULL,"
             " delta bigint NOT NULL, at double precision NOT NULL",
+            "pruned": PRUNED,
         },
         # the last charges and the last charge's time: an index read, whatever the history's
         # length (a store made before it gets it when its owner runs `dprag ledger init`)
         (
             "CREATE INDEX IF NOT EXISTS {charges_at} ON {charges}(at, query_id)",
-            *append_only("charges"),
+            *append_only("charges", prunable=True),
+            *append_only("pruned"),
         ),
         _CORPUS_CHARGE,
         "text, bigint, bigint",
         ("ALTER TABLE {budget} ADD COLUMN IF NOT EXISTS refusals bigint NOT NULL DEFAULT 0",),
+        added=("pruned",),
     )
 
 
@@ -132,6 +142,8 @@ class PostgresCorpusAccountant(PostgresBacked, DurableCorpusAccountant):
     ...
     dprag_core.accounting.stores.errors.LedgerUnavailable: the PostgreSQL corpus budget ...
     """
+
+    _logs = ("charges",)
 
     def __init__(
         self,

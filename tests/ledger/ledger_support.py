@@ -43,7 +43,7 @@ def drop_postgres_tables(table: str, schema: str = DEFAULT_SCHEMA) -> None:
     import psycopg
 
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        for suffix in ("audit", "units", "meta", "store", "budget", "charges"):
+        for suffix in ("audit", "units", "meta", "store", "budget", "charges", "queries", "pruned"):
             conn.execute(f"DROP TABLE IF EXISTS {schema}.{table}_{suffix} CASCADE")
         for fn in ("append_only", "charge"):
             conn.execute(f"DROP FUNCTION IF EXISTS {schema}.{table}_{fn} CASCADE")

@@ -8,13 +8,14 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from ledger_support import fails_in_one_line
+from ledger_support import POSTGRES_DSN, dsn_with, fails_in_one_line, needs_postgres
 
-from dprag_core.accounting import SQLiteCorpusAccountant
-from dprag_core.accounting.ledger import LedgerUnavailable, SQLiteLedger
+from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
+from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
 from dprag_core.budget import Budget, PrivacyBudgetExhausted
 from dprag_core.cli import main
 
@@ -151,3 +152,54 @@ def test_another_user_cannot_create_a_second_budget(host: Path) -> None:
         pytest.skip("uid 65534 cannot read this checkout or its interpreter")
     assert done.returncode != 0 and "already exists on this host" in done.stderr
     assert not (home / ".local" / "share" / "dprag" / "records.db").exists()
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_a_dropped_postgres_database_is_never_silently_re_initialised(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DROP DATABASE, CREATE DATABASE, `dprag ledger init`: refused (the registry recorded
+    the store); a store made again there from another host is refused at open."""
+    import psycopg
+
+    db = f"reg_{uuid.uuid4().hex[:12]}"
+    dsn = dsn_with(dbname=db)
+
+    def recreate_database() -> None:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {db}")
+
+    recreate_database()
+    try:
+        led = PostgresLedger(dsn, budget_per_unit=10.0, table="records", create=True)
+        acc = PostgresCorpusAccountant(dsn, total=Budget(10.0), table="corpus", create=True)
+        assert led.charge("q1", ["a"], 4.0).granted
+        acc.charge(Budget(4.0), query_id="q1")
+        led.close()
+        acc.close()
+        recreate_database()  # the owner dropped it while no session was connected
+        with pytest.raises(LedgerUnavailable, match=r"existed .* never re-initialised"):
+            PostgresLedger(dsn, budget_per_unit=10.0, table="records", create=True)
+        with pytest.raises(LedgerUnavailable, match=r"existed .* never re-initialised"):
+            PostgresCorpusAccountant(dsn, total=Budget(10.0), table="corpus", create=True)
+        monkeypatch.setenv("DPRAG_LEDGER_DSN", dsn)
+        said = fails_in_one_line(
+            ["ledger", "init", "--table", "records", "--budget-per-unit", "10"]
+        )
+        assert "never re-initialised" in said and "pg_dump" in said
+        with psycopg.connect(dsn) as conn:  # nothing was created
+            assert conn.execute("SELECT to_regclass('dprag.records_units')").fetchone() == (None,)
+        monkeypatch.setenv("DPRAG_BUDGET_REGISTRY", str(host / "another-host"))
+        PostgresLedger(dsn, budget_per_unit=10.0, table="records", create=True).close()
+        monkeypatch.setenv("DPRAG_BUDGET_REGISTRY", str(host / "registry"))
+        with pytest.raises(LedgerUnavailable, match="made again"):
+            PostgresLedger(dsn, table="records")  # this host recorded the one that spent 4
+        other = PostgresLedger(dsn, budget_per_unit=10.0, table="other", create=True)
+        assert other.charge("q1", ["a"], 4.0).granted  # another store there: its own record
+        other.close()
+        PostgresLedger(dsn, table="other").close()  # and opened again: the same one
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

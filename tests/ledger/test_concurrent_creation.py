@@ -9,6 +9,8 @@ commit half-way).
 from __future__ import annotations
 
 import multiprocessing as mp
+import sqlite3
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ import pytest
 from ledger_support import POSTGRES_DSN, drop_postgres_tables, needs_postgres
 
 from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
-from dprag_core.accounting.ledger import PostgresLedger, SQLiteLedger
+from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
+from dprag_core.accounting.stores.sqlite import busy
 from dprag_core.budget import Budget
 
 PROCS = 8
@@ -93,3 +96,44 @@ def test_eight_processes_migrating_one_schema_all_succeed(table: str) -> None:
     with psycopg.connect(POSTGRES_DSN) as conn:
         row = conn.execute(f"SELECT value FROM {table}_meta WHERE key = 'schema'").fetchone()
         assert row is not None and row[0] >= 3
+
+
+def _locked_file(tmp_path: Path) -> Path:
+    """A ledger file switched to a rollback journal, so that a writer's EXCLUSIVE lock keeps
+    every reader out (in WAL mode readers never wait)."""
+    path = tmp_path / "l.db"
+    SQLiteLedger(path, budget_per_unit=1.0, create=True).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    return path
+
+
+def test_busy_is_read_from_sqlites_error_code_not_its_message(tmp_path: Path) -> None:
+    path = _locked_file(tmp_path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    reader = sqlite3.connect(path, timeout=0)
+    with pytest.raises(sqlite3.OperationalError) as locked:
+        reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    holder.execute("ROLLBACK")
+    with pytest.raises(sqlite3.OperationalError) as missing:
+        reader.execute("SELECT * FROM no_such_table")
+    assert busy(locked.value) and not busy(missing.value)
+    locked.value.args = ("a message in another language",)  # the code decides, not the text
+    assert busy(locked.value)
+
+
+def test_an_open_waits_for_a_busy_file_and_then_names_sqlite_busy(tmp_path: Path) -> None:
+    path = _locked_file(tmp_path)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(0.5, holder.execute, ("ROLLBACK",)).start()
+    SQLiteLedger(path, busy_timeout=10.0).close()  # waited for the holder, then opened
+    holder.execute("PRAGMA journal_mode = DELETE")  # the open switched it back to WAL
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(LedgerUnavailable, match="SQLITE_BUSY") as refused:
+            SQLiteLedger(path, busy_timeout=0.3)
+    finally:
+        holder.execute("ROLLBACK")
+    assert "\n" not in str(refused.value)

@@ -111,7 +111,7 @@ def test_the_serving_role_can_charge_but_never_refund_raise_or_write(
         attempts.append((f"SELECT {schema}.l_charge('chosen', ARRAY['new'], 1, {10**18}, 0)", ()))
         attempts.append((f"SELECT {schema}.c_charge('old', 1, 0, 0.0)", ()))
         tables = sorted(before)
-        assert len(tables) == 9  # meta and store per store; the budget's two, the ledger's three
+        assert len(tables) == 11  # meta, store, pruned per store; budget's two, ledger's three
         for t in tables:
             attempts += [
                 (f"INSERT INTO {schema}.{t} SELECT * FROM {schema}.{t}", ()),

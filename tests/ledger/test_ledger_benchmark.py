@@ -23,7 +23,8 @@ def test_the_ledger_benchmark_prints_its_targets_and_the_machines_load() -> None
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert out.count("load average") >= 3  # uptime: at the start, with the targets, at the end
-    assert "targets at 3 processes, 10 units per charge: sqlite p99 <= 50 ms" in out
+    assert "targets at 3 processes, 10 units per charge, claim + charge: sqlite p99 <= 50 ms" in out
+    assert "claim ms" in out and "charge ms" in out
     assert ("postgres median <= 5 ms" in out) == bool(POSTGRES_DSN)
     assert out.count(" 0 without a recorded charge") == (4 if POSTGRES_DSN else 2)
     assert "overspend 0\n" in out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ledger_support import POSTGRES_DSN, drop_postgres_tables, fails_in_one_line, needs_postgres
 
-from dprag_core.accounting import SQLiteCorpusAccountant
+from dprag_core.accounting import PostgresCorpusAccountant, SQLiteCorpusAccountant
 from dprag_core.accounting.ledger import LedgerUnavailable, PostgresLedger, SQLiteLedger
 from dprag_core.accounting.stores.errors import QueryIdReused
 from dprag_core.budget import Budget
@@ -188,5 +188,107 @@ def test_a_postgres_ledger_keeps_its_query_count_exactly_across_a_migration() ->
         assert migrated.status().queries == 40
         assert migrated.charge("q40", ["u9"], 0.02).granted
         assert migrated.status().queries == 41
+    finally:
+        drop_postgres_tables(table)
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_postgres_prune_keeps_totals_refuses_pruned_ids_and_guards_newer_rows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SQLite semantics on PostgreSQL: the same watermark, the same refusals, the same
+    totals; the triggers let a log row go only below the watermark, never a digest."""
+    import psycopg
+
+    table = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        acc = PostgresCorpusAccountant(
+            POSTGRES_DSN, total=Budget(10.0, 1e-5), table=f"{table}_c", create=True
+        )
+        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=5.0, table=table, create=True)
+        for i in range(6):
+            acc.charge(Budget(0.5, 1e-6), query_id=f"old-{i}")
+            assert led.claim(f"claimed-{i}")
+            assert led.charge(f"old-{i}", ["a", "b"], 0.25).granted
+        watermark = time.time()
+        time.sleep(0.01)
+        acc.charge(Budget(0.5, 1e-6), query_id="new")
+        assert led.claim("new-claim") and led.charge("new", ["a"], 0.25).granted
+        before = (acc.status(), led.status(), led.remaining(["a", "b"]))
+        assert acc.prune(before=watermark) == 6
+        assert led.prune(before=watermark) == 12  # six claims, six charged ids
+        assert (acc.status().spent_epsilon, acc.status().queries) == (
+            before[0].spent_epsilon,
+            before[0].queries,
+        )
+        assert (led.status().queries, led.status().total_spent) == (
+            before[1].queries,
+            before[1].total_spent,
+        )
+        assert led.remaining(["a", "b"]) == before[2]
+        assert [r.query_id for r in acc.history()] == ["new"]
+        assert {e.query_id for e in led.audit_log()} == {"new"}
+        again = PostgresLedger(POSTGRES_DSN, table=table)  # another process
+        for i in range(6):
+            for qid in (f"claimed-{i}", f"old-{i}"):
+                with pytest.raises(QueryIdReused):
+                    again.claim(qid)
+            with pytest.raises(QueryIdReused):
+                again.charge(f"old-{i}", ["z"], 0.25)
+            with pytest.raises(QueryIdReused):
+                acc.charge(Budget(0.1), query_id=f"old-{i}")
+        assert again.claim("fresh") and acc.charge(Budget(0.1), query_id="fresh")
+        with pytest.raises(ValueError, match="later than the store's watermark"):
+            led.prune(before=watermark - 10)
+        with pytest.raises(ValueError, match="in the future"):
+            acc.prune(before=time.time() + 3600)
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            for statement in (  # rows at or after the watermark, and every digest
+                f"DELETE FROM dprag.{table}_queries",
+                f"DELETE FROM dprag.{table}_audit",
+                f"UPDATE dprag.{table}_audit SET cost = 0",
+                f"DELETE FROM dprag.{table}_c_charges",
+                f"DELETE FROM dprag.{table}_pruned",
+                f"DELETE FROM dprag.{table}_c_pruned",
+                f"UPDATE dprag.{table}_pruned SET digest = 0",
+                f"TRUNCATE dprag.{table}_pruned",
+            ):
+                with pytest.raises(psycopg.errors.RaiseException, match="append-only"):
+                    conn.execute(statement)
+            assert conn.execute(f"SELECT count(*) FROM dprag.{table}_pruned").fetchone() == (12,)
+        monkeypatch.setenv("DPRAG_LEDGER_DSN", POSTGRES_DSN)
+        assert main(["ledger", "prune", "--table", table, "--before", str(time.time())]) == 0
+        assert "pruned 3 query ids" in capsys.readouterr().out  # new, new-claim, fresh
+        with pytest.raises(QueryIdReused):
+            again.claim("new-claim")
+    finally:
+        drop_postgres_tables(table)
+        drop_postgres_tables(f"{table}_c")
+
+
+@pytest.mark.postgres
+@needs_postgres
+def test_a_version_5_postgres_store_is_outdated_until_its_owner_migrates_it() -> None:
+    """A store made before retention: serving roles are refused until ``init``, which adds
+    the digests and the watermark; what it held stays, and then it prunes."""
+    import psycopg
+
+    table = f"t_{uuid.uuid4().hex[:16]}"
+    try:
+        led = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        assert led.claim("c0") and led.charge("q0", ["a"], 0.25).granted
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:  # as version 5 left it
+            conn.execute(f"DROP TABLE dprag.{table}_pruned")
+            conn.execute(f"DELETE FROM dprag.{table}_meta WHERE key = 'watermark'")
+            conn.execute(f"UPDATE dprag.{table}_meta SET value = 5 WHERE key = 'schema'")
+        with pytest.raises(LedgerUnavailable, match="outdated"):
+            PostgresLedger(POSTGRES_DSN, table=table)
+        migrated = PostgresLedger(POSTGRES_DSN, budget_per_unit=1.0, table=table, create=True)
+        assert migrated.remaining(["a"]) == {"a": 0.75} and migrated.status().queries == 1
+        assert migrated.prune(before=time.time()) == 2
+        for qid in ("c0", "q0"):
+            with pytest.raises(QueryIdReused):
+                migrated.claim(qid)
     finally:
         drop_postgres_tables(table)

@@ -38,9 +38,11 @@ from dprag_core.accounting.status import HISTOGRAM_BINS, LedgerStatus
 from dprag_core.accounting.stores.amounts import to_units
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 from dprag_core.accounting.stores.pgschema import (
+    PRUNED,
     PostgresBacked,
     PostgresSpec,
     append_only,
+    digest_sql,
     open_postgres,
 )
 from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
@@ -62,7 +64,7 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # in unit order and debits it; a unit left below zero lacked the cost: DPLAC
 # rolls the sub-transaction back (audit rows and inserted units too), counts
 # the refusal and returns the lacking units.
-_LEDGER_CHARGE = """
+_LEDGER_CHARGE_TEXT = """
 CREATE OR REPLACE FUNCTION {charge}(q text, us text[], c bigint, OUT outcome text,
     OUT lacking text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -86,7 +88,8 @@ BEGIN
     -- or charged before is reported as recorded)
     IF cardinality(us) = 0 THEN
         IF EXISTS (SELECT 1 FROM {queries} AS r WHERE r.query_id = q)
-                OR EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q) THEN
+                OR EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q)
+                OR EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
             outcome := 'recorded';
         ELSE
             INSERT INTO {queries}(query_id, at) VALUES (q, extract(epoch FROM clock_timestamp()));
@@ -102,6 +105,9 @@ BEGIN
             outcome := 'recorded';
             RETURN;
         END IF;
+        RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
+    END IF;
+    IF EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
     BEGIN
@@ -137,6 +143,8 @@ END $$
 """
 
 
+_LEDGER_CHARGE = _LEDGER_CHARGE_TEXT.replace("DIGEST", digest_sql("q"))
+
 _SETTINGS = "INSERT INTO {meta}(key, value) VALUES ('budget', %s) ON CONFLICT DO NOTHING"
 
 
@@ -144,7 +152,7 @@ def ledger_spec() -> PostgresSpec:
     """The per-unit ledger's tables and charge function.
 
     >>> sorted(ledger_spec().tables)
-    ['audit', 'queries', 'units']
+    ['audit', 'pruned', 'queries', 'units']
     """
     return PostgresSpec(
         "per-unit ledger",
@@ -153,6 +161,7 @@ def ledger_spec() -> PostgresSpec:
             "audit": "seq bigserial PRIMARY KEY, query_id text NOT NULL, unit text NOT NULL,"
             " cost bigint NOT NULL, at double precision NOT NULL",
             "queries": "query_id text PRIMARY KEY, at double precision NOT NULL",
+            "pruned": PRUNED,
         },
         (
             "CREATE INDEX IF NOT EXISTS {audit_query} ON {audit}(query_id)",
@@ -163,12 +172,13 @@ def ledger_spec() -> PostgresSpec:
             " GROUP BY 1 ON CONFLICT (key) DO NOTHING",
             "INSERT INTO {meta}(key, value) SELECT 'queries:' || s::text, 0"
             " FROM generate_series(0, 63) AS s ON CONFLICT (key) DO NOTHING",
-            *append_only("audit"),
-            *append_only("queries"),
+            *append_only("audit", prunable=True),
+            *append_only("queries", prunable=True),
+            *append_only("pruned"),
         ),
         _LEDGER_CHARGE,
         "text, text[], bigint",
-        added=("queries",),
+        added=("queries", "pruned"),
     )
 
 
@@ -227,6 +237,8 @@ class PostgresLedger(PostgresBacked, Ledger):
         )
         self.label = self._store.label
         self._adopt_budget(given, self._store.run(self._stored_budget), self.label)
+
+    _logs = ("queries", "audit")
 
     def _stored_budget(self, conn: psycopg.Connection[Any]) -> int:
         row = conn.execute(self._sql("SELECT value FROM {meta} WHERE key = 'budget'")).fetchone()

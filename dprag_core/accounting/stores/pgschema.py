@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dprag_core.accounting.stores import registry
 from dprag_core.accounting.stores.amounts import check_table, open_options
 from dprag_core.accounting.stores.errors import LedgerUnavailable, incomplete, reused_id
 from dprag_core.accounting.stores.pgtrust import (
@@ -58,27 +59,33 @@ from dprag_core.accounting.stores.postgres import (
     PostgresTimeouts,
     psycopg_module,
 )
+from dprag_core.accounting.stores.retention import check_watermark
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = [
+    "PRUNED",
     "SCHEMA_VERSION",
     "PostgresBacked",
     "PostgresSchema",
     "PostgresSpec",
     "append_only",
     "check_role",
+    "digest_sql",
     "open_postgres",
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 5
-"""Version 5: a ledger keeps its query count (64 counter rows, so charges rarely wait on
-one another) and a corpus budget's charges are indexed by time: ``status`` and the last
-rows are index reads. (4: a schema of the store's own, owner-checked at every open;
-schema-qualified, typed charge calls; a ledger charge refuses repeated units. 3: identity
-table, refusal counts, charge functions without caller-chosen budgets.)"""
+SCHEMA_VERSION = 6
+"""Version 6: retention (:mod:`~dprag_core.accounting.stores.retention`): the pruned ids'
+digests (``{table}_pruned``), which every charge and claim consults, the watermark in
+``{table}_meta``, and append-only triggers that let a log row go only below it. (5: a
+ledger keeps its query count (64 counter rows, so charges rarely wait on one another) and
+a corpus budget's charges are indexed by time: ``status`` and the last rows are index
+reads. 4: a schema of the store's own, owner-checked at every open; schema-qualified,
+typed charge calls; a ledger charge refuses repeated units. 3: identity table, refusal
+counts, charge functions without caller-chosen budgets.)"""
 
 _LOCK_TAG = "dprag-schema:"
 _ROLE = re.compile(r"[a-z_][a-z0-9_]*")
@@ -109,16 +116,38 @@ class PostgresSpec:
     added: tuple[str, ...] = ()
 
 
-def append_only(table: str) -> tuple[str, str]:
-    """The triggers that make the table ``{table}`` append-only (no update, delete, truncate).
+PRUNED = "digest bigint PRIMARY KEY"
+"""The pruned ids' digests (:func:`digest_sql` of each id), append-only."""
+
+_WATERMARK = "(SELECT m.value FROM {meta} AS m WHERE m.key = 'watermark') / 1000000.0"
+"""The store's watermark in UNIX seconds (numeric): a log row stamped before it may go."""
+
+
+def digest_sql(expression: str) -> str:
+    """The SQL digest of a query id (the first 8 bytes of its SHA-256, a signed bigint),
+    computed by the server for a store's ``pruned`` table.
+
+    >>> digest_sql("q")[:30]
+    "('x' || left(encode(pg_catalog"
+    """
+    return (
+        "('x' || left(encode(pg_catalog.sha256(pg_catalog.convert_to("
+        f"{expression}, 'UTF8')), 'hex'), 16))::bit(64)::bigint"
+    )
+
+
+def append_only(table: str, *, prunable: bool = False) -> tuple[str, str]:
+    """The triggers that make the table ``{table}`` append-only (no update, delete, truncate);
+    ``prunable``: a row stamped (``at``) before the store's watermark may be deleted.
 
     >>> [statement.split(" ON ")[1].split()[0] for statement in append_only("audit")]
     ['{audit}', '{audit}']
     """
     on = "{" + table + "}"
+    arg = "'prunable'" if prunable else ""
     return (
         f"CREATE OR REPLACE TRIGGER append_only BEFORE UPDATE OR DELETE ON {on}"
-        " FOR EACH ROW EXECUTE FUNCTION {fn}()",
+        f" FOR EACH ROW EXECUTE FUNCTION {{fn}}({arg})",
         f"CREATE OR REPLACE TRIGGER append_only_truncate BEFORE TRUNCATE ON {on}"
         " FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
     )
@@ -185,6 +214,7 @@ class PostgresSchema:
         self.schema = check_schema_name(schema)
         self.spec = spec
         self._composed: dict[tuple[str, str], Any] = {}
+        self._created = 0.0  # the store's identity (its creation time), read at open
         self.tables = {
             "meta": "key text PRIMARY KEY, value bigint NOT NULL",
             "store": "id integer PRIMARY KEY CHECK (id = 1), kind text NOT NULL,"
@@ -312,6 +342,13 @@ class PostgresSchema:
         if "store" in present and legacy is None:  # another kind of store here: say so first
             store.run(lambda conn: self._identity(conn, store.label, None))
         exists = self._check_present(store.label, present)
+        location = store.run(self._location)
+        if create and not exists:  # a store this host recorded is never made again
+            try:
+                registry.check_postgres_create(self.spec.kind, location)
+            except LedgerUnavailable:
+                if not self._check_present(store.label, store.run(inspect)[0]):
+                    raise  # (not made meanwhile by another session)
         if not current or role is not None:
             if not create:
                 state = "outdated" if exists else "absent"
@@ -319,12 +356,24 @@ class PostgresSchema:
                     f"the {store.label} is {state}: {INIT_HINT}, or pass create=True as its owner"
                 )
             store.run(lambda conn: self._create(conn, store, name, settings, role))
-        return store.run(lambda conn: self._identity(conn, store.label, name))
+        found: str = store.run(lambda conn: self._identity(conn, store.label, name))
+        registry.bind_postgres(self.spec.kind, location, self._created, owner=create)
+        return found
+
+    def _location(self, conn: psycopg.Connection[Any]) -> str:
+        """The store's location in the host's registry (server, database, schema, table)."""
+        info = conn.info
+        return registry.postgres_location(
+            info.host, str(info.port), info.dbname, self.schema, self.table
+        )
 
     def _identity(self, conn: psycopg.Connection[Any], label: str, name: str | None) -> str:
-        row = conn.execute(self.sql("SELECT kind, name FROM {store} WHERE id = 1")).fetchone()
+        row = conn.execute(
+            self.sql("SELECT kind, name, created FROM {store} WHERE id = 1")
+        ).fetchone()
         if row is None:
             raise LedgerUnavailable(f"the {label} records no identity: {INIT_HINT}")
+        self._created = float(row[2])
         if row[0] != self.spec.kind:
             raise LedgerUnavailable(f"the {label} is a {row[0]}, not a {self.spec.kind}")
         if name is not None and row[1] != name:
@@ -413,11 +462,14 @@ class PostgresSchema:
     ) -> None:
         for suffix, body in self.tables.items():
             conn.execute(self.sql(f"CREATE TABLE IF NOT EXISTS {{{suffix}}} ({body})"))
-        conn.execute(
+        conn.execute(  # a row of a prunable log goes only when stamped before the watermark
             self.sql(
                 "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql"
-                " SET search_path = pg_catalog, pg_temp AS"
-                " $$BEGIN RAISE EXCEPTION 'the audit log is append-only'; END$$"
+                " SET search_path = pg_catalog, pg_temp AS $$BEGIN"
+                " IF TG_OP = 'DELETE' AND TG_NARGS > 0 THEN"
+                f"  IF OLD.at < ({_WATERMARK})::float8 THEN RETURN OLD; END IF;"
+                " END IF;"
+                " RAISE EXCEPTION 'the audit log is append-only'; END$$"
             )
         )
         grantees: list[str] = []
@@ -460,7 +512,8 @@ class PostgresSchema:
             self._grant(conn, role)
         conn.execute(
             self.sql(
-                "INSERT INTO {meta}(key, value) VALUES ('schema', %s), ('refusals', 0)"
+                "INSERT INTO {meta}(key, value) VALUES ('schema', %s), ('refusals', 0),"
+                " ('watermark', 0)"
                 " ON CONFLICT (key) DO UPDATE SET value = greatest({meta}.value, EXCLUDED.value)"
             ),
             (SCHEMA_VERSION,),
@@ -547,6 +600,38 @@ class PostgresSchema:
         )
         return f"SELECT * FROM {{charge}}({', '.join(casts)})"
 
+    def prune(self, store: PostgresStore, before: float, logs: tuple[str, ...]) -> int:
+        """Delete the rows of the ``logs`` tables stamped before ``before`` (the new
+        watermark), keeping their ids' digests in ``{pruned}``, in one transaction; the
+        number of ids pruned (:mod:`~dprag_core.accounting.stores.retention`)."""
+        ids = " UNION ".join(f"SELECT query_id FROM {{{t}}} WHERE at < w.cut" for t in logs)
+
+        def work(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                row = conn.execute(
+                    self.sql("SELECT value FROM {meta} WHERE key = 'watermark' FOR UPDATE")
+                ).fetchone()
+                if row is None:
+                    raise LedgerUnavailable(f"the {store.label} is outdated: {INIT_HINT}")
+                watermark = check_watermark(before, recorded_us=int(row[0]))
+                conn.execute(
+                    self.sql("UPDATE {meta} SET value = %s WHERE key = 'watermark'"), (watermark,)
+                )
+                cut = f"(SELECT ({_WATERMARK})::float8 AS cut) AS w"
+                found = conn.execute(
+                    self.sql(
+                        f"WITH ids AS (SELECT DISTINCT i.query_id FROM {cut},"
+                        f" LATERAL ({ids}) AS i), kept AS (INSERT INTO {{pruned}}(digest)"
+                        f" SELECT DISTINCT {digest_sql('ids.query_id')} FROM ids"
+                        " ON CONFLICT (digest) DO NOTHING) SELECT count(*) FROM ids"
+                    )
+                ).fetchone()
+                for t in logs:  # the triggers let exactly these rows go
+                    conn.execute(self.sql(f"DELETE FROM {{{t}}} WHERE at < ({_WATERMARK})::float8"))
+            return 0 if found is None else int(found[0])
+
+        return store.run(work)
+
     def drop(self, store: PostgresStore) -> None:
         """Drop every table and function of this store (tests and teardown only)."""
 
@@ -588,6 +673,22 @@ class PostgresBacked:
         """
         constructor: Any = cls
         constructor(dsn, create=True, **options).close()
+
+    _logs: tuple[str, ...] = ()
+    """The tables that record query ids (``prune`` deletes their old rows)."""
+
+    def prune(self, *, before: float) -> int:
+        """Delete the rows stamped before ``before`` (UNIX seconds, the new public
+        watermark) from the tables that record query ids, keeping the ids' digests: a
+        pruned id stays refused. Totals are unchanged. The owner's step (a serving role
+        cannot delete). Returns the number of query ids pruned
+        (:mod:`~dprag_core.accounting.stores.retention`).
+
+        >>> from dprag_core.accounting.ledger import PostgresLedger
+        >>> PostgresLedger("postgresql://owner@db/app").prune(before=1.8e9)  # doctest: +SKIP
+        12
+        """
+        return self._schema.prune(self._store, before, self._logs)
 
     def drop(self) -> None:
         """Delete this store's tables (tests and teardown only: what they held is lost)."""

@@ -24,6 +24,14 @@ the creating user's uid and the time. Then:
   a budget and its record together), or another file at the recorded path
   (another identity). Read-only opens (a backup's inspection) are not refused.
 
+A PostgreSQL store is recorded there too when its owner opens it with
+``create=True`` (``dprag ledger init``), under its location (server, database,
+schema and table prefix) with its identity (the time its ``{table}_store`` row
+records it was created): ``create=True`` of an absent store at a recorded
+location is refused (a dropped database or table is never silently
+re-initialised), and a store at a recorded location whose identity differs
+(made again from another host) is refused at open.
+
 Limits (docs/ledgers.md, threat model): a user who can write the registry's
 own entries (the entry's owner, root) can delete them; without a registry
 (neither the variable nor the directory) only the per-user register holds;
@@ -36,6 +44,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -46,7 +55,18 @@ from pathlib import Path
 from dprag_core.accounting.stores.amounts import check_name
 from dprag_core.accounting.stores.errors import LedgerUnavailable
 
-__all__ = ["REGISTRY_ENV", "Entry", "check_create", "lookup", "record", "registry_dir", "verify"]
+__all__ = [
+    "REGISTRY_ENV",
+    "Entry",
+    "bind_postgres",
+    "check_create",
+    "check_postgres_create",
+    "lookup",
+    "postgres_location",
+    "record",
+    "registry_dir",
+    "verify",
+]
 
 REGISTRY_ENV = "DPRAG_BUDGET_REGISTRY"
 """The environment variable naming the host-wide registry directory (absolute)."""
@@ -182,3 +202,83 @@ def verify(kind: str, name: str, path: Path, identity: int, label: str) -> None:
         f"the {label} is a second {kind} named {name!r}: this host keeps it in "
         f"{entry.path!r} (created by uid {entry.uid}): {_FIX}"
     )
+
+
+def postgres_location(host: str, port: str, database: str, schema: str, table: str) -> str:
+    """Where a PostgreSQL store lives, as the registry records it (no user, no password).
+
+    >>> postgres_location("db", "5432", "app", "dprag", "dprag_ledger")
+    'postgresql://db:5432/app#dprag.dprag_ledger'
+    """
+    return f"postgresql://{host}:{port}/{database}#{schema}.{table}"
+
+
+def _postgres_file(folder: Path, kind: str, location: str) -> Path:
+    key = hashlib.sha256(location.encode("utf-8")).hexdigest()[:32]
+    return folder / f"{_KINDS.get(kind, 'store')}-postgres-{key}.json"
+
+
+def _postgres_entry(kind: str, location: str) -> tuple[Path | None, float | None]:
+    """(the entry's file, or None without a registry; the recorded identity, or None)."""
+    folder = registry_dir()
+    if folder is None:
+        return None, None
+    entry = _postgres_file(folder, kind, location)
+    try:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+        if data["location"] != location:
+            raise ValueError("another location")
+        return entry, float(data["identity"])
+    except FileNotFoundError:
+        return entry, None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise LedgerUnavailable(
+            f"the budget registry's entry for the PostgreSQL {kind} at {location!r} cannot be "
+            f"read: check {str(entry)!r}"
+        ) from None
+
+
+def _gone(kind: str, location: str, entry: Path | None) -> LedgerUnavailable:
+    return LedgerUnavailable(
+        f"the PostgreSQL {kind} at {location!r} existed (this host's budget registry records "
+        "it) and is gone or was made again (a dropped database or table?): a budget that "
+        "existed is never re-initialised (what it spent is spent); restore it from its latest "
+        f"backup (pg_dump); to retire it for good, its owner removes {str(entry)!r}"
+    )
+
+
+def check_postgres_create(kind: str, location: str) -> None:
+    """Before creating the absent PostgreSQL store at ``location``: refuse when this host
+    recorded one there (it existed and is gone)."""
+    entry, identity = _postgres_entry(kind, location)
+    if identity is not None:
+        raise _gone(kind, location, entry)
+
+
+def bind_postgres(kind: str, location: str, identity: float, *, owner: bool) -> None:
+    """The PostgreSQL store at ``location`` has ``identity``: refuse another identity than
+    the recorded one (a store made again); ``owner`` (``create=True``, ``init``): record it
+    when this host has no record of it."""
+    entry, recorded = _postgres_entry(kind, location)
+    if recorded is not None:
+        if recorded != identity:
+            raise _gone(kind, location, entry)
+        return
+    if entry is None or not owner:  # no registry on this host; a serving role records nothing
+        return
+    data = {"location": location, "identity": identity, "uid": os.getuid(),
+            "created": time.time()}  # fmt: skip
+    partial = entry.with_name(f".{entry.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(data), encoding="utf-8")
+        os.chmod(partial, 0o644)
+        os.link(partial, entry)  # the first record wins
+    except FileExistsError:  # recorded meanwhile by another process: it must agree
+        bind_postgres(kind, location, identity, owner=False)
+    except OSError as exc:
+        raise LedgerUnavailable(
+            f"the budget registry {str(entry.parent)!r} cannot be written ({exc.strerror}): "
+            f"make it once with `install -d -m 1777 {entry.parent}`"
+        ) from None
+    finally:
+        partial.unlink(missing_ok=True)

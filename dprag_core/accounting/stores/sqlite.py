@@ -88,6 +88,7 @@ __all__ = [
     "RESTORE",
     "SQLiteSpec",
     "SQLiteStore",
+    "busy",
     "damaged",
     "move_file",
     "open_sqlite",
@@ -180,6 +181,19 @@ def unavailable(label: str, exc: sqlite3.Error) -> LedgerUnavailable:
             "owner and mode, and the disk"
         )
     return LedgerUnavailable(f"the {label} is unavailable ({code})")
+
+
+def busy(exc: sqlite3.Error) -> bool:
+    """True when ``exc`` is SQLite's ``SQLITE_BUSY`` or ``SQLITE_LOCKED`` (or one of their
+    extended codes, which keep the primary code in their low byte), read from its error code.
+
+    >>> err = sqlite3.OperationalError("database is locked")
+    >>> err.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    >>> busy(err), busy(sqlite3.OperationalError("no such table: t"))
+    (True, False)
+    """
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 RESTORE = (
@@ -417,9 +431,9 @@ class SQLiteStore:
         while True:
             try:
                 return self._inspect()
-            except LedgerUnavailable as exc:
-                if "SQLITE_BUSY" not in str(exc) or time.monotonic() >= deadline:
-                    raise
+            except sqlite3.Error as exc:  # busy or locked: _inspect maps every other error
+                if time.monotonic() >= deadline:
+                    raise unavailable(self.label, exc) from None
             time.sleep(0.01)
 
     # -- opening -----------------------------------------------------------------
@@ -477,6 +491,8 @@ class SQLiteStore:
         except (ValueError, TypeError, AttributeError):  # values no dprag version writes
             raise damaged(self.label, "its store catalog is damaged") from None
         except sqlite3.Error as exc:
+            if busy(exc):  # another process holds the file: _inspect_when_free tries again
+                raise
             if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
                 raise damaged(
                     self.label,
