@@ -10,8 +10,8 @@ the same number of tokens, side by side in one process:
   batched prefill, then one [m+1, 1] forward per token with a ``DynamicCache``,
   argmax on the device and one host sync per token (as a DP loop needs).
 - ``model.generate``: HF greedy generation of the same batch (each row its own token).
-- per engine of ``HFTokenModel`` (``--engine``: ``eager``, ``static``, ``cuda_graphs``,
-  ``compiled``; ``compiled`` compiles the shared model's blocks in place, so give it last):
+- per engine of ``HFTokenModel`` (``--engine``: the names of ``dprag_core.models.hf.ENGINES``;
+  ``compiled`` compiles the shared model's blocks in place, so give it last):
   ``greedy loop`` (the engine's own session: prefill, then ``greedy()``/``step()``
   per token, no mechanism), ``DPVote (LD)``, ``DPSparseVote (LD)``,
   ``DPSparseVote (EM)``, the word-level ``DPVote (LD, words)`` and
@@ -67,7 +67,7 @@ from tiny_models import build_tokenizer  # noqa: E402
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from dprag_core.algorithms import DPSparseVote, DPVote  # noqa: E402
-from dprag_core.models.hf import HFTextModel, HFTokenModel, HFTokenSession  # noqa: E402
+from dprag_core.models.hf import ENGINES, HFTextModel, HFTokenModel, HFTokenSession  # noqa: E402
 from dprag_core.models.hf_cache import cache_argument  # noqa: E402
 from dprag_core.retrieval import ScoredDocument  # noqa: E402
 
@@ -444,7 +444,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--engine",
-        choices=["eager", "static", "cuda_graphs", "compiled"],
+        choices=list(ENGINES),
         nargs="+",
         default=["eager"],
     )

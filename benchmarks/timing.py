@@ -62,7 +62,7 @@ from dprag_core.accounting.accountant import InMemoryCorpusAccountant  # noqa: E
 from dprag_core.algorithms import DPAnswerVote, DPVote  # noqa: E402
 from dprag_core.budget import Budget  # noqa: E402
 from dprag_core.eval.workbench import reader_path  # noqa: E402
-from dprag_core.models.hf import HFTokenModel  # noqa: E402
+from dprag_core.models.hf import ENGINES, HFTokenModel  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
 from dprag_core.retrieval.documents import ScoredDocument  # noqa: E402
@@ -159,7 +159,7 @@ _READERS: dict[str, HFTokenModel] = {}
 
 
 def _mechanism(engine: str, entry: str) -> Any:
-    if engine in ("eager", "static"):
+    if engine in ENGINES:  # an HFTokenModel engine; "hosted": the user's own chat API
         if engine not in _READERS:
             _READERS[engine] = HFTokenModel.from_pretrained(str(reader_path()), engine=engine)
         return DPVote(

@@ -121,7 +121,8 @@ def add_documents(
     (:meth:`~dprag_core.retrieval.cells.PublicPartition.assign`) written to
     ``metadata["dprag_cell"]`` (FAISS: the list it goes to), after refusing
     vectors the partition was fitted on. The store's index on the cell is
-    created if missing (Qdrant server: a payload index; PGVector: a B-tree;
+    created if missing (Qdrant server: a payload index; PGVector: a B-tree,
+    and the batch's rows written in cell order, so a cell's rows share pages;
     LanceDB: a bitmap index, made again after each add; rows it does not
     cover yet are scanned, so the search stays exact). A LanceDB store in
     ``mode="overwrite"`` (LangChain's default) whose table exists is refused:
@@ -155,10 +156,18 @@ def add_documents(
         Document(page_content=d.page_content, metadata={**d.metadata, CELL_KEY: int(c)}, id=d.id)
         for d, c in zip(docs, cells, strict=True)
     ]
-    if kind == "pgvector":  # no second embedding
-        metadatas = [d.metadata for d in tagged]
+    if kind == "pgvector":  # no second embedding; rows written cell by cell (cell_search)
+        order = np.argsort(cells, kind="stable").tolist()
         target: Any = store
-        added = target.add_embeddings(texts, vectors.tolist(), metadatas, ids=id_list)
+        written = target.add_embeddings(
+            [texts[i] for i in order],
+            vectors[order].tolist(),
+            [tagged[i].metadata for i in order],
+            ids=None if id_list is None else [id_list[i] for i in order],
+        )
+        added = [""] * len(order)
+        for i, given in zip(order, written, strict=True):
+            added[i] = given
     else:
         added = store.add_documents(tagged, ids=id_list)
     _index_cells(store, kind)
@@ -298,7 +307,9 @@ def _chroma_searcher(store: Any, partition: PublicPartition, metric: str) -> Sea
 
 def _pgvector_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
     copy = _copy.copy(store)  # the user's store keeps its own sessions
-    copy.session_maker = clients.exact_session_maker(store._engine)  # index scans off
+    copy.session_maker = clients.exact_session_maker(  # index scans off, the cells' B-tree read
+        store._engine, clients.PG_CELLS_SETTINGS
+    )
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         query = _embed(store, question)

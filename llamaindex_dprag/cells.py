@@ -209,7 +209,9 @@ def _simple_querier(store: Any, partition: PublicPartition) -> Query:
 
 def _pgvector_querier(store: Any, partition: PublicPartition) -> Query:
     exact = copy.copy(store)  # the user's store keeps its own sessions
-    exact._session = clients.exact_session_maker(store._engine)  # index scans off
+    exact._session = clients.exact_session_maker(  # index scans off, the cells' B-tree read
+        store._engine, clients.PG_CELLS_SETTINGS
+    )
     return _filtered(exact.query, partition)
 
 

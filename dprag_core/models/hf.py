@@ -116,7 +116,8 @@ __all__ = [
 ]
 
 DType = Literal["float32", "bfloat16"]
-Engine = Literal["eager", "static", "cuda_graphs", "compiled"]
+Engine = str
+"""An engine's name: a key of :data:`ENGINES` (the one place engines are listed)."""
 _DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -359,7 +360,7 @@ class _FirstStep:
 
 
 class HFStaticSession(HFTokenSession):
-    """A session of the static engines (``"static"``, ``"cuda_graphs"``, ``"compiled"``).
+    """A session of the static engines (those of :data:`ENGINES` with ``static``).
 
     The same session over a :class:`~dprag_core.models.hf_static.StaticBackend`;
     it adds only read access to the backend's batch (for tests and diagnostics).
@@ -513,7 +514,7 @@ class HFTokenModel(TokenizerCodec):
         self._call = ModelCall(model)
         self._pool: StaticPool | None = None
         if self._spec.static:
-            check_static_model(model, engine)
+            check_static_model(model, engine, cuda=self._spec.graphs)
             if self._spec.compiled:
                 compile_regions(model)
             self._pool = StaticPool(model, graphs=self._spec.graphs)

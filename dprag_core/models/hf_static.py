@@ -74,8 +74,10 @@ MAX_FREE = 4
 REGIONS = ("RMSNorm", "MLP")
 
 
-def check_static_model(model: Any, engine: str) -> None:
+def check_static_model(model: Any, engine: str, *, cuda: bool) -> None:
     """Refuse models the static engine cannot run exactly (ValueError, naming ``engine``).
+
+    ``cuda``: the engine replays CUDA graphs, so the model must be on a CUDA device.
 
     The decode mask is a ready [B, 1, 1, L] attention bias, which HF passes as is
     to SDPA attention only; sliding-window or recurrent layers would need their own
@@ -92,7 +94,7 @@ def check_static_model(model: Any, engine: str) -> None:
             f"engine={engine!r} supports full-attention decoders only (no sliding-window "
             "or recurrent layers); use engine='eager'"
         )
-    if engine != "static" and next(model.parameters()).device.type != "cuda":
+    if cuda and next(model.parameters()).device.type != "cuda":
         raise ValueError(f"engine={engine!r} needs the model on a CUDA device")
 
 

@@ -20,9 +20,30 @@ probed cells:
   adapters' write helpers) lets it read only those points. In local mode, which
   scans every point anyway and filters in Python, the exact ranking is walked
   and the probed cells' points kept (:func:`first_in_cells`).
-- pgvector: ``cell IN (...)`` in the exact (index-scans-off) transaction: a
+- pgvector: ``cell IN (...)`` in a transaction with index scans and sequential
+  scans off (:data:`~dprag_core.retrieval.clients.PG_CELLS_SETTINGS`): the
   B-tree on the cell (:func:`pg_cell_index`) serves it as a bitmap scan, which
-  no vector index can (HNSW and IVFFlat have no bitmap scans).
+  no vector index can (HNSW and IVFFlat have no bitmap scans), so every row of
+  the probed cells is read and scored and the ``ORDER BY distance LIMIT k`` is
+  exact over them. LangChain's write helper adds a batch's rows in cell order,
+  so a cell's rows share heap pages and the scan reads about the probed
+  fraction of the table; for rows added one at a time, ``CLUSTER <table>
+  USING <the cell B-tree>`` lays them out the same way (a maintenance step:
+  it never changes a result, only how many pages a search reads).
+
+Why never a vector index inside the probed cells (pgvector's HNSW with
+``hnsw.iterative_scan`` and the cell filter, IVFFlat, Qdrant's or LanceDB's
+approximate search): the privacy argument (docs/design.md §11) is that a
+question's candidates are the documents of its probed cells, each in or out by
+its own vector, and that their ranking is a per-pair score with ties by id, so
+adding one unit inserts it and moves nothing else. An approximate index returns
+what its graph or lists *reach*, and the graph is built from every stored
+vector: adding x rewires its neighbours' edges (HNSW prunes edges when a
+closer neighbour arrives), so another document y can stop being found though x
+did not outrank it. Retrieved sets would then differ by more than one
+substitution, which no top-n or threshold proof here covers. So recall below 1
+comes only from the cells not probed (a public function of the question), as
+for FAISS, whose ``search_preassigned`` scores every vector of the probed lists.
 - LanceDB: ``cell IN (...)`` as a prefilter of the flat scan (:func:`lance_where`),
   served by a bitmap index on the cell (:func:`lance_cell_index`).
 

@@ -40,6 +40,7 @@ __all__ = [
     "FLAT_EXACT",
     "LANCE_EXACT",
     "LANCE_METRICS",
+    "PG_CELLS_SETTINGS",
     "PG_EXACT",
     "PG_EXACT_SETTINGS",
     "QDRANT_EXACT",
@@ -66,6 +67,12 @@ QDRANT_EXACT = "exact=True on every query (a full scan; quantization ignored)"
 PG_EXACT = "index scans off in each query's transaction (an exact sequential scan)"
 PG_EXACT_SETTINGS = ("enable_indexscan = off", "enable_seqscan = on")
 """What each exact pgvector query's transaction sets (``SET LOCAL``): no index answers it."""
+PG_CELLS_SETTINGS = ("enable_indexscan = off", "enable_seqscan = off")
+"""What each partitioned pgvector query's transaction sets: no index *scan* (so no HNSW or
+IVFFlat index answers), and the probed cells read through the B-tree on the cell as a
+bitmap scan (every row of those cells, nothing else) rather than a sequential scan of the
+whole table, which the planner otherwise keeps once a quarter of the rows qualify. With no
+B-tree on the cell the sequential scan is the one plan left, and it is taken."""
 LANCE_EXACT = "a flat scan of every stored vector (bypass_vector_index: no IVF index answers)"
 
 CHROMA_METRICS = {"l2": "squared_l2", "cosine": "cosine_distance", "ip": "ip_distance"}
@@ -274,14 +281,16 @@ def qdrant_exact_params() -> Any:
     )
 
 
-def exact_session_maker(engine: Any) -> Any:
+def exact_session_maker(engine: Any, settings: tuple[str, ...] = PG_EXACT_SETTINGS) -> Any:
     """A SQLAlchemy sessionmaker whose transactions scan tables sequentially: pgvector exact.
 
     ``SET LOCAL`` lasts for the transaction only, so the pooled connection is
     left as it was. With index scans off no HNSW or IVFFlat index can serve
     ``ORDER BY embedding <=> q LIMIT k`` (they offer no bitmap or index-only
     scans), so the scan is sequential and exact; sequential scans are switched
-    on in case a role or server setting turned them off.
+    on in case a role or server setting turned them off. ``settings``:
+    :data:`PG_CELLS_SETTINGS` for a partitioned search (the probed cells read
+    through their B-tree, still never through a vector index).
     """
     from sqlalchemy import event
     from sqlalchemy.orm import sessionmaker
@@ -289,7 +298,7 @@ def exact_session_maker(engine: Any) -> Any:
     maker = sessionmaker(bind=engine)
 
     def exact_scan(session: Any, transaction: Any, connection: Any) -> None:
-        for setting in PG_EXACT_SETTINGS:
+        for setting in settings:
             connection.exec_driver_sql(f"SET LOCAL {setting}")
 
     event.listen(maker, "after_begin", exact_scan)

@@ -82,7 +82,7 @@ def _traces(model: HFTokenModel, others: list[str]) -> Iterator[torch.Tensor]:
 
 
 def _moved(weights: tuple[Any, Any], engine: str) -> list[float]:
-    model = HFTokenModel(*weights, engine=engine)  # type: ignore[arg-type]
+    model = HFTokenModel(*weights, engine=engine)
     first, second = (list(_traces(model, others)) for others in OTHERS)
     return [float((a - b).abs().max()) for a, b in zip(first, second, strict=True)]
 
@@ -171,7 +171,7 @@ def _full_width_trace(model: HFTokenModel, short: bool) -> list[torch.Tensor]:
 
 
 def _short_voter_moves(weights: tuple[Any, Any], engine: str, width: int) -> list[float]:
-    model = HFTokenModel(*weights, engine=engine, prompt_width=width)  # type: ignore[arg-type]
+    model = HFTokenModel(*weights, engine=engine, prompt_width=width)
     full, one_short = (_full_width_trace(model, short) for short in (False, True))
     return [float((a - b).abs().max()) for a, b in zip(full, one_short, strict=True)]
 

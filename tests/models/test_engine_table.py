@@ -36,7 +36,7 @@ def test_the_table_names_every_engine_and_its_backend(
     assert [s.graphs for s in ENGINES.values()] == [False, False, True, True]
     assert [s.compiled for s in ENGINES.values()] == [False, False, False, True]
     for name, backend in (("eager", DynamicBackend), ("static", StaticBackend)):
-        tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer, engine=name)  # type: ignore[arg-type]
+        tm = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer, engine=name)
         session = tm.prefill(PROMPTS)
         assert type(session) is ENGINES[name].session
         assert isinstance(session._backend, backend)
@@ -87,7 +87,7 @@ def _word_runs_agree(model: Any, tokenizer: Any, engine: str) -> None:
     """Word-level VoteRAG, DPVote and DPSparseVote give ``engine`` the eager transcripts."""
     runs = []
     for name in ("eager", engine):
-        tm = HFTokenModel(model, tokenizer, engine=name)  # type: ignore[arg-type]
+        tm = HFTokenModel(model, tokenizer, engine=name)
         words: dict[str, Any] = {"m": 4, "k": 2, "max_new_tokens": 12, "unit": "word"}
         dp: dict[str, Any] = {"epsilon": 60.0, "delta": 1e-4, "epsilon_token": 8.0, **words}
         mechs = [VoteRAG(tm, **words), DPVote(tm, **dp), DPSparseVote(tm, **dp)]
@@ -109,7 +109,7 @@ def test_word_transcripts_on_static_equal_eager(
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("engine", ["cuda_graphs", "compiled"])
+@pytest.mark.parametrize("engine", [n for n, spec in ENGINES.items() if spec.graphs])
 def test_word_transcripts_on_graph_engines_equal_eager(engine: str, tiny_tokenizer: Any) -> None:
     from tiny_models import build_model
 
@@ -127,7 +127,7 @@ def test_a_one_token_word_reuses_the_lookaheads_first_step(
     bit for bit a twin's that stepped it; a step in between, or a row that began with
     another token, and the token is appended by a forward as usual."""
     model = tiny_hf_models["llama"]
-    tm = HFTokenModel(model, tiny_tokenizer, engine=engine)  # type: ignore[arg-type]
+    tm = HFTokenModel(model, tiny_tokenizer, engine=engine)
     same = [PROMPTS[1]] * 3  # the rows agree
     looked, twin = tm.prefill(same), tm.prefill(same)
     calls: list[int] = []

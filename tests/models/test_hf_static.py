@@ -16,8 +16,11 @@ import torch
 
 from dprag_core.algorithms import DPSparseVote, DPVote
 from dprag_core.models import hf_static
-from dprag_core.models.hf import Engine, HFStaticSession, HFTextModel, HFTokenModel
+from dprag_core.models.hf import ENGINES, Engine, HFStaticSession, HFTextModel, HFTokenModel
 from dprag_core.retrieval import ScoredDocument
+
+GRAPH_ENGINES = [name for name, spec in ENGINES.items() if spec.graphs]
+"""The engines that replay CUDA graphs (refused off CUDA)."""
 
 PROMPTS = [
     "Alice",
@@ -107,11 +110,11 @@ def test_pool_reuses_and_separates_batches(tiny_hf_models: dict[str, Any], tiny_
 def test_bad_engines_are_refused(tiny_hf_models: dict[str, Any], tiny_tokenizer: Any):
     model = tiny_hf_models["llama"]
     with pytest.raises(ValueError, match="engine must be one of"):
-        HFTokenModel(model, tiny_tokenizer, engine="fast")  # type: ignore[arg-type]
+        HFTokenModel(model, tiny_tokenizer, engine="fast")
     if not torch.cuda.is_available():
-        for engine in ("cuda_graphs", "compiled"):
+        for engine in GRAPH_ENGINES:
             with pytest.raises(ValueError, match=rf"{engine}.*CUDA device"):
-                HFTokenModel(model, tiny_tokenizer, engine=engine)  # type: ignore[arg-type]
+                HFTokenModel(model, tiny_tokenizer, engine=engine)
 
 
 def test_non_sdpa_attention_is_refused(tiny_tokenizer: Any):

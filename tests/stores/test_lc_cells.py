@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from cell_cases import (
     CASES,
+    QUERY,
     QUESTION,
     Row,
     adaptive_probe,
@@ -169,6 +170,61 @@ def test_lancedb_rows_added_after_the_cell_index_are_ranked_exactly() -> None:
         want = brute_force_in_cells(rows, partition, 10, query)
         assert [by_text[d.page_content] for d, _ in search(question, 10)] == want
         assert later & set(want)  # the unindexed rows rank: a search skipping them fails
+
+
+def test_pgvector_cells_are_read_through_their_b_tree_never_the_hnsw_index(pg_url: str) -> None:
+    """A batch's rows are written in cell order, each id still its document's; with an
+    HNSW index on the table, the partitioned transaction's plan reads the probed cells
+    through the cell B-tree (a bitmap scan), and its answer is the brute force of those
+    cells. The HNSW index does serve the order: a transaction leaving index scans on
+    (the mutation, without the cell filter) is answered by it."""
+    from sqlalchemy import text
+
+    from dprag_core.retrieval import clients
+
+    rows = _random_rows()
+    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
+    store = lc_empty("pgvector_cosine", RowEmbeddings(rows), pg_url)
+    docs = [Document(page_content=r.text) for r in rows]
+    ids = add_documents(store, docs, partition)
+    table = store.EmbeddingStore.__tablename__
+    with store.session_maker() as session:
+        stored = dict(session.execute(text(f"SELECT id, document FROM {table}")).all())
+        assert [stored[i] for i in ids] == [d.page_content for d in docs]
+        mine = f"collection_id = '{store.get_collection(session).uuid}'"  # the table is shared
+        cells = session.execute(
+            text(
+                f"SELECT (cmetadata ->> '{CELL_KEY}')::int FROM {table} WHERE {mine} ORDER BY ctid"
+            )
+        ).scalars()
+        assert list(cells) == sorted(partition.assign(np.array([r.vector for r in rows])))
+        session.execute(
+            text(f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)")
+        )
+        session.execute(text(f"ANALYZE {table}"))
+        session.commit()
+    probed = ", ".join(f"'{c}'" for c in partition.probe(np.asarray(QUERY)))
+    order = "ORDER BY embedding <=> '[" + ", ".join(map(str, QUERY)) + "]' LIMIT 10"
+    cells_query = f"WHERE (cmetadata ->> '{CELL_KEY}') IN ({probed}) {order}"
+    try:
+        for settings, where, uses_hnsw in (
+            (clients.PG_CELLS_SETTINGS, cells_query, False),
+            (("enable_seqscan = off",), order, True),  # index scans on: the HNSW serves it
+        ):
+            with clients.exact_session_maker(store._engine, settings)() as session:
+                plan = "\n".join(
+                    session.execute(text(f"EXPLAIN SELECT id FROM {table} {where}")).scalars()
+                )
+            assert (f"{table}_hnsw" in plan) is uses_hnsw, plan
+            assert (f"Bitmap Index Scan on {table}_{CELL_KEY}" in plan) is not uses_hnsw, plan
+        search = open_store(store, reading=partitioned_reading(store, partition)).searcher()
+        found = search(QUESTION, 10)
+    finally:  # the other tests' own searches keep their sequential scans
+        with store.session_maker() as session:
+            session.execute(text(f"DROP INDEX {table}_hnsw"))
+            session.commit()
+    by_text = {r.text: r.id for r in rows}
+    assert [by_text[d.page_content] for d, _ in found] == brute_force_in_cells(rows, partition, 10)
 
 
 def test_lancedb_in_overwrite_mode_is_refused_once_its_table_exists() -> None:
