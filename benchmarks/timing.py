@@ -22,7 +22,11 @@ the cost, the median latency added.
     PYTHONPATH=. .venv/bin/python benchmarks/timing.py [--n 200] [--only core] [--out DIR]
         [--cells langchain:eager:long ...]
 
-Torch runs one thread. ``--quick``: n = 6 and one cell per entry point (a smoke run, no
+Torch runs one thread, so the eager engine prefills each row's own tokens
+(``dprag_core.models.hf_cache.per_row_prefill``); ``--prefill batched`` makes it run
+the one batched forward over the public width instead (what it does with two or more
+threads, and what the static engine computes): every row's prefill then costs the same,
+whatever it holds. ``--quick``: n = 6 and one cell per entry point (a smoke run, no
 figures). The figures depend on the machine and its load: compare a row's accuracy with
 its control, measured side by side.
 """
@@ -62,6 +66,7 @@ from dprag_core.accounting.accountant import InMemoryCorpusAccountant  # noqa: E
 from dprag_core.algorithms import DPAnswerVote, DPVote  # noqa: E402
 from dprag_core.budget import Budget  # noqa: E402
 from dprag_core.eval.workbench import reader_path  # noqa: E402
+from dprag_core.models import hf_cache  # noqa: E402
 from dprag_core.models.hf import ENGINES, HFTokenModel  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
@@ -322,6 +327,12 @@ def main() -> None:
         "--cells", nargs="*", default=None, help="entry:engine:x, e.g. core:eager:long"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--prefill",
+        choices=("rows", "batched"),
+        default="rows",
+        help="the eager engine's prefill on one thread (default rows: each row's own tokens)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="also write DIR/table.md")
     args = parser.parse_args()
     if args.n < 2:
@@ -334,6 +345,8 @@ def main() -> None:
         cells = [c for c in cells if ":".join(c) in args.cells]
     rng = np.random.default_rng(args.seed)
     torch.set_num_threads(1)  # one core per query, as on a shared host (and steadier figures)
+    if args.prefill == "batched":
+        hf_cache.per_row_prefill = lambda device: False  # the public-width batched forward
     lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]
     lines.append(HEADER)
     print("\n".join(lines), flush=True)

@@ -55,7 +55,7 @@ from dprag_core.retrieval import cell_search, clients
 from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
 from dprag_core.retrieval.stores import StoreFacts, refusal
 from dprag_core.validation import missing_extra
-from langchain_dprag.embeddings import NormalizedEmbeddings
+from langchain_dprag.embeddings import NormalizedEmbeddings, embedded_once
 from langchain_dprag.stores import Search, StoreReading, read_store
 
 __all__ = ["PARTITIONED_STORES", "add_documents", "partitioned_faiss", "partitioned_reading"]
@@ -276,8 +276,10 @@ def _embed(store: Any, question: str) -> list[float]:
 
 
 def _faiss_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
+    vector = embedded_once(store._embed_query)  # once per query (embeddings.embedded_once)
+
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        query = np.asarray(store._embed_query(question), dtype=np.float32)
+        query = np.asarray(vector(question), dtype=np.float32)
         scores, rows = cell_search.faiss_search(store.index, query, partition.probe(query), k)
         out = []
         for score, row in zip(scores.tolist(), rows.tolist(), strict=True):
@@ -306,13 +308,14 @@ def _chroma_searcher(store: Any, partition: PublicPartition, metric: str) -> Sea
 
 
 def _pgvector_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
+    vector = embedded_once(partial(_embed, store))  # once per query
     copy = _copy.copy(store)  # the user's store keeps its own sessions
     copy.session_maker = clients.exact_session_maker(  # index scans off, the cells' B-tree read
         store._engine, clients.PG_CELLS_SETTINGS
     )
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        query = _embed(store, question)
+        query = vector(question)
         cells = {CELL_KEY: {"$in": list(partition.probe(query))}}
         pairs: list[tuple[Document, float]] = copy.similarity_search_with_score_by_vector(
             query, k=k, filter=cells
@@ -323,11 +326,12 @@ def _pgvector_searcher(store: Any, partition: PublicPartition, metric: str) -> S
 
 
 def _qdrant_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
+    vector = embedded_once(partial(_embed, store))  # once per query
     key = f"{store.metadata_payload_key}.{CELL_KEY}"
     local = clients.qdrant_local(store.client)
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        query = _embed(store, question)
+        query = vector(question)
         cells = partition.probe(query)
         if local:  # no payload index: walk the exact ranking (cell_search.first_in_cells)
             return cell_search.first_in_cells(
@@ -348,10 +352,11 @@ def _qdrant_searcher(store: Any, partition: PublicPartition, metric: str) -> Sea
 
 
 def _lancedb_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
+    vector = embedded_once(partial(_embed, store))  # once per query
     distance = clients.lance_distance(store.get_table(), store._vector_key)
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        query = _embed(store, question)
+        query = vector(question)
         found = clients.lance_exact(
             store.get_table(),
             query,
@@ -367,8 +372,10 @@ def _lancedb_searcher(store: Any, partition: PublicPartition, metric: str) -> Se
 
 
 def _in_memory_searcher(store: Any, partition: PublicPartition, metric: str) -> Search:
+    vector = embedded_once(partial(_embed, store))  # once per query
+
     def search(question: str, k: int) -> list[tuple[Document, float]]:
-        query = _embed(store, question)
+        query = vector(question)
         cells = set(partition.probe(query))
         pairs: list[tuple[Document, float]] = store.similarity_search_with_score_by_vector(
             query, k=k, filter=lambda doc: doc.metadata.get(CELL_KEY) in cells

@@ -73,7 +73,7 @@ declaration).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any
@@ -84,7 +84,7 @@ from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval import clients
 from dprag_core.retrieval.stores import StoreFacts
-from langchain_dprag.embeddings import NormalizedEmbeddings
+from langchain_dprag.embeddings import NormalizedEmbeddings, embedded_once
 
 __all__ = ["SUPPORTED_STORES", "Search", "StoreReading", "read_store"]
 
@@ -141,6 +141,19 @@ def _own(search: Callable[..., list[tuple[Document, float]]], filter: Any, **fix
     return partial(search, **fixed) if fixed else search
 
 
+def _by_vector(
+    search: Callable[..., list[tuple[Document, float]]],
+    embed: Callable[[str], Sequence[float]],
+    filter: Any,
+    **fixed: Any,
+) -> Search:
+    """:func:`_own` over the store's search by vector, the question embedded once per searcher
+    (:func:`~langchain_dprag.embeddings.embedded_once`)."""
+    by_vector: Callable[..., list[tuple[Document, float]]] = _own(search, filter, **fixed)
+    vector = embedded_once(embed)
+    return lambda question, k: by_vector(vector(question), k)
+
+
 def _refused(name: str, refused: str, store: Any) -> StoreReading:
     return StoreReading(
         StoreFacts(name, refused=refused), partial(_own, store.similarity_search_with_score)
@@ -166,7 +179,11 @@ def _in_memory(store: Any) -> StoreReading:
     facts = StoreFacts(
         "InMemoryVectorStore", metric="cosine", exact="brute force (every stored vector scored)"
     )
-    search = partial(_own, store.similarity_search_with_score)
+    search = partial(
+        _by_vector,
+        store.similarity_search_with_score_by_vector,
+        lambda question: store.embedding.embed_query(question),
+    )
     return StoreReading(facts, search, _document_eq, own_search_exact=True)
 
 
@@ -195,15 +212,16 @@ def _faiss(store: Any) -> StoreReading:
 
 
 def _faiss_searcher(store: Any, filter: Any) -> Search:
+    vector = embedded_once(store._embed_query)  # its own search's embedding, once per query
     if filter is None:
-        return store.similarity_search_with_score  # type: ignore[no-any-return]
+        return lambda question, k: store.similarity_search_with_score_by_vector(vector(question), k)
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         # the whole flat ranking, then the filter: its own search filters its first
         # fetch_k only (20 by default), which is not the top k of the filtered documents
         every = max(k, int(store.index.ntotal))
-        found: list[tuple[Document, float]] = store.similarity_search_with_score(
-            question, k, filter=filter, fetch_k=every
+        found: list[tuple[Document, float]] = store.similarity_search_with_score_by_vector(
+            vector(question), k, filter=filter, fetch_k=every
         )
         return found
 
@@ -265,7 +283,12 @@ def _pgvector(store: Any) -> StoreReading:
     exact = copy.copy(store)  # the user's store keeps its own sessions
     exact.session_maker = clients.exact_session_maker(store._engine)
     facts = StoreFacts(name, metric=metric, exact=clients.PG_EXACT)
-    return StoreReading(facts, partial(_own, exact.similarity_search_with_score), _metadata_eq)
+    search = partial(
+        _by_vector,
+        exact.similarity_search_with_score_by_vector,
+        lambda question: store.embeddings.embed_query(question),
+    )
+    return StoreReading(facts, search, _metadata_eq)
 
 
 _PG2_STRATEGIES = {
@@ -315,9 +338,21 @@ def _exact_scan() -> Any:
 
 
 def _pgvector_store_searcher(engine: Any, exact: Any, filter: Any) -> Search:
+    service = exact.embedding_service
+    if callable(getattr(service, "embed_query_inline_template", None)):  # embedded in SQL
+
+        def in_sql(question: str, k: int) -> list[tuple[Document, float]]:
+            found: list[tuple[Document, float]] = engine._run_as_sync(
+                exact.asimilarity_search_with_score(question, k, filter)
+            )
+            return found
+
+        return in_sql
+    vector = embedded_once(lambda question: engine._run_as_sync(service.aembed_query(question)))
+
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         found: list[tuple[Document, float]] = engine._run_as_sync(
-            exact.asimilarity_search_with_score(question, k, filter)
+            exact.asimilarity_search_with_score_by_vector(vector(question), k, filter)
         )
         return found
 
@@ -339,7 +374,10 @@ def _qdrant(store: Any) -> StoreReading:
     name = f"QdrantVectorStore (distance {distance!r})"
     metric = clients.QDRANT_METRICS.get(distance or "")
     searcher = partial(
-        _own, store.similarity_search_with_score, search_params=clients.qdrant_exact_params()
+        _by_vector,
+        store.similarity_search_with_score_by_vector,
+        lambda question: store.embeddings.embed_query(question),
+        search_params=clients.qdrant_exact_params(),
     )
     facts = StoreFacts(name, metric=metric, exact=clients.QDRANT_EXACT)
     return StoreReading(facts, searcher, partial(_qdrant_eq, store.metadata_payload_key))
@@ -386,11 +424,12 @@ def _lance_searcher(store: Any, distance: str, filter: Any) -> Search:
     from langchain_community.vectorstores.lancedb import to_lance_filter
 
     where = to_lance_filter(filter) if isinstance(filter, dict) else filter
+    vector = embedded_once(lambda question: store._embedding.embed_query(question))
 
     def search(question: str, k: int) -> list[tuple[Document, float]]:
         found = clients.lance_exact(
             store.get_table(),
-            store._embedding.embed_query(question),
+            vector(question),
             column=store._vector_key,
             distance=distance,
             k=k,

@@ -40,7 +40,9 @@ Retries: a request that fails in transport or with HTTP 408/429/500/502/503/504
 is sent again (``retries`` times, exponential ``backoff``). That is safe:
 a request is a pure function of the token ids fixed so far (temperature 0, no
 server-side randomness), and nothing is released or charged by it; the caller's
-state (released tokens, spent budget) is never rolled back or replayed.
+state (released tokens, spent budget) is never rolled back or replayed. A
+caller whose schedule must not follow outcomes (one request per prompt, each
+failure that prompt's public abstain) asks ``complete(..., retry=False)``.
 
 >>> ep = CompletionsEndpoint("http://127.0.0.1:8080/v1", model="reader", api_key="sk-x")
 >>> ep
@@ -348,11 +350,15 @@ class CompletionsEndpoint:
         """Close the connection pool."""
         self._client.close()
 
-    def complete(self, prompts: Sequence[Sequence[int]], *, max_tokens: int) -> list[Completion]:
+    def complete(
+        self, prompts: Sequence[Sequence[int]], *, max_tokens: int, retry: bool = True
+    ) -> list[Completion]:
         """Greedy completions (temperature 0) of token-id ``prompts``, in one batched request.
 
         llama.cpp: its native ``/completion`` (every generated id, module
-        docstring); the others: ``/completions`` under ``base_url``.
+        docstring); the others: ``/completions`` under ``base_url``. ``retry=False``
+        sends the request once, whatever it meets (no retry of a transient failure:
+        how many requests go out then never depends on how one ended).
         """
         body: dict[str, Any] = {
             "model": self.model,
@@ -362,9 +368,11 @@ class CompletionsEndpoint:
             **SERVER_OPTIONS[self.server],
         }
         rows = len(body["prompt"])
+        retries = self.retries if retry else 0
         if self.server == "llama.cpp":
-            return parse_native(self._send(self.root + "/completion", body), rows)
-        return parse_completions(self._send(self.base_url + "/completions", body), rows)
+            return parse_native(self._send(self.root + "/completion", body, retries=retries), rows)
+        url = self.base_url + "/completions"
+        return parse_completions(self._send(url, body, retries=retries), rows)
 
     def tokenize(self, text: str) -> list[int]:
         """The server's own token ids of ``text`` (its tokenizer endpoint, :data:`TOKENIZE`).
@@ -397,10 +405,15 @@ class CompletionsEndpoint:
         return found
 
     def _send(
-        self, url: str, body: Mapping[str, Any] | None, *, stage: str = "completions request"
+        self,
+        url: str,
+        body: Mapping[str, Any] | None,
+        *,
+        stage: str = "completions request",
+        retries: int | None = None,
     ) -> Any:
         failure = ""
-        for attempt in range(self.retries + 1):
+        for attempt in range((self.retries if retries is None else retries) + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             failure, status, result = self._attempt(url, body)

@@ -591,7 +591,10 @@ class HFTextModel:
     """Batched greedy text generation (a :class:`~dprag_core.models.base.TextModel`).
 
     Runs the same cached engine as :class:`HFTokenModel`, each row taking its own
-    argmax token, until every row has emitted EOS or ``max_new_tokens`` is reached.
+    argmax token, for exactly ``max_new_tokens`` steps: a row that emitted EOS is
+    fed the pad token from there on, and the batch never stops early, so how many
+    steps a call takes (and how long) does not depend on what the prompts make
+    the model write (private prompts: DP-KSA's and DPAnswerVote's voters).
     Greedy, no sampling warpers; returns only the new text of each prompt. Each
     prompt keeps its last ``prompt_width`` tokens (the token model's public
     width), and ``max_new_tokens`` must fit its ``answer_room`` (``ValueError``
@@ -649,8 +652,9 @@ class HFTextModel:
         :class:`~dprag_core.models.cut.CutText`.
 
         The loop stays on the device: each step's argmax feeds the next step
-        (finished rows are fed the pad token), and one boolean ("all rows done?")
-        crosses to the host per step; the [B, T] tokens are copied once at the end.
+        (finished rows are fed the pad token), ``max_new_tokens`` steps whatever the
+        rows wrote (class docstring), and nothing crosses to the host until the
+        [B, T] tokens are copied once at the end.
         """
         limit = positive_int("max_new_tokens", max_new_tokens)
         tm = self.token_model
@@ -665,7 +669,7 @@ class HFTextModel:
                 tokens = session.greedy_on_device()
                 picked.append(tokens)
                 done |= torch.isin(tokens, eos)
-                if t == limit - 1 or bool(done.all()):
+                if t == limit - 1:  # a fixed number of steps: no early stop (class docstring)
                     break
                 fed = torch.where(done, tm.pad_token_id, tokens)
                 session.step_rows(fed.unsqueeze(1))

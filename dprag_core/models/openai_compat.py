@@ -39,6 +39,10 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
   released transcript equals step-by-step decoding token for token; the
   server's prefix cache (llama.cpp's ``cache_prompt``, vLLM's and SGLang's
   automatic prefix caching) computes only each refilled row's new tokens;
+- **text for the text mechanisms** (DP-KSA, DPAnswerVote read
+  :meth:`OpenAICompatModel.generate_each`): one request per prompt, each sent
+  once, so a server that refuses a prompt (a content filter) or times out on it
+  makes that prompt abstain, the same requests going out whatever it did;
 - it is *not* a :class:`~dprag_core.models.base.LogprobModel`: a server returns
   at most the top few log-probabilities, so mechanisms that need full
   next-token distributions (DP-ICL, kNN-Prompting keys) refuse it when built.
@@ -62,8 +66,10 @@ the async text path.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
 from typing import Any
 
@@ -82,10 +88,13 @@ from dprag_core.models.endpoint import Completion, CompletionsEndpoint, Endpoint
 from dprag_core.models.envelope import check_answer_room, keep_last, public_width
 from dprag_core.validation import check_keywords, positive_int, strict_bool, strict_init
 
-__all__ = ["TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
+__all__ = ["PARALLEL_REQUESTS", "TOKENIZER_PROBE", "OpenAICompatModel", "OpenAICompatSession"]
 
 TOKENIZER_PROBE = "The tokenizer probe: Question? Answer: yes, it is 42."
 """Public text whose token ids the server's and the local tokenizer must agree on."""
+
+PARALLEL_REQUESTS = 16
+"""How many one-prompt requests :meth:`OpenAICompatModel.generate_each` has in flight at once."""
 
 
 class OpenAICompatSession:
@@ -467,22 +476,46 @@ class OpenAICompatModel(TokenizerCodec):
         limit = check_answer_room(self, max_new_tokens)
         rows = keep_last(self.prompt_rows(prompts), self.prompt_width)
         done = self.endpoint.complete(rows, max_tokens=limit)
-        out = []
-        for completion in done:
-            ids = self.continuation(completion, limit)
-            cut = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), len(ids))
-            text = self.decode_answer(ids[:cut])
-            # no end id within the limit: stopped by it (dprag_core.models.cut)
-            out.append(CutText(text) if cut == len(ids) >= limit else text)
-        return out
+        return [self._answer(completion, limit) for completion in done]
+
+    def _answer(self, completion: Completion, limit: int) -> str:
+        """A completion's text (:meth:`generate`): checked ids, cut before the first end id."""
+        ids = self.continuation(completion, limit)
+        cut = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), len(ids))
+        text = self.decode_answer(ids[:cut])
+        # no end id within the limit: stopped by it (dprag_core.models.cut)
+        return CutText(text) if cut == len(ids) >= limit else text
 
     def generate_each(
         self, prompts: Sequence[str], *, max_new_tokens: int = 64
     ) -> list[str | None]:
-        """:meth:`generate` (a :class:`~dprag_core.models.base.PerPromptTextModel`): one
-        request of public-width token-id rows, which no prompt can make the server refuse
-        alone (the envelope); a failure is the request's and raises."""
-        return list(self.generate(prompts, max_new_tokens=max_new_tokens))
+        """One request per prompt, each sent once; None where a prompt's own request failed
+        (a :class:`~dprag_core.models.base.PerPromptTextModel`).
+
+        A server refuses a prompt for what it holds (a content filter) or stalls on it
+        past the endpoint's ``timeout``: that prompt's outcome is None (a public
+        abstain), its error dropped, and the other prompts' requests are unaffected.
+        The schedule is fixed: B prompts are B requests of one public-width row, sent
+        together (at most :data:`PARALLEL_REQUESTS` at a time, so the server batches
+        them), never retried (``complete(retry=False)``: a retry would follow one
+        prompt's outcome) and never re-sent. A transient failure costs that prompt's
+        response, not a request more. ``max_new_tokens`` must fit the ``answer_room``
+        (``ValueError``, whatever the prompts hold).
+        """
+        limit = check_answer_room(self, max_new_tokens)
+        rows = keep_last(self.prompt_rows(prompts), self.prompt_width)
+
+        def one(row: list[int]) -> str | None:
+            try:
+                (completion,) = self.endpoint.complete([row], max_tokens=limit, retry=False)
+                return self._answer(completion, limit)
+            except Exception:  # this prompt's failure (EndpointError: no body, no cause)
+                return None
+
+        with ThreadPoolExecutor(max_workers=min(len(rows), PARALLEL_REQUESTS)) as pool:
+            # each task runs in a copy of the caller's context (a muted section stays muted)
+            futures = [pool.submit(contextvars.copy_context().run, one, row) for row in rows]
+            return [future.result() for future in futures]
 
     async def agenerate(self, prompts: Sequence[str], *, max_new_tokens: int = 64) -> list[str]:
         """:meth:`generate` in a worker thread (the event loop stays free)."""

@@ -12,9 +12,9 @@ is its completion or ``None`` (a *public abstain*: the mechanism counts it as an
 empty response).
 
 - A :class:`~dprag_core.models.base.PerPromptTextModel` (dprag's LangChain and
-  LlamaIndex wrappers: one request per prompt; the in-process and server
-  engines: one batch, which no single prompt can make fail) answers in one
-  ``generate_each`` call.
+  LlamaIndex wrappers and the served model: one request per prompt; the
+  in-process engines: one batch, which no single prompt can make fail) answers
+  in one ``generate_each`` call.
 - Any other :class:`~dprag_core.models.base.TextModel` (your own class) is
   called once per prompt, ``generate([prompt])``, always: n prompts are n calls
   of one prompt each, whatever any of them returns, and a call that raises or

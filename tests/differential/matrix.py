@@ -654,17 +654,15 @@ TOP_N = frozenset(
 )  # fmt: skip
 """The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
 
-UNUSABLE = frozenset({"long-id", "nul-id", "surrogate-id"})
-"""The x kinds no ledger accepts as a unit: a placeholder keeps their rank slot."""
-
 USES_DOCUMENTS = frozenset(
     {m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG", "IdsInDetails"}
 )
 """The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
 calls no model)."""
 
-GROWN_SEARCH = frozenset({"lc-faiss-cells", "lc-inmemory", "lc-faiss", "lc-qdrant", "lc-lancedb"})
-"""LangChain stores whose search grows past a placeholder with the question embedded again."""
+PER_PROMPT = frozenset({"DPKSA", "DPAnswerVote", "AnswerVote"})
+"""The rows that read a text model through ``generate_each`` (one outcome per prompt: a
+refused prompt abstains)."""
 
 KNOWN: list[Known] = [
     Known("issue 36 case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
@@ -674,19 +672,14 @@ KNOWN: list[Known] = [
           lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
           and c.mechanism.name in TOP_N,
           settled=lambda c: False),  # which units a random order takes: by chance
-    Known("issue 40 case 1", "outcome: a served model (OpenAICompatModel) gets every prompt "
-          "of a query in one request of public-width rows: a server that refuses or times out "
-          "on x's row fails that request, and the query, in D + x only",
+    Known("issue 40 case 1", "outcome: a served model's token session (OpenAICompatModel."
+          "prefill) sends every row of a decision in one request, and the text baselines read "
+          "generate (one request of every prompt): a server that refuses or times out on x's "
+          "row fails that request, and the query, in D + x only",
           lambda c: c.neighbour.endpoint in ("refuse", "timeout") and c.engine is not None
           and c.engine.name in ("server", "scripted-server")
-          and c.mechanism.name in USES_DOCUMENTS,
+          and c.mechanism.name in USES_DOCUMENTS - PER_PROMPT,
           settled=lambda c: False),  # the full matrix's other served cells: not measured
-    Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
-          "placeholder embeds the question again (2 requests in D, 4 in D + x)",
-          lambda c: c.entry.runner in ("chain_invoke", "chain_events")
-          and c.mechanism.name == "RAG" and c.neighbour.name in UNUSABLE
-          and (c.store.name in GROWN_SEARCH or c.store.postgres),
-          settled=lambda c: not c.store.postgres),  # PostgreSQL stores: not measured here
 ]  # fmt: skip
 
 

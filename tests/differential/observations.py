@@ -254,10 +254,13 @@ def _distinct(records: Any) -> Any:
 
 
 def _schedule(requests: Any) -> Any:
-    """A model endpoint's requests without each prompt's outcome (refused by construction)."""
+    """A model endpoint's requests without each prompt's outcome or the request's status
+    (refused by construction: a request of one prompt ends as that prompt does), in a
+    fixed order (one-prompt requests in flight together end in any order)."""
     if requests is None:
         return None
-    return [{k: v for k, v in r.items() if k != "outcomes"} for r in requests]
+    kept = [{k: v for k, v in r.items() if k not in ("outcomes", "status")} for r in requests]
+    return sorted(kept, key=lambda r: json.dumps(r, sort_keys=True))
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:

@@ -383,3 +383,21 @@ def test_tokenizing_a_whole_document_is_caught(
         leak=lambda w: use_mechanism(w, DocTokenizing(w.engine.token, k=8)),
     )  # fmt: skip
     assert "ask 1: work past the bound" not in clean and "ask 1: work past the bound" in leaky
+
+
+def test_a_served_prompt_retried_after_it_timed_out_is_caught(
+    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A served model whose per-prompt requests are retried (the endpoint's own policy, on
+    by default for a timeout): x's prompt times out, and is sent twice more, in D + x only."""
+    cell = cell_of("PrivateRAG.answer", "DPKSA", "core-list", "timeout", engine="server")
+
+    def retrying(world: World) -> None:
+        endpoint = world.engine.text.endpoint
+        complete = endpoint.complete
+        endpoint.complete = lambda prompts, *, max_tokens, retry=True: complete(
+            prompts, max_tokens=max_tokens
+        )
+
+    clean, leaky = _controlled(cell, lab, tmp_path, request, leak=retrying)
+    assert "model endpoint requests" not in clean and "model endpoint requests" in leaky

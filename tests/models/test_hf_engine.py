@@ -213,3 +213,32 @@ def test_a_completion_stopped_at_the_token_limit_is_cut_text(tiny_text_model: An
     for prompt, token in zip(prompts, first, strict=True):
         (text,) = tiny_text_model.generate([prompt], max_new_tokens=1)
         assert was_cut(text) == (token not in model.eos_token_ids)
+
+
+def test_generate_takes_max_new_tokens_steps_whatever_the_rows_write(
+    tiny_hf_models: dict[str, Any], tiny_tokenizer: Any, monkeypatch: Any
+) -> None:
+    """Every row ending at its first token (every id an end id) or none ending: the same
+    number of decode steps, max_new_tokens (how long a private generation takes does not
+    follow what it writes)."""
+    from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+    plain = HFTokenModel(tiny_hf_models["llama"], tiny_tokenizer)
+    ending = HFTokenModel(
+        tiny_hf_models["llama"], tiny_tokenizer, eos_token_ids=range(plain.vocab_size)
+    )
+    steps: list[int] = []
+    session_class = type(plain.prefill(["q"]))
+    step_rows = session_class.step_rows
+
+    def counted(self: Any, ids: Any) -> None:
+        steps.append(1)
+        step_rows(self, ids)
+
+    monkeypatch.setattr(session_class, "step_rows", counted)
+    counts = []
+    for model in (plain, ending):
+        steps.clear()
+        texts = HFTextModel.on(model).generate(["Question: who?\nAnswer:", "a b"], max_new_tokens=5)
+        counts.append(len(steps))
+    assert texts == ["", ""] and counts == [4, 4]  # 5 tokens: 4 steps after the prefill's

@@ -163,6 +163,30 @@ def test_a_retry_resends_the_same_step(tokenizer: Any) -> None:
     assert bodies[0] == bodies[1]  # the same rows: nothing replayed, nothing skipped
 
 
+@pytest.mark.parametrize("failure", ["refuse", "timeout", "503"])
+def test_generate_each_is_one_request_per_prompt_each_sent_once(
+    tokenizer: Any, failure: str
+) -> None:
+    """A prompt the server refuses (HTTP 400), times out on or fails (503) abstains; the
+    others answer; every prompt is one request, sent once, whatever any of them met."""
+    bodies: list[dict[str, Any]] = []
+
+    def filtered(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if CANARY in tokenizer.decode(body["prompt"][0]):
+            if failure == "timeout":
+                raise httpx.ReadTimeout("timed out", request=request)
+            return httpx.Response(400 if failure == "refuse" else 503, text="refused")
+        return _llama_cpp_reply(request)
+
+    model = _model(tokenizer, filtered, retries=2, backoff=0.0)
+    prompts = ["Context: a", f"Context: {CANARY}", "Context: b"]
+    out = model.generate_each(prompts, max_new_tokens=2)
+    assert out[1] is None and isinstance(out[0], str) and out[0] == out[2]
+    assert len(bodies) == 3 and all(len(b["prompt"]) == 1 for b in bodies)
+
+
 def test_errors_carry_no_private_text(tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
     def broken(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadError(
