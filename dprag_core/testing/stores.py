@@ -25,8 +25,8 @@ against a brute-force ranking computed here in float64:
 - **filters**: the registered equality filter selects the exact first k of the
   selected documents (skipped where the registration has none);
 - **partitioned search**: with a public partition, the exact first k of the
-  documents of the probed cells (skipped where the registration has no cell
-  filter);
+  documents of the probed cells, its exactness stated as the partition's
+  (skipped where the registration has no cell filter);
 - **D vs D + x**: the first k of the corpus with one added record ``x``, ``x``
   removed, is the first k (less one when ``x`` entered) of the corpus without
   it: ``x`` is inserted into one fixed ranking and nothing else moves, exactly
@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from dprag_core.retrieval.cell_search import partitioned_exact
 from dprag_core.retrieval.cells import CELL_KEY, PublicPartition
 from dprag_core.retrieval.exact import EXACT_METRICS, raw_scores
 from dprag_core.retrieval.scores import METRICS, read_score
@@ -423,6 +424,7 @@ class LangChainStoreSuite(_StoreSuite):
     def metric_of_partitioned(self, store: Any) -> str:
         facts = self._reading(store, self.partition()).facts
         assert facts.refused is None and facts.metric is not None, facts
+        assert facts.exact == partitioned_exact(self.partition()), facts
         return str(facts.metric)
 
     def has_cell_filter(self, store: Any) -> bool:
@@ -533,6 +535,7 @@ class LlamaIndexStoreSuite(_StoreSuite):
     def metric_of_partitioned(self, store: Any) -> str:
         facts = self._facts(store, self.partition())
         assert facts.refused is None and facts.metric is not None, facts
+        assert facts.exact == partitioned_exact(self.partition()), facts
         return str(facts.metric)
 
     def has_cell_filter(self, store: Any) -> bool:
