@@ -663,9 +663,6 @@ USES_DOCUMENTS = frozenset(
 """The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
 calls no model)."""
 
-GROWN_SEARCH = frozenset({"lc-faiss-cells", "lc-inmemory", "lc-faiss", "lc-qdrant", "lc-lancedb"})
-"""LangChain stores whose search grows past a placeholder with the question embedded again."""
-
 KNOWN: list[Known] = [
     Known("issue 36 case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
           "Document.id: dprag's document_id hashes text and metadata, the collection's "
@@ -681,12 +678,6 @@ KNOWN: list[Known] = [
           and c.engine.name in ("server", "scripted-server")
           and c.mechanism.name in USES_DOCUMENTS,
           settled=lambda c: False),  # the full matrix's other served cells: not measured
-    Known("issue 40 (requests)", "embedding requests: LangChain's search grown past x's "
-          "placeholder embeds the question again (2 requests in D, 4 in D + x)",
-          lambda c: c.entry.runner in ("chain_invoke", "chain_events")
-          and c.mechanism.name == "RAG" and c.neighbour.name in UNUSABLE
-          and (c.store.name in GROWN_SEARCH or c.store.postgres),
-          settled=lambda c: not c.store.postgres),  # PostgreSQL stores: not measured here
 ]  # fmt: skip
 
 
