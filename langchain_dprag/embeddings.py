@@ -3,42 +3,16 @@
 The store table (:mod:`langchain_dprag.stores`) reads a store whose embeddings
 are wrapped in :class:`NormalizedEmbeddings` as holding unit vectors, so its
 inner-product or L2 scores convert to a cosine on [-1, 1].
-
-:func:`embedded_once` is how one query's search embeds its question: once,
-however often the search grows (an embedding endpoint sees one request per
-question, whatever the corpus makes the search fetch).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from langchain_core.embeddings import Embeddings
 
-__all__ = ["NormalizedEmbeddings", "embedded_once"]
-
-
-def embedded_once(embed: Callable[[str], Sequence[float]]) -> Callable[[str], list[float]]:
-    """``embed`` for one query's search: a question is embedded on first use, and its vector
-    reused when the search grows (a top-n past placeholders, a threshold search, tie groups
-    completed at the cut), so how many embedding requests a query makes never depends on
-    what the store holds. A new question replaces the one kept.
-
-    >>> calls = []
-    >>> vector = embedded_once(lambda q: calls.append(q) or [1.0, 0.0])
-    >>> vector("q"), vector("q"), calls
-    ([1.0, 0.0], [1.0, 0.0], ['q'])
-    """
-    kept: dict[str, list[float]] = {}
-
-    def vector(question: str) -> list[float]:
-        if question not in kept:
-            kept.clear()
-            kept[question] = [float(v) for v in embed(question)]
-        return kept[question]
-
-    return vector
+__all__ = ["NormalizedEmbeddings"]
 
 
 class NormalizedEmbeddings(Embeddings):
