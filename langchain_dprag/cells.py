@@ -30,14 +30,12 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval import cell_search
-from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
+from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.retrieval.stores import refusal
 from dprag_core.validation import missing_extra
 from langchain_dprag.embeddings import NormalizedEmbeddings
@@ -47,6 +45,7 @@ from langchain_dprag.stores import (
     StoreReading,
     partitioned_stores,
     read_store,
+    tag_documents,
 )
 
 __all__ = ["add_documents", "partitioned_faiss", "partitioned_reading", "tag_documents"]
@@ -88,27 +87,6 @@ def partitioned_faiss(
     if documents:
         store.add_documents(list(documents), ids=None if ids is None else list(ids))
     return store
-
-
-def tag_documents(
-    store: Any, documents: Sequence[Document], partition: PublicPartition
-) -> tuple[list[Document], npt.NDArray[np.float64]]:
-    """``documents`` with their cell in ``metadata["dprag_cell"]``, and their vectors.
-
-    Each is embedded with the store's embeddings; refused (ValueError, nothing
-    tagged) when a vector is among the partition's training vectors.
-    """
-    embeddings = getattr(store, "embeddings", None)
-    if embeddings is None:
-        raise refusal(type(store).__name__, "it has no embeddings", "give the store its embeddings")
-    texts = [d.page_content for d in documents]
-    vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float64)
-    partition.refuse_training(vectors)
-    tagged = [
-        Document(page_content=d.page_content, metadata={**d.metadata, CELL_KEY: int(c)}, id=d.id)
-        for d, c in zip(documents, partition.assign(vectors), strict=True)
-    ]
-    return tagged, vectors
 
 
 def add_documents(

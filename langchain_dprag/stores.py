@@ -40,11 +40,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStore
 
 from dprag_core.retrieval.cell_search import partitioned_exact
-from dprag_core.retrieval.cells import PublicPartition, check_partition
+from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
 from dprag_core.retrieval.registry import Cells, StoreRegistry, StoreSupport
 from dprag_core.retrieval.stores import StoreFacts, refusal
 
@@ -58,6 +60,7 @@ __all__ = [
     "read_store",
     "register",
     "supported_stores",
+    "tag_documents",
 ]
 
 Search = Callable[[str, int], list[tuple[Document, float]]]
@@ -221,3 +224,24 @@ def _in_cells(
         return searches[cells](vector, k)
 
     return first
+
+
+def tag_documents(
+    store: Any, documents: Sequence[Document], partition: PublicPartition
+) -> tuple[list[Document], npt.NDArray[np.float64]]:
+    """``documents`` with their cell in ``metadata["dprag_cell"]``, and their vectors.
+
+    Each is embedded with the store's embeddings; refused (ValueError, nothing
+    tagged) when a vector is among the partition's training vectors.
+    """
+    embeddings = getattr(store, "embeddings", None)
+    if embeddings is None:
+        raise refusal(type(store).__name__, "it has no embeddings", "give the store its embeddings")
+    texts = [d.page_content for d in documents]
+    vectors = np.asarray(embeddings.embed_documents(texts), dtype=np.float64)
+    partition.refuse_training(vectors)
+    tagged = [
+        Document(page_content=d.page_content, metadata={**d.metadata, CELL_KEY: int(c)}, id=d.id)
+        for d, c in zip(documents, partition.assign(vectors), strict=True)
+    ]
+    return tagged, vectors

@@ -17,7 +17,7 @@ sends elsewhere by itself is outside dprag's reach; prefer an index.
 
 Which relation each source keeps (the argument behind ``DPQueryEngine``'s claims):
 
-- :class:`IndexSource` reads the index's vector store through the store table
+- :class:`IndexSource` reads the index's vector store through the store registry
   (:mod:`llamaindex_dprag.stores`: what its similarities are, how to query it
   exactly; a store whose scores or exactness cannot be established, and was not
   declared, or that is known to be approximate, is refused when built), asks it
@@ -82,11 +82,11 @@ from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import strict_bool
 from llamaindex_dprag.cells import partitioned_reading
 from llamaindex_dprag.stores import (
-    SUPPORTED_STORES,
     Query,
     StoreReading,
     read_vector_store,
     stored_count,
+    supported_stores,
 )
 from llamaindex_dprag.units import (
     ScoreDirection,
@@ -126,7 +126,7 @@ _EXACT_FIX = (
 
 
 def store_metric(vector_store: Any) -> str | None:
-    """``"distance"`` or ``"similarity"`` where the store table establishes it, else None.
+    """``"distance"`` or ``"similarity"`` where the store registry establishes it, else None.
 
     >>> from llama_index.core.vector_stores import SimpleVectorStore
     >>> store_metric(SimpleVectorStore()), store_metric(object())
@@ -144,7 +144,7 @@ def _direction(reading: StoreReading, given: str | None) -> str:
             raise refusal(
                 facts.store,
                 "dprag cannot establish what its similarities are (a similarity or a "
-                f"distance): it reads {SUPPORTED_STORES}",
+                f"distance): it reads {supported_stores()}",
                 _DIRECTION_FIX,
             )
         return given
@@ -223,7 +223,7 @@ class IndexSource(_Conversion):
     ``filters``, ``node_ids``, ``doc_ids``, ``query_mode``, ``alpha`` and
     ``vector_store_kwargs`` are passed to the store as a ``VectorIndexRetriever``
     would. ``embed_model`` defaults to the index's. The store is read through
-    the store table (:mod:`llamaindex_dprag.stores`): ``score_direction``
+    the store registry (:mod:`llamaindex_dprag.stores`): ``score_direction``
     (``None``: ``"similarity"``, which a distance store refuses) is checked
     against what it returns; ``exact_search=True`` is your promise for a store
     the table does not know (it never overrides what dprag knows). ``exact``
@@ -266,7 +266,7 @@ class IndexSource(_Conversion):
             facts,
             scores=score_direction is not None,
             exact=exact_search,
-            supported=SUPPORTED_STORES,
+            supported=supported_stores(),
             fix=f"declare both: {_DIRECTION_FIX}; and {_EXACT_FIX.removeprefix('pass ')}",
         )
         self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)
@@ -333,7 +333,7 @@ class IndexSource(_Conversion):
     def bind(self, question: str) -> Retriever:
         """A retriever for ``question``; the question is embedded once, on first call."""
         embedding: list[list[float] | None] = []
-        query = self.reading.querier()  # one per question: a full-scan store ranks once
+        query = self.reading.querier(None)  # one per question: a full-scan store ranks once
 
         def retrieve(text: str, k: int) -> list[ScoredDocument]:
             if not embedding:
@@ -353,7 +353,7 @@ class IndexSource(_Conversion):
         self, question: str, embedding: list[float] | None, k: int, *, query: Query | None = None
     ) -> list[NodeWithScore]:
         """:meth:`search`'s nodes, with the store's raw scores (tie groups completed)."""
-        run = self.reading.querier() if query is None else query
+        run = self.reading.querier(None) if query is None else query
         return tie_complete(
             lambda n: self._query(run, question, embedding, n),
             k,
@@ -405,7 +405,7 @@ def inexact_store_in(node: object) -> StoreFacts | None:
     """A vector store in ``node`` (or in the indexes and retrievers it holds) whose own query
     is not exact, or None.
 
-    :func:`~dprag_core.retrieval.stores.first_inexact` over the store table
+    :func:`~dprag_core.retrieval.stores.first_inexact` over the store registry
     (:mod:`llamaindex_dprag.stores`).
 
     >>> from llama_index.core.vector_stores import SimpleVectorStore

@@ -32,7 +32,6 @@ from langchain_core.documents import Document
 
 from dprag_core.retrieval import cell_search, clients
 from dprag_core.retrieval.cells import PublicPartition
-from dprag_core.retrieval.registry import Cells
 from dprag_core.retrieval.stores import StoreFacts
 from langchain_dprag.stores import (
     LangChainStore,

@@ -7,8 +7,9 @@ score              ``squared_l2`` (L2 index), ``cosine`` (inner-product index on
 exact search       flat indexes only (``IndexFlat*``); HNSW, IVF, PQ, LSH refused.
                    A filter (a dict or a callable on the metadata) is applied to
                    the whole flat ranking (``fetch_k`` = N)
-cell filter        the partition's ``IndexIVFFlat`` (:func:`~langchain_dprag.cells.partitioned_faiss`):
-                   the probed lists are scanned (``search_preassigned``)
+cell filter        the partition's ``IndexIVFFlat`` (made by
+                   :func:`~langchain_dprag.cells.partitioned_faiss`): the probed
+                   lists are scanned (``search_preassigned``)
 count, dimension   ``index.ntotal``, ``index.d``
 =================  ================================================================
 
@@ -56,7 +57,7 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
         bind(store, partition)
         facts = StoreFacts("FAISS (partitioned IndexIVFFlat)", metric="cosine")
         return StoreReading(
-            facts, embed=store._embed_query, search=partial(_search, store), cell_filter=Cells
+            facts, embed=store._embed_query, search=partial(_search, store), cell_filter=_lists
         )
     index = clients.faiss_index(store.index, normalised=_unit_norm(store))
     name = f"FAISS ({index.kind})"
@@ -84,6 +85,10 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
     )
 
 
+def _lists(cells: Cells) -> Cells:
+    return cells  # the partition's index: its lists are the cells
+
+
 def _search(store: Any, filter: Any) -> VectorSearch:
     if isinstance(filter, Cells):
         return partial(_in_lists, store, filter)
@@ -102,7 +107,9 @@ def _search(store: Any, filter: Any) -> VectorSearch:
     return search
 
 
-def _in_lists(store: Any, cells: Cells, vector: Sequence[float], k: int) -> list[tuple[Document, float]]:
+def _in_lists(
+    store: Any, cells: Cells, vector: Sequence[float], k: int
+) -> list[tuple[Document, float]]:
     query = np.asarray(vector, dtype=np.float32)
     scores, rows = cell_search.faiss_search(store.index, query, cells.cells, k)
     out = []

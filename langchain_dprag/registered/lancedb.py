@@ -37,6 +37,7 @@ from langchain_dprag.stores import (
     VectorSearch,
     own_reading,
     register,
+    tag_documents,
 )
 
 __all__ = ["SUPPORT"]
@@ -105,8 +106,6 @@ def _add(
     the table's rows with the new ones: the corpus would be the last batch added
     (LanceDB Cloud, with an ``api_key``, always appends).
     """
-    from langchain_dprag.cells import tag_documents
-
     if store.mode == "overwrite" and store.api_key is None and store.get_table() is not None:
         raise refusal(
             'LanceDB(mode="overwrite")',

@@ -7,7 +7,8 @@ exact search       each query's transaction runs with index scans off (``SET LOC
                    enable_indexscan = off``): a sequential, exact scan; a filter is
                    a ``filter`` dict (``$eq``, ``$in``), a ``WHERE`` on that scan
 cell filter        ``{"dprag_cell": {"$in": cells}}``, served by a B-tree on
-                   ``cmetadata->>'dprag_cell'`` (made by :func:`~langchain_dprag.cells.add_documents`)
+                   ``cmetadata->>'dprag_cell'`` (made by
+                   :func:`~langchain_dprag.cells.add_documents`)
 count, dimension   not counted; ``embedding_length``
 refused            async mode (dprag searches synchronously)
 =================  ================================================================
@@ -40,6 +41,7 @@ from langchain_dprag.stores import (
     VectorSearch,
     own_reading,
     register,
+    tag_documents,
 )
 
 __all__ = ["SUPPORT"]
@@ -85,8 +87,6 @@ def _add(
     store: Any, documents: list[Document], partition: PublicPartition, ids: list[str] | None
 ) -> list[str]:
     """Tagged documents added with the vectors already computed, then the B-tree on the cell."""
-    from langchain_dprag.cells import tag_documents
-
     tagged, vectors = tag_documents(store, documents, partition)
     texts = [d.page_content for d in tagged]
     metadatas = [d.metadata for d in tagged]

@@ -41,6 +41,7 @@ from langchain_dprag.stores import (
     VectorSearch,
     own_reading,
     register,
+    tag_documents,
 )
 
 __all__ = ["SUPPORT"]
@@ -125,8 +126,6 @@ def _add(
 ) -> list[str]:
     """Tagged documents added, then a payload index on the cell (a server; not local mode)."""
     from qdrant_client import models
-
-    from langchain_dprag.cells import tag_documents
 
     tagged, _ = tag_documents(store, documents, partition)
     added = list(store.add_documents(tagged, ids=ids))
