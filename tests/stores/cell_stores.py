@@ -28,7 +28,15 @@ LC_CELL_KINDS = (
     "lancedb_l2",
     "milvus_cosine",
 )
-LI_CELL_KINDS = ("simple", "faiss", "chroma_cosine", "pgvector", "qdrant_cosine", "lancedb_l2")
+LI_CELL_KINDS = (
+    "simple",
+    "faiss",
+    "chroma_cosine",
+    "pgvector",
+    "qdrant_cosine",
+    "lancedb_l2",
+    "milvus_cosine",
+)
 
 
 class RowEmbeddings(Embeddings):

@@ -59,6 +59,9 @@ LI_KINDS = (
     "qdrant_dot",
     "qdrant_euclid",
     "lancedb_l2",
+    "milvus_ip",
+    "milvus_cosine",
+    "milvus_l2",
 )
 
 
@@ -383,6 +386,11 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
         return LanceDBVectorStore(
             uri=tempfile.mkdtemp(prefix="dprag-lance-"), table_name=_name(), **options
         )
+    if store == "milvus":
+        from milvus_stores import li_milvus
+
+        folder = Path(tempfile.mkdtemp(prefix="dprag-milvus-"))
+        return li_milvus(folder, DIM, metric=MILVUS_METRICS[metric])
     raise ValueError(kind)
 
 
