@@ -12,11 +12,9 @@ cell filter        ``where={"dprag_cell": {"$in": cells}}`` (no size limit: only
 count, dimension   the collection's ``count()``, one stored vector
 =================  ================================================================
 
-Private attributes read: ``_collection`` (the chromadb collection: langchain-chroma
-has no public accessor for it; its vectors, count and space are read through
-chromadb's public API) and ``_embedding_function`` (its ``embeddings``
-property raises nothing when it is None, but dprag must tell a missing one
-apart to refuse it).
+Private attribute read: ``_collection`` (the chromadb collection: langchain-chroma
+has no public accessor for it; its vectors, count and space are then read
+through chromadb's public API). The embeddings are its public ``embeddings``.
 
 >>> SUPPORT.partitioned
 'Chroma'
@@ -48,7 +46,7 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
     space = clients.chroma_space(store._collection)
     name = f"Chroma (space {space!r})"
     metric = clients.CHROMA_METRICS.get(space)
-    if store._embedding_function is None:
+    if store.embeddings is None:
         refused = (
             "it has no embedding function, and dprag embeds the question to rank the "
             "stored vectors exactly. Fix: Chroma(..., embedding_function=the embeddings "
@@ -63,7 +61,7 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
     facts = StoreFacts(name, metric=metric, exact=clients.CHROMA_EXACT)
     return StoreReading(
         facts,
-        embed=store._embedding_function.embed_query,
+        embed=store.embeddings.embed_query,
         search=partial(_search, store, metric),
         cell_filter=lambda cells: cell_search.chroma_where(cells.key, cells.cells),
         equals=lambda key, value: {key: {"$eq": value}},

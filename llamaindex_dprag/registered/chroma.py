@@ -13,11 +13,10 @@ cell filter        ``where={"dprag_cell": {"$in": cells}}`` with the query's own
 count              the collection's ``count()``
 =================  ================================================================
 
-Private attributes read: ``_collection`` (the chromadb collection: the store
-exposes it only as ``client``, whose name older versions do not share) and
-the integration's ``_to_chroma_filter`` (how it turns metadata filters into a
-``where``: the store has no public function for it, and dprag must read the
-same nodes the store's own query would).
+Private attribute read: the integration's ``_to_chroma_filter`` (how it turns
+metadata filters into a ``where``: the store has no public function for it,
+and dprag must read the same nodes the store's own query would). The
+collection is its public ``client``.
 
 >>> SUPPORT.label
 'ChromaVectorStore'
@@ -47,12 +46,12 @@ __all__ = ["SUPPORT"]
 
 
 def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
-    space = clients.chroma_space(store._collection)
+    space = clients.chroma_space(store.client)
     metric = clients.CHROMA_METRICS.get(space)
     name = f"ChromaVectorStore (space {space!r})"
     if metric is None:
         return own_query(store, StoreFacts(name))
-    too_large = None if partition is not None else clients.chroma_too_large(store._collection)
+    too_large = None if partition is not None else clients.chroma_too_large(store.client)
     if too_large is not None:
         return own_query(store, StoreFacts(name, refused=too_large))
     facts = StoreFacts(name, metric=metric, exact=clients.CHROMA_EXACT)
@@ -76,7 +75,7 @@ def _querier(store: Any, metric: str, restriction: Cells | None) -> Query:
         if key not in scans:  # one question per querier; a new one rescans
             scans.clear()
             scans[key] = clients.ChromaScan(
-                store._collection, metric, list(q.query_embedding or ()), where
+                store.client, metric, list(q.query_embedding or ()), where
             )
         first = scans[key].first(q.similarity_top_k)
         return VectorStoreQueryResult(
@@ -93,7 +92,7 @@ SUPPORT = register(
         ("llama_index.vector_stores.chroma.base.ChromaVectorStore",),
         "ChromaVectorStore",
         _read,
-        count=lambda store: int(store._collection.count()),
+        count=lambda store: int(store.client.count()),
         partitioned="ChromaVectorStore",
     )
 )

@@ -10,9 +10,7 @@ cell filter        the partition's ``IndexIVFFlat``
 count              ``ntotal`` of its index
 =================  ================================================================
 
-Private attribute read: ``_faiss_index`` (the index; its public ``client``
-property returns the same object, read as ``_faiss_index`` for older
-versions).
+No private attribute is read: its public ``client`` is the FAISS index.
 
 >>> SUPPORT.partitioned
 'FaissVectorStore (partitioned_faiss_store)'
@@ -36,7 +34,7 @@ __all__ = ["SUPPORT"]
 
 def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
     if partition is not None:
-        index = store._faiss_index
+        index = store.client
         problem = cell_search.faiss_partition_problem(index, partition)
         if problem is not None:
             raise refusal(f"FaissVectorStore ({type(index).__name__})", problem,
@@ -46,7 +44,7 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
         return StoreReading(
             facts, lambda cells: _in_lists(store, cells), cell_filter=_cells, filters=False
         )
-    index = clients.faiss_index(store._faiss_index)
+    index = clients.faiss_index(store.client)
     name = f"FaissVectorStore ({index.kind})"
     if not index.flat:
         refused = (
@@ -71,7 +69,7 @@ def _in_lists(store: Any, cells: Cells) -> Query:
     def query(q: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         vector = np.asarray(q.query_embedding or (), dtype=np.float32)
         scores, rows = cell_search.faiss_search(
-            store._faiss_index, vector, cells.cells, q.similarity_top_k
+            store.client, vector, cells.cells, q.similarity_top_k
         )
         return VectorStoreQueryResult(similarities=scores.tolist(), ids=[str(i) for i in rows])
 
@@ -83,7 +81,7 @@ SUPPORT = register(
         ("llama_index.vector_stores.faiss.base.FaissVectorStore",),
         "FaissVectorStore (flat index)",
         _read,
-        count=lambda store: int(store._faiss_index.ntotal),
+        count=lambda store: int(store.client.ntotal),
         partitioned="FaissVectorStore (partitioned_faiss_store)",
     )
 )

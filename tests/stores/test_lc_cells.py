@@ -23,7 +23,6 @@ from cell_cases import (
     Row,
     adaptive_probe,
     adaptive_rows,
-    at,
     axes,
     case_rows,
     quiet_faiss,
@@ -64,23 +63,6 @@ def _random_rows(n: int = 60, seed: int = 7) -> list[Row]:
     x = np.random.default_rng(seed).normal(size=(n, 8))
     x /= np.linalg.norm(x, axis=1, keepdims=True)  # unit: every metric ranks as the cosine
     return [Row(f"r{i:02d}", f"r{i:02d}", f"Q:0 r{i:02d}", tuple(v)) for i, v in enumerate(x)]
-
-
-@pytest.mark.parametrize("kind", LC_CELL_KINDS)
-def test_partitioned_search_is_the_exact_ranking_of_the_probed_cells(
-    request: pytest.FixtureRequest, kind: str
-) -> None:
-    rows = _random_rows()
-    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
-    store = lc_cell_store(kind, rows, partition, _pg(request, kind))
-    opened = open_store(store, reading=partitioned_reading(store, partition))
-    assert "2 cells a question probes" in opened.exact and "partitioned" in opened.name
-    found = opened.searcher()(QUESTION, 10)
-    by_text = {r.text: r.id for r in rows}
-    assert [by_text[d.page_content] for d, _ in found] == brute_force_in_cells(rows, partition, 10)
-    cells = set(partition.probe(np.asarray(at(30.0))))
-    if kind != "faiss":  # FAISS keeps the cell as the list, not in metadata
-        assert all(d.metadata[CELL_KEY] in cells for d, _ in found)
 
 
 def _chain_units(

@@ -67,27 +67,6 @@ def _index(
     return li_cell_index(kind, rows, partition, _pg(request, kind))
 
 
-@pytest.mark.parametrize("kind", LI_CELL_KINDS)
-def test_partitioned_query_is_the_exact_ranking_of_the_probed_cells(
-    request: pytest.FixtureRequest, kind: str
-) -> None:
-    x = np.random.default_rng(8).normal(size=(60, 8))
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
-    rows = [Row(f"r{i:02d}", f"r{i:02d}", f"Q:0 r{i:02d}", tuple(v)) for i, v in enumerate(x)]
-    partition = PublicPartition.random(dim=8, cells=6, probes=2, seed=4)
-    source = IndexSource(
-        _index(request, kind, rows, partition),
-        partition=partition,
-        score_direction=DIRECTION.get(kind),
-    )
-    assert "2 cells a question probes" in source.exact
-    found = source.bind(QUESTION)(QUESTION, 10)
-    by_text = {r.text: r.id for r in rows}
-    assert [by_text[d.text.split("\n")[-1]] for d in found] == brute_force_in_cells(
-        rows, partition, 10
-    )
-
-
 def test_lancedb_nodes_inserted_after_the_cell_index_are_ranked_exactly() -> None:
     x = np.random.default_rng(13).normal(size=(120, 8))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
