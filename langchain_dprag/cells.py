@@ -43,7 +43,6 @@ from langchain_dprag.stores import (
     STORES,
     LangChainStore,
     StoreReading,
-    partitioned_stores,
     read_store,
     tag_documents,
 )
@@ -115,7 +114,7 @@ def add_documents(
         raise refusal(
             type(store).__name__,
             "it is not a store dprag partitions",
-            f"use one of {partitioned_stores()}",
+            f"use one of {STORES.labels(partitioned=True)}",
         )
     docs = list(documents)
     id_list = None if ids is None else list(ids)

@@ -56,10 +56,8 @@ __all__ = [
     "Search",
     "StoreReading",
     "VectorSearch",
-    "partitioned_stores",
     "read_store",
     "register",
-    "supported_stores",
     "tag_documents",
 ]
 
@@ -147,25 +145,8 @@ STORES: StoreRegistry[StoreReading] = StoreRegistry(
 )
 """The LangChain registrations (dprag's own are imported on first use)."""
 
-
-def register(support: LangChainStore) -> LangChainStore:
-    """Register ``support`` (its classes must not be registered yet); returns it.
-
-    >>> STORES.lookup(object()) is None
-    True
-    """
-    STORES.register(support)
-    return support
-
-
-def supported_stores() -> str:
-    """The registered stores, as refusals list them."""
-    return STORES.labels()
-
-
-def partitioned_stores() -> str:
-    """The registered stores whose search can be restricted to cells."""
-    return STORES.labels(partitioned=True)
+register = STORES.register
+"""Register a :class:`LangChainStore` (its classes must not be registered yet); returns it."""
 
 
 def own_reading(store: Any, facts: StoreFacts) -> StoreReading:
@@ -190,7 +171,7 @@ def read_store(store: VectorStore, partition: PublicPartition | None = None) -> 
         raise refusal(
             type(store).__name__,
             "dprag cannot search its cells",
-            f"use one of {partitioned_stores()}",
+            f"use one of {STORES.labels(partitioned=True)}",
         )
     reading = support.read(store, partition)
     facts = reading.facts

@@ -69,7 +69,7 @@ from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import missing_extra
 from langchain_dprag.dimensions import check_dimension, check_not_empty
 from langchain_dprag.embeddings import NormalizedEmbeddings
-from langchain_dprag.stores import Search, StoreReading, read_store, supported_stores
+from langchain_dprag.stores import STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ def _score_function(facts: StoreFacts, given: ScoreFunction | None) -> ScoreFunc
             raise refusal(
                 facts.store,
                 "dprag cannot establish what its raw scores are (a similarity or a distance, "
-                f"which metric): it is not a store it reads ({supported_stores()}) in a "
+                f"which metric): it is not a store it reads ({STORES.labels()}) in a "
                 "configuration it knows",
                 _DECLARE,
             )
@@ -312,7 +312,7 @@ def open_store(
         facts,
         scores=score_function is not None,
         exact=exact_search,
-        supported=supported_stores(),
+        supported=STORES.labels(),
         fix=_DECLARE,
     )
     exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)

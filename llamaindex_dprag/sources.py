@@ -82,11 +82,11 @@ from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import strict_bool
 from llamaindex_dprag.cells import partitioned_reading
 from llamaindex_dprag.stores import (
+    STORES,
     Query,
     StoreReading,
     read_vector_store,
     stored_count,
-    supported_stores,
 )
 from llamaindex_dprag.units import (
     ScoreDirection,
@@ -144,7 +144,7 @@ def _direction(reading: StoreReading, given: str | None) -> str:
             raise refusal(
                 facts.store,
                 "dprag cannot establish what its similarities are (a similarity or a "
-                f"distance): it reads {supported_stores()}",
+                f"distance): it reads {STORES.labels()}",
                 _DIRECTION_FIX,
             )
         return given
@@ -266,7 +266,7 @@ class IndexSource(_Conversion):
             facts,
             scores=score_direction is not None,
             exact=exact_search,
-            supported=supported_stores(),
+            supported=STORES.labels(),
             fix=f"declare both: {_DIRECTION_FIX}; and {_EXACT_FIX.removeprefix('pass ')}",
         )
         self.exact = exactness(facts, declared=exact_search, fix=_EXACT_FIX)

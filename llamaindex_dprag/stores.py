@@ -52,12 +52,10 @@ __all__ = [
     "StoreReading",
     "metadata_cells",
     "narrowed",
-    "partitioned_stores",
     "read_vector_store",
     "register",
     "stored_count",
     "stored_node",
-    "supported_stores",
 ]
 
 Query = Callable[..., VectorStoreQueryResult]
@@ -106,21 +104,8 @@ STORES: StoreRegistry[StoreReading] = StoreRegistry(
 )
 """The LlamaIndex registrations (dprag's own are imported on first use)."""
 
-
-def register(support: LlamaIndexStore) -> LlamaIndexStore:
-    """Register ``support`` (its classes must not be registered yet); returns it."""
-    STORES.register(support)
-    return support
-
-
-def supported_stores() -> str:
-    """The registered stores, as refusals list them."""
-    return STORES.labels()
-
-
-def partitioned_stores() -> str:
-    """The registered stores whose query can be restricted to cells."""
-    return STORES.labels(partitioned=True)
+register = STORES.register
+"""Register a :class:`LlamaIndexStore` (its classes must not be registered yet); returns it."""
 
 
 def own_query(store: Any, facts: StoreFacts, *, filters: bool = True) -> StoreReading:
@@ -158,7 +143,7 @@ def read_vector_store(vector_store: Any, partition: PublicPartition | None = Non
     partition = check_partition(partition)
     if support is None or support.partitioned is None:
         raise refusal(type(vector_store).__name__, "dprag cannot query its cells",
-                      f"use one of {partitioned_stores()}")  # fmt: skip
+                      f"use one of {STORES.labels(partitioned=True)}")  # fmt: skip
     reading = support.read(vector_store, partition)
     facts = reading.facts
     if facts.refused is not None or facts.metric is None:  # the source says why

@@ -50,6 +50,7 @@ from dprag_core.retrieval.cells import CELL_KEY, PublicPartition
 __all__ = ["Cells", "StoreRegistry", "StoreSupport", "class_path"]
 
 R = TypeVar("R")
+S = TypeVar("S", bound="StoreSupport[Any]")
 
 
 def class_path(cls: type) -> str:
@@ -135,7 +136,7 @@ class StoreRegistry(Generic[R]):
             for module in self._builtins:
                 importlib.import_module(module)
 
-    def register(self, support: StoreSupport[R]) -> StoreSupport[R]:
+    def register(self, support: S) -> S:
         """Add ``support``; ValueError if one of its classes is registered already."""
         if not isinstance(support, StoreSupport):
             raise TypeError(f"support must be a StoreSupport, got {type(support).__name__}")

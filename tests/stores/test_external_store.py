@@ -230,8 +230,8 @@ class TestListVectorStore(LlamaIndexStoreSuite):
 def test_both_frameworks_accept_it_and_list_it() -> None:
     assert lc.STORES.lookup(ListStore(TestListStore().embeddings([]))) is LC_SUPPORT
     assert li.STORES.lookup(ListVectorStore()) is LI_SUPPORT
-    assert "ListStore (tests)" in lc.supported_stores()
-    assert "ListVectorStore" in li.partitioned_stores()
+    assert "ListStore (tests)" in lc.STORES.labels()
+    assert "ListVectorStore" in li.STORES.labels(partitioned=True)
 
 
 # -- the kit fails stores that break what it checks ----------------------------------------
