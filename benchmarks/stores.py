@@ -5,13 +5,14 @@ per-query latency p50 and p99):
 
 - ``exact``: dprag's exact search, the store table's (``langchain_dprag.stores``):
   FAISS flat, Chroma's stored vectors read and ranked (it has no exact mode),
-  Qdrant ``exact=True``, pgvector with index scans off, LanceDB's flat scan;
+  Qdrant ``exact=True``, pgvector with index scans off, LanceDB's flat scan,
+  Milvus Lite's FLAT index;
 - ``partitioned``: dprag's partitioned search (``partition=``: a public
   partition, exact in the probed cells: ``langchain_dprag.cells``);
 - ``own approx``: the store's own approximate search: FAISS ``IndexIVFFlat``
   trained on the data (same lists and probes), Chroma's HNSW, pgvector's HNSW
-  index, LanceDB's IVF-PQ index; Qdrant local mode has no approximate index
-  (it scans every point), so its own search is that scan;
+  index, LanceDB's IVF-PQ index, Milvus Lite's HNSW index; Qdrant local mode
+  has no approximate index (it scans every point), so its own search is that scan;
 - ``own exact``: the store's own exact scan called directly (the bound the exact
   path is held to: within 1.5x).
 
@@ -27,7 +28,7 @@ count is the smallest reaching ``--target-recall`` on public queries over that
 public sample (a public choice too).
 
     OMP_NUM_THREADS=1 python benchmarks/stores.py [--stores faiss chroma qdrant pgvector
-        lancedb] [--sizes 10000 100000] [--queries 50] [--quick --out DIR]
+        lancedb milvus] [--sizes 10000 100000] [--queries 50] [--quick --out DIR]
 
 Prints, per store and size, one line that scripts read,
 ``<store> N=<n> exact_p50_ms=<x> partitioned_p50_ms=<y> own_approx_p50_ms=<z> recall@10=<r>``
@@ -59,7 +60,7 @@ from dprag_core.retrieval.cells import PublicPartition
 from langchain_dprag.cells import add_documents, partitioned_faiss, partitioned_reading
 from langchain_dprag.vectorstores import open_store
 
-STORES = ("faiss", "chroma", "qdrant", "pgvector", "lancedb")
+STORES = ("faiss", "chroma", "qdrant", "pgvector", "lancedb", "milvus")
 K = 10
 BATCH = 5000
 
@@ -356,12 +357,51 @@ def build_lancedb(vectors: np.ndarray, emb: Table, partition: PublicPartition, u
     return Built(exact, part, own_approx, own_exact, notes=["own approx: IVF-PQ index"])
 
 
+def build_milvus(vectors: np.ndarray, emb: Table, partition: PublicPartition, url: str) -> Built:
+    from langchain_milvus import Milvus
+    from pymilvus import connections
+
+    folder = tempfile.mkdtemp(prefix="bench-milvus-")
+
+    def store(name: str, index: dict[str, Any]) -> Any:
+        uri = f"{folder}/{name}.db"
+        made = Milvus(
+            emb,
+            collection_name=name,
+            connection_args={"uri": uri},
+            index_params={"metric_type": "COSINE", **index},
+        )
+        # langchain-milvus 0.3.3 reads its collection through the ORM under the client's
+        # alias, which pymilvus >= 2.6.10 no longer registers (langchain-milvus issue 130)
+        connections.connect(alias=made.alias, uri=uri)
+        return made
+
+    flat = store("flat", {"index_type": "FLAT"})
+    _fill(flat, len(vectors), partition)
+    flat.client.flush("flat")
+    exact, part = _searchers(flat, partition)
+    hnsw = store("hnsw", {"index_type": "HNSW", "params": {"M": 16, "efConstruction": 200}})
+    for start in range(0, len(vectors), BATCH):
+        docs = _docs(start, min(start + BATCH, len(vectors)))
+        hnsw.add_documents(docs, ids=[str(d.id) for d in docs])
+    hnsw.client.flush("hnsw")  # sealed segments get their HNSW index
+
+    return Built(
+        exact,
+        part,
+        lambda q: _rows(hnsw.similarity_search_with_score(q, k=K)),
+        lambda q: _rows(flat.similarity_search_with_score(q, k=K)),
+        notes=["Milvus Lite (embedded); own approx: HNSW index (M 16, ef 64)"],
+    )
+
+
 BUILDERS = {
     "faiss": build_faiss,
     "chroma": build_chroma,
     "qdrant": build_qdrant,
     "pgvector": build_pgvector,
     "lancedb": build_lancedb,
+    "milvus": build_milvus,
 }
 
 

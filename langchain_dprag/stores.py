@@ -131,7 +131,16 @@ STORES: StoreRegistry[StoreReading] = StoreRegistry(
     "langchain",
     builtins=tuple(
         f"langchain_dprag.registered.{name}"
-        for name in ("in_memory", "faiss", "chroma", "pgvector", "pgvector_v2", "qdrant", "lancedb")
+        for name in (
+            "in_memory",
+            "faiss",
+            "chroma",
+            "pgvector",
+            "pgvector_v2",
+            "qdrant",
+            "lancedb",
+            "milvus",
+        )
     ),
 )
 """The LangChain registrations (dprag's own are imported on first use)."""

@@ -99,7 +99,7 @@ STORES: StoreRegistry[StoreReading] = StoreRegistry(
     "llamaindex",
     builtins=tuple(
         f"llamaindex_dprag.registered.{name}"
-        for name in ("simple", "faiss", "chroma", "pgvector", "qdrant", "lancedb")
+        for name in ("simple", "faiss", "chroma", "pgvector", "qdrant", "lancedb", "milvus")
     ),
 )
 """The LlamaIndex registrations (dprag's own are imported on first use)."""

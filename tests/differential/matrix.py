@@ -273,6 +273,7 @@ def _stores() -> list[StoreRow]:
         StoreRow("lc-chroma", "langchain", lc_kind("chroma_cosine"), refuses=no_surrogate),
         StoreRow("lc-qdrant", "langchain", lc_kind("qdrant_cosine")),
         StoreRow("lc-lancedb", "langchain", lc_kind("lancedb_l2"), refuses=no_surrogate),
+        StoreRow("lc-milvus", "langchain", lc_kind("milvus_cosine"), refuses=no_surrogate),
         StoreRow("lc-pgvector", "langchain", lc_kind("pgvector_cosine"), postgres=True,
                  refuses=postgres),
         # langchain-postgres's PGVectorStore v2, read with its own distance strategy; and
@@ -294,6 +295,7 @@ def _stores() -> list[StoreRow]:
         StoreRow("li-chroma", "llamaindex", li_kind("chroma_cosine"), options=distance,
                  score=lambda c: c - 1.0, score_range=(-2.0, 0.0), refuses=no_surrogate),
         StoreRow("li-qdrant", "llamaindex", li_kind("qdrant_cosine")),
+        StoreRow("li-milvus", "llamaindex", li_kind("milvus_cosine"), refuses=no_surrogate),
         StoreRow("li-lancedb", "llamaindex", li_kind("lancedb_l2"), options=distance,
                  score=lambda c: 2.0 * c - 2.0, score_range=(-4.0, 0.0), refuses=no_surrogate),
         StoreRow("li-pgvector", "llamaindex", li_kind("pgvector"), postgres=True,

@@ -15,7 +15,7 @@ import numpy as np
 from cell_cases import DIM, QUERY, QUESTION, Row
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from store_cases import QDRANT_DISTANCES, li_vector_store
+from store_cases import MILVUS_METRICS, QDRANT_DISTANCES, li_vector_store
 
 from dprag_core.retrieval.cells import PublicPartition
 
@@ -26,8 +26,17 @@ LC_CELL_KINDS = (
     "pgvector_cosine",
     "qdrant_cosine",
     "lancedb_l2",
+    "milvus_cosine",
 )
-LI_CELL_KINDS = ("simple", "faiss", "chroma_cosine", "pgvector", "qdrant_cosine", "lancedb_l2")
+LI_CELL_KINDS = (
+    "simple",
+    "faiss",
+    "chroma_cosine",
+    "pgvector",
+    "qdrant_cosine",
+    "lancedb_l2",
+    "milvus_cosine",
+)
 
 
 class RowEmbeddings(Embeddings):
@@ -123,6 +132,14 @@ def lc_empty(
             distance=metric,
             mode=lance_mode,
         )
+    if store == "milvus":
+        import tempfile
+        from pathlib import Path
+
+        from milvus_stores import lc_milvus
+
+        folder = Path(tempfile.mkdtemp(prefix="dprag-milvus-"))
+        return lc_milvus(folder, emb, metric=MILVUS_METRICS[metric])
     raise ValueError(kind)
 
 

@@ -16,6 +16,7 @@ import tempfile
 import uuid
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,9 @@ LC_KINDS = (
     "qdrant_dot",
     "qdrant_euclid",
     "lancedb_l2",
+    "milvus_cosine",
+    "milvus_ip",
+    "milvus_l2",
 )
 LI_KINDS = (
     "simple",
@@ -55,11 +59,17 @@ LI_KINDS = (
     "qdrant_dot",
     "qdrant_euclid",
     "lancedb_l2",
+    "milvus_ip",
+    "milvus_cosine",
+    "milvus_l2",
 )
 
 
 PG2_STRATEGIES = {"cosine": "COSINE_DISTANCE", "l2": "EUCLIDEAN", "inner": "INNER_PRODUCT"}
 """langchain-postgres's ``PGVectorStore`` (v2) distance strategies by kind suffix."""
+
+MILVUS_METRICS = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
+"""Milvus's metric types by kind suffix."""
 
 QDRANT_DISTANCES = {"cosine": "Cosine", "dot": "Dot", "euclid": "Euclid", "manhattan": "Manhattan"}
 
@@ -250,6 +260,11 @@ def lc_store(kind: str, rows: list[Row], pg_url: str | None = None, **options: A
         docs, ids = _documents(rows)
         lance.add_documents(docs, ids=ids)
         return lance
+    if store == "milvus":
+        from milvus_stores import lc_milvus
+
+        folder = Path(tempfile.mkdtemp(prefix="dprag-milvus-"))
+        return lc_milvus(folder, emb, _documents(rows)[0], metric=MILVUS_METRICS[metric])
     raise ValueError(kind)
 
 
@@ -371,6 +386,11 @@ def li_vector_store(kind: str, pg_url: str | None = None, **options: Any) -> Any
         return LanceDBVectorStore(
             uri=tempfile.mkdtemp(prefix="dprag-lance-"), table_name=_name(), **options
         )
+    if store == "milvus":
+        from milvus_stores import li_milvus
+
+        folder = Path(tempfile.mkdtemp(prefix="dprag-milvus-"))
+        return li_milvus(folder, DIM, metric=MILVUS_METRICS[metric])
     raise ValueError(kind)
 
 

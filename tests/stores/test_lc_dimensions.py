@@ -27,6 +27,7 @@ EMBEDDING_ATTRIBUTE = {  # where each store keeps its embedding function
     "pgvector": "embedding_function",
     "qdrant": "_embeddings",
     "lancedb": "_embedding",
+    "milvus": "embedding_func",
 }
 
 

@@ -66,6 +66,9 @@ METRICS = {
     "qdrant_dot": "inner_product",
     "qdrant_euclid": "l2",
     "lancedb_l2": "squared_l2",
+    "milvus_cosine": "cosine",
+    "milvus_ip": "inner_product",
+    "milvus_l2": "squared_l2",
 }
 
 

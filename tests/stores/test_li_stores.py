@@ -48,6 +48,9 @@ METRICS = {
     "qdrant_dot": "inner_product",
     "qdrant_euclid": "l2",
     "lancedb_l2": "squared_l2",
+    "milvus_ip": "inner_product",
+    "milvus_cosine": "cosine",
+    "milvus_l2": "squared_l2",
 }
 DISTANCE = {"squared_l2", "cosine_distance", "ip_distance", "l2"}
 
