@@ -55,9 +55,11 @@ class TestDPRetrieverStandard(RetrieversIntegrationTests):
 def test_threshold_charges_before_search(monkeypatch: pytest.MonkeyPatch) -> None:
     store = _store()
     calls: list[int] = []
-    original = store.similarity_search_with_score
+    original = store.similarity_search_with_score_by_vector
     monkeypatch.setattr(
-        store, "similarity_search_with_score", lambda *a, **k: calls.append(1) or original(*a, **k)
+        store,
+        "similarity_search_with_score_by_vector",
+        lambda *a, **k: calls.append(1) or original(*a, **k),
     )
     acc = InMemoryCorpusAccountant(Budget(1.5))
     retriever = DPRetriever(vectorstore=store, epsilon=1.0, accountant=acc, k=3)
