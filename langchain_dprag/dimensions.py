@@ -14,7 +14,9 @@ unknown class, PGVector without ``embedding_length``) is not checked.
 
 An empty store is refused at the same time (:func:`check_not_empty`: the count
 of InMemoryVectorStore, FAISS, Chroma and Qdrant is read; other stores are not
-counted).
+counted), and so is a Chroma collection that records another embedding model
+than the one its embedding function names (:func:`check_embedding_model`,
+:mod:`~dprag_core.retrieval.embedding_record`).
 
 >>> from langchain_core.embeddings import DeterministicFakeEmbedding
 >>> from langchain_core.vectorstores import InMemoryVectorStore
@@ -32,9 +34,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dprag_core.retrieval.embedding_record import (
+    chroma_recorded_model,
+    named_model,
+    refuse_other_model,
+)
 from dprag_core.retrieval.stores import refusal, refuse_empty
 
-__all__ = ["PROBE", "check_dimension", "check_not_empty", "stored_count", "stored_dimension"]
+__all__ = [
+    "PROBE",
+    "check_dimension",
+    "check_embedding_model",
+    "check_not_empty",
+    "stored_count",
+    "stored_dimension",
+]
 
 PROBE = "dprag embedding dimension probe"
 """The public text embedded once when an app is built (no document, no question)."""
@@ -156,3 +170,16 @@ def check_dimension(store: Any, name: str) -> None:
             "charge)",
             "give the store the embedding model its vectors were made with",
         )
+
+
+def check_embedding_model(store: Any, name: str) -> None:
+    """Refuse (``ValueError`` naming ``embedding_function``) a Chroma store whose collection
+    records another embedding model than the one the store's embedding object names
+    (:mod:`~dprag_core.retrieval.embedding_record`); other stores record none."""
+    cls = type(store)
+    if f"{cls.__module__}.{cls.__qualname__}" != "langchain_chroma.vectorstores.Chroma":
+        return
+    recorded = chroma_recorded_model(store._collection)
+    refuse_other_model(
+        name, recorded, named_model(getattr(store, "embeddings", None)), "embedding_function"
+    )

@@ -48,10 +48,18 @@ from typing import Any
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryResult
 
 from dprag_core.retrieval import clients
+from dprag_core.retrieval.embedding_record import chroma_recorded_model
 from dprag_core.retrieval.scores import read_score
 from dprag_core.retrieval.stores import StoreFacts
 
-__all__ = ["SUPPORTED_STORES", "Query", "StoreReading", "read_vector_store", "stored_count"]
+__all__ = [
+    "SUPPORTED_STORES",
+    "Query",
+    "StoreReading",
+    "read_vector_store",
+    "recorded_model",
+    "stored_count",
+]
 
 Query = Callable[..., VectorStoreQueryResult]
 """``query(VectorStoreQuery, **kwargs)``: the store's top k, best first."""
@@ -261,11 +269,23 @@ _TABLE: dict[str, Callable[[Any], StoreReading]] = {
 """The supported classes, by module and name (module docstring)."""
 
 
+_CHROMA = "llama_index.vector_stores.chroma.base.ChromaVectorStore"
+
 _COUNTERS: dict[str, Callable[[Any], int | None]] = {
     "llama_index.core.vector_stores.simple.SimpleVectorStore": lambda s: len(s.data.embedding_dict),
     "llama_index.vector_stores.faiss.base.FaissVectorStore": lambda s: int(s._faiss_index.ntotal),
     "llama_index.vector_stores.chroma.base.ChromaVectorStore": lambda s: int(s._collection.count()),
 }
+
+
+def recorded_model(vector_store: object) -> str | None:
+    """The embedding model ``vector_store`` records having made its vectors, or None: a
+    ChromaVectorStore's collection (:mod:`~dprag_core.retrieval.embedding_record`); the
+    other classes record none."""
+    cls = type(vector_store)
+    if f"{cls.__module__}.{cls.__qualname__}" != _CHROMA:
+        return None
+    return chroma_recorded_model(vector_store._collection)  # type: ignore[attr-defined]
 
 
 def stored_count(vector_store: object) -> int | None:
