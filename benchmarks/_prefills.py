@@ -25,7 +25,7 @@ class RowsBackend(DynamicBackend):
         ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
-        rows = prefill_rows(self._call, ids, mask)
+        rows = prefill_rows(self._call, ids, mask, self._prefix)
         assert rows is not None, "a model whose cache holds keys and values only"
         logits, self._cache = rows
         return logits

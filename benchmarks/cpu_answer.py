@@ -12,11 +12,15 @@ prefill, side by side in one process:
   (:func:`~dprag_core.models.hf_cache.prefill_padded`, what a CPU session runs
   with two or more torch threads);
 - ``rows``: each row prefilled alone, one forward per row
-  (:func:`~dprag_core.models.hf_cache.prefill_rows`, what it runs with one).
+  (:func:`~dprag_core.models.hf_cache.prefill_rows`), every token computed;
+- ``prefix``: the same, the tokens a row shares with the public shared prefix
+  (the chat template's head and the template's text before its records,
+  :class:`~dprag_core.models.hf_cache.SharedPrefix`) computed once: what a CPU
+  session runs with one thread.
 
-The two alternate question by question (same prompts, same seeds), so a
+The three alternate question by question (same prompts, same seeds), so a
 change in the machine's load falls on both. It prints the median wall seconds
-and CPU seconds per answer of each, their ratio, whether both released the same
+and CPU seconds per answer of each, their ratios, whether all released the same
 answers, the load average around the run, and the CPU's bf16 factor: the CPU
 time of one 64x576x1536 matrix product in bfloat16 over float32
 (``dprag_core.models.hf.cpu_has_native_bf16`` decides which dtype a CPU load gets).
@@ -47,7 +51,7 @@ from dprag_core.eval.readers import READERS, load_reader  # noqa: E402
 from dprag_core.eval.synthetic import make_corpus  # noqa: E402
 from dprag_core.eval.workbench import CorpusIndex  # noqa: E402
 from dprag_core.models.hf import ENGINES, HFTokenModel, cpu_has_native_bf16  # noqa: E402
-from dprag_core.models.hf_cache import DynamicBackend, per_row_prefill  # noqa: E402
+from dprag_core.models.hf_cache import DynamicBackend, SharedPrefix, per_row_prefill  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 
 sys.path[:0] = [str(ROOT / "benchmarks")]
@@ -55,9 +59,13 @@ from _mechanisms import answer_key_of, per_answer_budget  # noqa: E402
 from _prefills import BatchedBackend, RowsBackend  # noqa: E402
 
 
-def with_backend(model: HFTokenModel, kind: type[DynamicBackend]) -> None:
-    """Make ``model``'s sessions use ``kind`` (the eager engine's layout either way)."""
-    model._spec = replace(ENGINES["eager"], backend=lambda owner: kind(owner._call, owner.device))
+def with_backend(
+    model: HFTokenModel, kind: type[DynamicBackend], prefix: SharedPrefix | None
+) -> None:
+    """Make ``model``'s sessions use ``kind`` and ``prefix`` (the eager engine's layout)."""
+    model._spec = replace(
+        ENGINES["eager"], backend=lambda owner: kind(owner._call, owner.device, prefix)
+    )
 
 
 def bf16_factor(repeats: int = 20) -> float:
@@ -103,14 +111,18 @@ def main() -> None:
         **reader.voting_prompts(),
     )
     app = PrivateRAG(mech, index, accountant=per_answer_budget())
-    paths: dict[str, type[DynamicBackend]] = {"batched": BatchedBackend, "rows": RowsBackend}
+    paths: dict[str, tuple[type[DynamicBackend], SharedPrefix | None]] = {
+        "batched": (BatchedBackend, None),
+        "rows": (RowsBackend, None),
+        "prefix": (RowsBackend, token_model._prefix),
+    }
     wall: dict[str, list[float]] = {name: [] for name in paths}
     cpu: dict[str, list[float]] = {name: [] for name in paths}
     answers: dict[str, list[Any]] = {name: [] for name in paths}
     loads = [os.getloadavg()[0]]
     for i, item in enumerate(items):
-        for name, kind in paths.items():
-            with_backend(token_model, kind)
+        for name, (kind, prefix) in paths.items():
+            with_backend(token_model, kind, prefix)
             start, start_cpu = time.perf_counter(), time.process_time()
             answer = app.answer(item.question, rng=args.seed + i)
             wall[name].append(time.perf_counter() - start)
@@ -135,11 +147,13 @@ def main() -> None:
             f"{name:>7} prefill: {med[name]:.1f} s per answer (median wall), "
             f"{med_cpu[name]:.1f} CPU-s"
         )
+    same = answers["batched"] == answers["rows"] == answers["prefix"]
     print(
         f"batched / rows: {med['batched'] / med['rows']:.3f} wall, "
-        f"{med_cpu['batched'] / med_cpu['rows']:.3f} CPU; same answers: "
-        f"{answers['batched'] == answers['rows']}; a CPU session with {args.threads} "
-        f"threads prefills {'rows' if per_row_prefill(torch.device('cpu')) else 'batched'}"
+        f"{med_cpu['batched'] / med_cpu['rows']:.3f} CPU; prefix / rows: "
+        f"{med['prefix'] / med['rows']:.3f} wall, {med_cpu['prefix'] / med_cpu['rows']:.3f} CPU; "
+        f"same answers: {same}; a CPU session with {args.threads} threads prefills "
+        f"{'rows (shared prefix once)' if per_row_prefill(torch.device('cpu')) else 'batched'}"
     )
     print(f"bf16 / float32 CPU time of one 64x576x1536 product: {bf16_factor():.1f}x")
 

@@ -12,7 +12,9 @@ not checked.
 
 An empty store is refused at the same time (:func:`check_not_empty`: its
 registration's ``count``; stores whose registration does not count are not
-counted).
+counted), and so is a store that records another embedding model than the one
+its embedding function names (:func:`check_embedding_model`: its registration's
+``recorded_model``, Chroma's; :mod:`~dprag_core.retrieval.embedding_record`).
 
 >>> from langchain_core.embeddings import DeterministicFakeEmbedding
 >>> from langchain_core.vectorstores import InMemoryVectorStore
@@ -29,10 +31,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from dprag_core.retrieval.embedding_record import named_model, refuse_other_model
 from dprag_core.retrieval.stores import refusal, refuse_empty
 from langchain_dprag.stores import STORES
 
-__all__ = ["PROBE", "check_dimension", "check_not_empty", "stored_count", "stored_dimension"]
+__all__ = [
+    "PROBE",
+    "check_dimension",
+    "check_embedding_model",
+    "check_not_empty",
+    "stored_count",
+    "stored_dimension",
+]
 
 PROBE = "dprag embedding dimension probe"
 """The public text embedded once when an app is built (no document, no question)."""
@@ -76,3 +86,14 @@ def check_dimension(store: Any, name: str) -> None:
             "charge)",
             "give the store the embedding model its vectors were made with",
         )
+
+
+def check_embedding_model(store: Any, name: str) -> None:
+    """Refuse (``ValueError`` naming ``embedding_function``) a store that records another
+    embedding model than the one the store's embedding object names (its registration's
+    ``recorded_model``, :mod:`~dprag_core.retrieval.embedding_record`); stores that record
+    none are not checked."""
+    recorded = STORES.recorded_model(store)
+    refuse_other_model(
+        name, recorded, named_model(getattr(store, "embeddings", None)), "embedding_function"
+    )

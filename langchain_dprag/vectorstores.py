@@ -67,7 +67,7 @@ from dprag_core.retrieval.stores import (
 )
 from dprag_core.retrieval.ties import tie_complete
 from dprag_core.validation import missing_extra
-from langchain_dprag.dimensions import check_dimension, check_not_empty
+from langchain_dprag.dimensions import check_dimension, check_embedding_model, check_not_empty
 from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import STORES, Search, StoreReading, read_store
 from langchain_dprag.units import document_id
@@ -319,6 +319,7 @@ def open_store(
     function = _score_function(facts, score_function)
     check_not_empty(store, facts.store)  # an empty corpus: refused now, not charged per query
     check_dimension(store, facts.store)  # another embedding model: refused now, not charged
+    check_embedding_model(store, facts.store)  # one the store records: refused now too
     opened = OpenedStore(store, facts, function, exact, reading)
     if function.relevance:
         _relevance(store, facts, function)  # refused now, not at query time

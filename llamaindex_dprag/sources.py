@@ -68,6 +68,7 @@ from dprag_core.retrieval.above import Retriever
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.cells import PublicPartition
 from dprag_core.retrieval.documents import ScoredDocument
+from dprag_core.retrieval.embedding_record import named_model, refuse_other_model
 from dprag_core.retrieval.scores import METRICS, ScoreScale, read_score
 from dprag_core.retrieval.stores import (
     StoreFacts,
@@ -296,6 +297,8 @@ class IndexSource(_Conversion):
             from llama_index.core import Settings
 
             embed_model = Settings.embed_model
+        recorded = STORES.recorded_model(index.vector_store)  # once, before any charge
+        refuse_other_model(facts.store, recorded, named_model(embed_model), "embed_model")
         self.embed_model: Any = embed_model
         self.filters = filters
         self.node_ids = node_ids

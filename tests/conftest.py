@@ -7,12 +7,17 @@ them do not pay for the import.
 from __future__ import annotations
 
 import fcntl
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# gRPC's C core (Milvus Lite's client) logs keepalive GOAWAYs to file descriptor 2 from its
+# own threads, at times no test controls: the harness reads that descriptor as a channel
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 SERVER_WIDE_LOCK = Path(tempfile.gettempdir()) / "dprag-test-postgres-server-wide.lock"
 

@@ -131,5 +131,6 @@ def load_reader(name: str, *, dtype: DType = "float32") -> tuple[HFTokenModel, H
         from dprag_core.eval.workbench import reader_path
 
         folder = str(reader_path())
-    token_model = HFTokenModel.from_pretrained(folder, dtype=dtype)
+    head = READERS[name].template.split("{context}")[0]  # public: before the records
+    token_model = HFTokenModel.from_pretrained(folder, dtype=dtype, shared_prefix=head)
     return token_model, HFTextModel.on(token_model)

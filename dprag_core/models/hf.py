@@ -53,7 +53,10 @@ to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the prefill computes B x
 ``prompt_width`` positions, except on a CPU with one torch thread, where the
 eager engine prefills each row alone, its own tokens only, and lays the rows out
-in the public shape: :func:`~dprag_core.models.hf_cache.per_row_prefill`).
+in the public shape: :func:`~dprag_core.models.hf_cache.per_row_prefill`; there
+the tokens a row shares with the public ``shared_prefix``, the chat template's
+head and the text every prompt starts with, are computed once per model:
+:class:`~dprag_core.models.hf_cache.SharedPrefix`).
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
@@ -92,7 +95,13 @@ from dprag_core.models.envelope import (
     keep_last,
     public_width,
 )
-from dprag_core.models.hf_cache import CacheBackend, DynamicBackend, ModelCall, check_rewindable
+from dprag_core.models.hf_cache import (
+    CacheBackend,
+    DynamicBackend,
+    ModelCall,
+    SharedPrefix,
+    check_rewindable,
+)
 from dprag_core.models.hf_static import (
     StaticBackend,
     StaticBatch,
@@ -402,7 +411,7 @@ class EngineSpec:
 
 
 def _dynamic(owner: HFTokenModel) -> CacheBackend:
-    return DynamicBackend(owner._call, owner.device)
+    return DynamicBackend(owner._call, owner.device, owner._prefix)
 
 
 def _static(owner: HFTokenModel) -> CacheBackend:
@@ -472,6 +481,11 @@ class HFTokenModel(TokenizerCodec):
     client); ``eos_token_ids`` replaces the end set. ``prompt_width`` is the
     public width every session's rows are padded to (the module docstring's
     *batch invariance*; longer prompts keep their last ``prompt_width`` tokens).
+    ``shared_prefix`` is public text the prompts start with (a template's head,
+    before its ``{context}``): the one-thread CPU prefill computes the keys and
+    values of the chat template's head and that text once and reuses them for
+    every row that starts with their tokens
+    (:class:`~dprag_core.models.hf_cache.SharedPrefix`).
 
     >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
@@ -488,6 +502,7 @@ class HFTokenModel(TokenizerCodec):
         engine: Engine = "eager",
         eos_token_ids: Sequence[int] | None = None,
         prompt_width: int | None = None,
+        shared_prefix: str = "",
     ) -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
@@ -512,6 +527,9 @@ class HFTokenModel(TokenizerCodec):
         self._spec = ENGINES[engine]
         self.engine = engine
         self._call = ModelCall(model)
+        if not isinstance(shared_prefix, str):
+            raise TypeError(f"shared_prefix must be a str, got {type(shared_prefix).__name__}")
+        self._prefix = SharedPrefix(self._call, self.prompt_ids(shared_prefix))
         self._pool: StaticPool | None = None
         if self._spec.static:
             check_static_model(model, engine, cuda=self._spec.graphs)
@@ -528,6 +546,7 @@ class HFTokenModel(TokenizerCodec):
         device: str = "cpu",
         engine: Engine = "eager",
         prompt_width: int | None = None,
+        shared_prefix: str = "",
     ) -> HFTokenModel:
         """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
 
@@ -543,7 +562,13 @@ class HFTokenModel(TokenizerCodec):
         model: Any = AutoModelForCausalLM.from_pretrained(
             name_or_path, dtype=tdtype, attn_implementation="sdpa"
         )
-        return cls(model.to(device), tokenizer, engine=engine, prompt_width=prompt_width)
+        return cls(
+            model.to(device),
+            tokenizer,
+            engine=engine,
+            prompt_width=prompt_width,
+            shared_prefix=shared_prefix,
+        )
 
     @property
     def answer_room(self) -> int | None:
@@ -611,8 +636,11 @@ class HFTextModel:
         *,
         engine: Engine = "eager",
         prompt_width: int | None = None,
+        shared_prefix: str = "",
     ) -> None:
-        self.token_model = HFTokenModel(model, tokenizer, engine=engine, prompt_width=prompt_width)
+        self.token_model = HFTokenModel(
+            model, tokenizer, engine=engine, prompt_width=prompt_width, shared_prefix=shared_prefix
+        )
 
     @classmethod
     def on(cls, token_model: HFTokenModel) -> HFTextModel:
@@ -638,11 +666,17 @@ class HFTextModel:
         device: str = "cpu",
         engine: Engine = "eager",
         prompt_width: int | None = None,
+        shared_prefix: str = "",
     ) -> HFTextModel:
         """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
         return cls.on(
             HFTokenModel.from_pretrained(
-                name_or_path, dtype=dtype, device=device, engine=engine, prompt_width=prompt_width
+                name_or_path,
+                dtype=dtype,
+                device=device,
+                engine=engine,
+                prompt_width=prompt_width,
+                shared_prefix=shared_prefix,
             )
         )
 

@@ -60,6 +60,7 @@ __all__ = [
     "CacheBackend",
     "DynamicBackend",
     "ModelCall",
+    "SharedPrefix",
     "cache_argument",
     "check_rewindable",
     "per_row_prefill",
@@ -116,20 +117,72 @@ class ModelCall:
 ALIGNABLE = (DynamicLayer, DynamicSlidingWindowLayer)
 
 
+class SharedPrefix:
+    """Public leading tokens whose keys and values :func:`prefill_rows` computes once.
+
+    ``ids`` are public (the chat template's head and the text a prompt template
+    starts with, :meth:`~dprag_core.models.hf.HFTokenModel.shared_prefix`). A row
+    whose first j tokens are ``ids[:j]`` takes those j positions' keys and values
+    from one forward of ``ids`` alone (computed at the first use and kept: causal
+    attention makes them the same for any continuation) and computes its other
+    tokens only. j is the length of the common start of that row and ``ids`` (at
+    most the row's length minus one, so a forward is left to give its logits): a
+    function of the row's own prompt and public tokens, never of another row, so
+    each row stays a function of its own prompt.
+
+    >>> prefix = SharedPrefix(None, [1, 2, 3])
+    >>> prefix.shared([1, 2, 9, 9]), prefix.shared([1, 2, 3]), prefix.shared([7, 1])
+    (2, 2, 0)
+    """
+
+    def __init__(self, call: ModelCall | None, ids: list[int]) -> None:
+        self._call = call
+        self.ids = list(ids)
+        self._layers: list[tuple[Any, Any]] | None = None  # each layer's keys and values
+
+    def shared(self, row: list[int]) -> int:
+        """How many leading tokens of ``row`` are the prefix's (at most ``len(row) - 1``)."""
+        j = 0
+        for mine, public in zip(row[: len(row) - 1], self.ids, strict=False):
+            if mine != public:
+                break
+            j += 1
+        return j
+
+    def cache(self, length: int, device: torch.device) -> DynamicCache:
+        """A new cache holding the keys and values of the prefix's first ``length`` tokens."""
+        assert self._call is not None, "a prefix built with a model call"
+        config = self._call.model.config
+        if self._layers is None:
+            full = DynamicCache(config=config)
+            ids = torch.tensor([self.ids], dtype=torch.long, device=device)
+            positions = torch.arange(len(self.ids), device=device).view(1, -1)
+            self._call(ids, torch.ones_like(ids), positions, full)
+            layers = [layer for layer in full.layers if isinstance(layer, ALIGNABLE)]
+            self._layers = [(layer.keys, layer.values) for layer in layers]
+        cache = DynamicCache(config=config)
+        with torch.inference_mode():
+            for index, (keys, values) in enumerate(self._layers):
+                cache.update(keys[:, :, :length], values[:, :, :length], index)
+        return cache
+
+
 def prefill_rows(
-    call: ModelCall, ids: torch.Tensor, mask: torch.Tensor
+    call: ModelCall, ids: torch.Tensor, mask: torch.Tensor, prefix: SharedPrefix | None = None
 ) -> tuple[torch.Tensor, DynamicCache] | None:
     """Each row's prompt prefilled alone, laid out as the batched prefill of the [B, W]
     left-padded ``ids`` (``mask``: real tokens) lays it out; None for a model whose cache
     holds more than keys and values (:data:`ALIGNABLE`: recurrent or indexed layers).
 
-    Row r is one [1, n_r] forward of its own n_r tokens (no padding, positions
-    0..n_r - 1): its cache and first logits depend on that row's prompt only,
-    and the prefill computes the rows' real tokens, not B x W positions. Each
-    layer's keys and values are then placed right-aligned in [B, heads, W, dim]
-    (zeros in the padded slots, which the mask closes), the layout and positions
-    of the batched left-padded prefill: decoding goes on batched in the public
-    shape. Returns the [B, logit rows] first logits and the cache.
+    Row r is one [1, n_r - j_r] forward of its own tokens (no padding, positions
+    j_r..n_r - 1), the first j_r positions' keys and values taken from ``prefix``
+    (:meth:`SharedPrefix.shared`: j_r = 0 without one): its cache and first
+    logits depend on that row's prompt and public tokens only, and the prefill
+    computes the rows' real tokens past the public prefix, not B x W positions.
+    Each layer's keys and values are then placed right-aligned in [B, heads, W,
+    dim] (zeros in the padded slots, which the mask closes), the layout and
+    positions of the batched left-padded prefill: decoding goes on batched in
+    the public shape. Returns the [B, logit rows] first logits and the cache.
 
     >>> logits, cache = prefill_rows(ModelCall(model), ids, mask)  # doctest: +SKIP
     """
@@ -139,10 +192,11 @@ def prefill_rows(
         return None
     logits, caches = [], []
     for r, n in enumerate(mask.sum(-1).tolist()):
-        cache = DynamicCache(config=config)
-        positions = torch.arange(n, device=ids.device).view(1, n)
         own = ids[r : r + 1, width - n :]
-        logits.append(call(own, mask[r : r + 1, width - n :], positions, cache))
+        j = prefix.shared(own[0].tolist()) if prefix is not None else 0
+        cache = prefix.cache(j, ids.device) if prefix and j else DynamicCache(config=config)
+        positions = torch.arange(j, n, device=ids.device).view(1, n - j)
+        logits.append(call(own[:, j:], mask[r : r + 1, width - n :], positions, cache))
         caches.append(cache)
     batched = DynamicCache(config=config)
     with torch.inference_mode():
@@ -267,8 +321,10 @@ class DynamicBackend:
     >>> backend = DynamicBackend(ModelCall(model), device)  # doctest: +SKIP
     """
 
-    def __init__(self, call: ModelCall, device: torch.device) -> None:
-        self._call, self._device = call, device
+    def __init__(
+        self, call: ModelCall, device: torch.device, prefix: SharedPrefix | None = None
+    ) -> None:
+        self._call, self._device, self._prefix = call, device, prefix
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Fill a new cache: one batched forward over the public B x W layout
@@ -281,7 +337,8 @@ class DynamicBackend:
         ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
-        rows = prefill_rows(self._call, ids, mask) if per_row_prefill(self._device) else None
+        per_row = per_row_prefill(self._device)
+        rows = prefill_rows(self._call, ids, mask, self._prefix) if per_row else None
         logits, self._cache = rows or prefill_padded(self._call, ids, mask)
         return logits
 

@@ -92,6 +92,9 @@ class StoreSupport(Generic[R]):
     :class:`~dprag_core.retrieval.cells.PublicPartition` whose cells the search
     is restricted to); ``count(store)`` / ``dimension(store)``: how many
     vectors it holds and their dimension (``None``: not read);
+    ``recorded_model(store)``: the embedding model the store records having made
+    its vectors with (``None``: it records none; an app whose embedding object
+    names another is refused when built, :mod:`~dprag_core.retrieval.embedding_record`);
     ``partitioned``: how lists of partitioned stores name it (``None``: its
     search cannot be restricted to cells); ``subclasses``: whether subclasses
     of its classes are read the same way (default False).
@@ -102,6 +105,7 @@ class StoreSupport(Generic[R]):
     read: Callable[[Any, PublicPartition | None], R]
     count: Callable[[Any], int | None] | None = None
     dimension: Callable[[Any], int | None] | None = None
+    recorded_model: Callable[[Any], str | None] | None = None
     partitioned: str | None = None
     subclasses: bool = False
 
@@ -186,3 +190,10 @@ class StoreRegistry(Generic[R]):
         """The dimension of ``store``'s vectors, where its registration reads it (else None)."""
         support = self.lookup(store)
         return None if support is None or support.dimension is None else support.dimension(store)
+
+    def recorded_model(self, store: object) -> str | None:
+        """The embedding model ``store`` records having made its vectors with (else None)."""
+        support = self.lookup(store)
+        if support is None or support.recorded_model is None:
+            return None
+        return support.recorded_model(store)

@@ -30,6 +30,7 @@ from langchain_core.documents import Document
 
 from dprag_core.retrieval import cell_search, clients
 from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.retrieval.embedding_record import chroma_recorded_model
 from dprag_core.retrieval.stores import StoreFacts
 from langchain_dprag.stores import (
     LangChainStore,
@@ -96,6 +97,7 @@ SUPPORT = register(
         _read,
         count=lambda store: int(store._collection.count()),
         dimension=_dimension,
+        recorded_model=lambda store: chroma_recorded_model(store._collection),
         partitioned="Chroma",
     )
 )

@@ -31,6 +31,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 
 from dprag_core.retrieval import cell_search, clients
 from dprag_core.retrieval.cells import PublicPartition
+from dprag_core.retrieval.embedding_record import chroma_recorded_model
 from dprag_core.retrieval.registry import Cells
 from dprag_core.retrieval.stores import StoreFacts
 from llamaindex_dprag.stores import (
@@ -93,6 +94,7 @@ SUPPORT = register(
         "ChromaVectorStore",
         _read,
         count=lambda store: int(store.client.count()),
+        recorded_model=lambda store: chroma_recorded_model(store.client),
         partitioned="ChromaVectorStore",
     )
 )

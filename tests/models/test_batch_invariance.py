@@ -81,16 +81,22 @@ def _traces(model: HFTokenModel, others: list[str]) -> Iterator[torch.Tensor]:
             session.step(int(session.greedy()[0]))
 
 
-def _moved(weights: tuple[Any, Any], engine: str) -> list[float]:
-    model = HFTokenModel(*weights, engine=engine)
+def _moved(weights: tuple[Any, Any], engine: str, prefix: str = "") -> list[float]:
+    model = HFTokenModel(*weights, engine=engine, shared_prefix=prefix)
     first, second = (list(_traces(model, others)) for others in OTHERS)
     return [float((a - b).abs().max()) for a, b in zip(first, second, strict=True)]
 
 
 #: The engines on CPU, the eager one with each of its prefills (``hf_cache.per_row_prefill``:
-#: one batched forward with two or more torch threads, row by row with one), whatever the
-#: threads of this process.
-ENGINES = {"eager": ("eager", False), "eager-rows": ("eager", True), "static": ("static", False)}
+#: one batched forward with two or more torch threads, row by row with one, also with the
+#: prompts' shared head computed once: ``hf_cache.SharedPrefix``), whatever the threads of
+#: this process.
+ENGINES = {
+    "eager": ("eager", False),
+    "eager-rows": ("eager", True),
+    "static": ("static", False),
+}
+SHARED = "Context:\n"  # the head of OWN and OTHERS (the public row shares none of it)
 
 
 def _engine(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -105,6 +111,33 @@ def test_a_rows_logits_ignore_the_other_rows(
 ) -> None:
     engine = _engine(name, monkeypatch)
     assert _moved(weights, engine) == [0.0] * (STEPS + 1)  # bit-identical, every step
+
+
+def test_a_shared_prefix_keeps_the_rows_apart(
+    weights: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine("eager-rows", monkeypatch)
+    assert _moved(weights, engine, SHARED) == [0.0] * (STEPS + 1)
+
+
+def test_a_shared_prefix_gives_each_rows_tokens(
+    weights: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same greedy tokens with and without it, and the prefix computed once is used."""
+    _engine("eager-rows", monkeypatch)
+    prompts = [OWN, *OTHERS[1], PUBLIC]
+    plain = HFTokenModel(*weights)
+    shared = HFTokenModel(*weights, shared_prefix=SHARED)
+    assert len(shared._prefix.ids) > len(plain._prefix.ids)
+    row = shared.prompt_rows([OWN])[0]
+    assert shared._prefix.shared(row) > plain._prefix.shared(row)
+    first, second = plain.prefill(prompts), shared.prefill(prompts)
+    for _ in range(STEPS):
+        assert (first.greedy() == second.greedy()).all()
+        torch.testing.assert_close(second._logits, first._logits, atol=1e-4, rtol=1e-4)
+        token = int(first.greedy()[0])
+        first.step(token)
+        second.step(token)
 
 
 def test_padding_to_the_longest_row_moves_them(monkeypatch: pytest.MonkeyPatch) -> None:
