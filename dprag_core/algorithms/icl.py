@@ -124,7 +124,7 @@ class DPICL(StreamingMechanism):
                     f"missing {attr!r}"
                 )
         self.model = model
-        total = Budget(epsilon, delta)
+        total = Budget(positive_finite("epsilon", epsilon), delta)
         share = positive_finite("selection_share", selection_share)
         if share >= 1.0:
             raise ValueError(f"selection_share must be in (0, 1), got {selection_share!r}")

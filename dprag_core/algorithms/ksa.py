@@ -83,7 +83,7 @@ from dprag_core.prompts import KEYWORDS_TEMPLATE, NO_CONTEXT_TEMPLATE, RAG_TEMPL
 from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.stop_reasons import KEYWORDS, PTR_FAILED
-from dprag_core.validation import positive_int
+from dprag_core.validation import positive_finite, positive_int
 
 __all__ = [
     "DPKSA",
@@ -336,7 +336,7 @@ class DPKSA(_KeywordAnswerer):
             response_tokens=response_tokens,
             answer_tokens=answer_tokens,
         )
-        total = Budget(epsilon, delta)
+        total = Budget(positive_finite("epsilon", epsilon), delta)
         self.parameters: KSAParameters = calibrate_ksa(
             total, epsilon_share=epsilon_share, k_candidates=self.k_max - self.k_min + 1
         )
