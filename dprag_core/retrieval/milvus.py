@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dprag_core.retrieval.stores import StoreFacts
+
 __all__ = [
     "EXACT_INDEXES",
     "MILVUS_EXACT",
@@ -49,6 +51,7 @@ __all__ = [
     "exact_params",
     "field_names",
     "in_expr",
+    "index_facts",
     "index_problem",
     "primary_field",
     "vector_dimension",
@@ -103,6 +106,26 @@ def index_problem(index: MilvusIndex | None) -> str | None:
             "guarantee does not allow)"
         )
     return None
+
+
+def index_facts(store: str, index: MilvusIndex, fix: str) -> StoreFacts:
+    """What ``index`` establishes about the store named ``store``: refused (with ``fix``)
+    unless it scans every vector, no metric where its metric is not a known one, else its
+    metric and the exact search.
+
+    >>> index_facts("Milvus", MilvusIndex("FLAT", "IP"), "-").metric
+    'inner_product'
+    >>> index_facts("Milvus", MilvusIndex("HNSW", "IP"), "use FLAT").refused[-13:]
+    'Fix: use FLAT'
+    """
+    name = f"{store} ({index.index_type} index, metric {index.metric_type})"
+    problem = index_problem(index)
+    if problem is not None:
+        return StoreFacts(name, refused=f"{problem}. Fix: {fix}")
+    metric = MILVUS_METRICS.get(index.metric_type)
+    if metric is None:
+        return StoreFacts(name)
+    return StoreFacts(name, metric=metric, exact=MILVUS_EXACT)
 
 
 def exact_params(index: MilvusIndex) -> dict[str, Any]:

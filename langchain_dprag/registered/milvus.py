@@ -77,23 +77,19 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
             "add_documents), then build the app"
         )
         return own_reading(store, StoreFacts("Milvus (empty)", refused=refused))
-    name = f"Milvus ({index.index_type} index, metric {index.metric_type})"
-    problem = milvus.index_problem(index)
-    if problem is not None:
-        return own_reading(store, StoreFacts(name, refused=f"{problem}. Fix: {_FLAT_FIX}"))
-    metric = milvus.MILVUS_METRICS.get(index.metric_type)
-    if metric is None:
-        return own_reading(store, StoreFacts(name))
+    facts = milvus.index_facts("Milvus", index, _FLAT_FIX)
+    if facts.refused is not None or facts.metric is None:
+        return own_reading(store, facts)
     if partition is not None and not _has_cell(store):
         refused = (
             f"its collection has no {CELL_KEY} field, so its search cannot keep a question's "
             "cells. Fix: add the documents with langchain_dprag.cells.add_documents (the "
             f"first batch creates the field), or Milvus(..., enable_dynamic_field=True)"
         )
-        return own_reading(store, StoreFacts(name, refused=refused))
+        return own_reading(store, StoreFacts(facts.store, refused=refused))
     primary = milvus.primary_field(client, collection)
     return StoreReading(
-        StoreFacts(name, metric=metric, exact=milvus.MILVUS_EXACT),
+        facts,
         embed=store.embeddings.embed_query,
         search=partial(_search, store, milvus.exact_params(index), primary),
         cell_filter=_in_cells,

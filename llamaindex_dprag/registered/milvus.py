@@ -77,15 +77,11 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
             "Fix: build the index (add the nodes) first"
         )
         return _own(store, StoreFacts("MilvusVectorStore (empty)", refused=refused))
-    name = f"MilvusVectorStore ({index.index_type} index, metric {index.metric_type})"
-    problem = milvus.index_problem(index)
-    if problem is not None:
-        return _own(store, StoreFacts(name, refused=f"{problem}. Fix: {_FLAT_FIX}"))
-    metric = milvus.MILVUS_METRICS.get(index.metric_type)
-    if metric is None:
-        return _own(store, StoreFacts(name))
+    facts = milvus.index_facts("MilvusVectorStore", index, _FLAT_FIX)
+    if facts.refused is not None or facts.metric is None:
+        return _own(store, facts)
     return StoreReading(
-        StoreFacts(name, metric=metric, exact=milvus.MILVUS_EXACT),
+        facts,
         partial(_querier, store, milvus.exact_params(index)),
         cell_filter=_in_cells,
         own_query_exact=True,
