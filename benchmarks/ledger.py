@@ -19,7 +19,13 @@ Measured side by side in one run:
    ``--units`` overlapping units each; the targets (at 8 processes: SQLite
    p99 <= 50 ms and PostgreSQL median <= 5 ms with 10 units, PostgreSQL
    median <= 10 ms with 100) and the machine's ``uptime`` (its load
-   average) are printed with them. ``--latency-only`` stops after this part.
+   average) are printed with them. ``--rounds R`` measures each row R
+   times (the two claim ways in turn, their order swapped each round) and
+   sums up with the medians of the rounds; ``--no-variants`` leaves out the
+   two earlier SQLite commit paths; ``--alternate`` runs the two claim ways
+   in one run, query by query in turn (the processes out of step), so both
+   see the same load at the same moments (the queries/s are then the run's);
+   ``--latency-only`` stops after this part.
 2. The durable corpus budget (SQLiteCorpusAccountant, PostgresCorpusAccountant):
    ``--procs`` processes x ``--charges`` charges racing for one budget that
    fits a quarter of them; overspend must be 0 and exactly the budget granted.
@@ -35,7 +41,7 @@ opening a store (with its integrity check), ``status``, the last 20 rows
 size, each the median of 5 reads.
 
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
-    .venv/bin/python benchmarks/ledger.py --latency-only --units 10
+    .venv/bin/python benchmarks/ledger.py --latency-only --no-variants --alternate --units 10
     .venv/bin/python benchmarks/ledger.py --operator 1000000 --units 10
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
@@ -150,7 +156,9 @@ at once and made durable by the charge (``claim(durable=False)``: what the apps 
 
 def latency_worker(
     kind: str, target: str, seed: int, charges: int, units: int, barrier: Any, claim: str = "seen"
-) -> tuple[list[float], float, dict[str, list[float]]]:
+) -> tuple[list[tuple[float, float, str]], float, dict[str, list[float]]]:
+    """``claim``: one of :data:`CLAIMS`, or ``"alternate"``: query by query, in turn (the
+    processes out of step), so both ways see the same machine at the same moments."""
     gen = np.random.default_rng(seed)
     phases = instrument() if kind == "sqlite" else {}
     barrier.wait()  # every process opens at once: opening is timed too
@@ -158,13 +166,15 @@ def latency_worker(
     with open_ledger(kind, target) as led:
         # a library without durable= (an earlier checkout, benchmarks/ledger_compare.py)
         # claims the one way it has
-        seen = claim == "seen" and "durable" in inspect.signature(led.claim).parameters
+        can_defer = "durable" in inspect.signature(led.claim).parameters
         led.remaining(["warm-up"])
         opened = time.perf_counter() - t0
-        times: list[tuple[float, float]] = []
+        times: list[tuple[float, float, str]] = []
         for i in range(charges):
             batch = [f"u{j}" for j in gen.choice(POOL, size=units, replace=False)]
             qid = f"s{seed}-q{i}"
+            way = CLAIMS[(i + seed) % 2] if claim == "alternate" else claim
+            seen = way == "seen" and can_defer
             t0 = time.perf_counter()
             if seen:  # before the query's private section, as every query does
                 led.claim(qid, durable=False)
@@ -174,7 +184,7 @@ def latency_worker(
             granted = led.charge(qid, batch, 0.001).granted  # inside it, before the release
             if seen:
                 led.settle()  # before the release: free, the charge's commit carried the claim
-            times.append((t1 - t0, time.perf_counter() - t0))
+            times.append((t1 - t0, time.perf_counter() - t0, way))
             assert granted
     return times, opened, phases
 
@@ -189,27 +199,41 @@ def in_processes(procs: int, target: Any, args: list[tuple[Any, ...]]) -> list[A
 def latency(
     kind: str, target: str, procs: int, charges: int, units: int, claim: str = "seen"
 ) -> dict[str, float]:
+    """The figures of ``procs`` processes x ``charges`` queries claimed ``claim``'s way."""
+    return latencies(kind, target, procs, charges, units, claim)[claim]
+
+
+def latencies(
+    kind: str, target: str, procs: int, charges: int, units: int, claim: str = "seen"
+) -> dict[str, dict[str, float]]:
+    """The figures of one run, by the way its queries were claimed (both for ``"alternate"``:
+    queries/s and SQLite's phases are then the whole run's)."""
     open_ledger(kind, target, create=True).close()  # schema
     t0 = time.perf_counter()
     barrier = mp.get_context("fork").Manager().Barrier(procs)  # workers are always children:
     args = [(kind, target, s, charges, units, barrier, claim) for s in range(1, procs + 1)]
     results = in_processes(procs, latency_worker, args)  # the busy-handler switch stays there
     wall = time.perf_counter() - t0
-    pairs = np.array([t for times, _, _ in results for t in times]) * 1e3
-    ms, claim = pairs[:, 1], pairs[:, 0]  # a query's claim + charge; its claim alone
-    out = {
-        "median": float(np.median(ms)),
-        "p99": float(np.percentile(ms, 99)),
-        "worst": float(ms.max()),
-        "open": max(o for _, o, _ in results) * 1e3,
-        "rate": len(ms) / wall,
-        "claim median": float(np.median(claim)),
-        "charge median": float(np.median(ms - claim)),
-    }
-    for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
-        part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
-        out[f"{phase} median"], out[f"{phase} p99"] = np.median(part), np.percentile(part, 99)
-    return out
+    every = [t for times, _, _ in results for t in times]
+    figures = {}
+    for way in CLAIMS if claim == "alternate" else (claim,):
+        pairs = np.array([(c, total) for c, total, w in every if w == way]) * 1e3
+        ms, claimed = pairs[:, 1], pairs[:, 0]  # a query's claim + charge; its claim alone
+        out = {
+            "median": float(np.median(ms)),
+            "p99": float(np.percentile(ms, 99)),
+            "worst": float(ms.max()),
+            "open": max(o for _, o, _ in results) * 1e3,
+            "rate": len(every) / wall,
+            "claim median": float(np.median(claimed)),
+            "charge median": float(np.median(ms - claimed)),
+        }
+        for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
+            part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
+            out[f"{phase} median"] = float(np.median(part))
+            out[f"{phase} p99"] = float(np.percentile(part, 99))
+        figures[way] = out
+    return figures
 
 
 def corpus_worker(kind: str, target: str, total: Budget, worker: int, charges: int) -> list[str]:
@@ -341,6 +365,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (tests)")
     parser.add_argument("--no-sqlite", action="store_true", help="--operator: PostgreSQL only")
     parser.add_argument("--latency-only", action="store_true", help="part 1 only")
+    parser.add_argument("--rounds", type=int, default=1, help="part 1: rounds (medians)")
+    parser.add_argument("--alternate", action="store_true",
+                        help="part 1: the two claim ways query by query in one run")  # fmt: skip
+    parser.add_argument("--no-variants", action="store_true",
+                        help="part 1: without the earlier SQLite commit paths")  # fmt: skip
     parser.add_argument("--operator", type=int, default=0, metavar="N",
                         help="measure the operator's views at N queries instead")  # fmt: skip
     args = parser.parse_args()
@@ -352,7 +381,9 @@ def main() -> None:
         args.charges, args.units, args.procs, args.kills = 20, 10, 3, 2
 
     tmp = tempfile.mkdtemp()
-    kinds = ["sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"]
+    kinds = ["sqlite"] + (
+        [] if args.no_variants else ["sqlite-fsync-in-queue", "sqlite-busy-handler"]
+    )
     print(f"uptime at the start: {uptime()}")
     tables: list[str] = []
     dsn = ""
@@ -374,22 +405,32 @@ def main() -> None:
     )
     head = f"{'backend':<21}{'claim':>8}{'procs':>6}{'median ms':>11}{'p99 ms':>9}{'worst ms':>10}"
     print(f"{head}{'open ms':>9}{'queries/s':>11}{'claim ms':>10}{'charge ms':>11}")
-    rows = {}
-    for kind in kinds:
-        for procs in (1, args.procs):
-            for claim in CLAIMS if kind in ("sqlite", "postgres") else ("seen",):
-                r = latency(kind, target(kind), procs, args.charges, args.units, claim)
-                rows[(kind, procs, claim)] = r
-                print(
-                    f"{kind:<21}{claim:>8}{procs:>6}{r['median']:>11.2f}{r['p99']:>9.2f}"
-                    f"{r['worst']:>10.1f}{r['open']:>9.1f}{r['rate']:>11.0f}"
-                    f"{r['claim median']:>10.2f}{r['charge median']:>11.2f}",
-                    flush=True,
-                )
+    runs: dict[tuple[str, int, str], list[dict[str, float]]] = {}
+    for r in range(args.rounds):  # the two claim ways in turn, their order swapped each round
+        for kind in kinds:
+            for procs in (1, args.procs):
+                ways: tuple[str, ...] = ("seen",)
+                if kind in ("sqlite", "postgres"):
+                    ways = ("alternate",) if args.alternate else CLAIMS
+                for way in ways if r % 2 == 0 else ways[::-1]:
+                    got = latencies(kind, target(kind), procs, args.charges, args.units, way)
+                    for claim, m in got.items():
+                        runs.setdefault((kind, procs, claim), []).append(m)
+                        print(
+                            f"{kind:<21}{claim:>8}{procs:>6}{m['median']:>11.2f}"
+                            f"{m['p99']:>9.2f}{m['worst']:>10.1f}{m['open']:>9.1f}"
+                            f"{m['rate']:>11.0f}{m['claim median']:>10.2f}"
+                            f"{m['charge median']:>11.2f}",
+                            flush=True,
+                        )
+    rows = {  # each figure: the median of the rounds'
+        key: {stat: float(np.median([m[stat] for m in ms])) for stat in ms[0]}
+        for key, ms in runs.items()
+    }
     n = args.procs
-    q, f, b = (
-        rows[(k, n, "seen")] for k in ("sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler")
-    )
+    if args.rounds > 1:
+        print(f"medians of {args.rounds} rounds below")
+    q = rows[("sqlite", n, "seen")]
     print(
         f"where a sqlite write's time goes at {n} processes (a claim or a charge, median / p99 "
         "ms): waiting for the "
@@ -397,12 +438,14 @@ def main() -> None:
         f"{q['hold median']:.2f} / {q['hold p99']:.2f}, fdatasync after it "
         f"{q['sync median']:.2f} / {q['sync p99']:.2f}"
     )
-    print(
-        f"sqlite at {n} processes, group commit vs fsync in the queue: median "
-        f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, queries/s "
-        f"x{q['rate'] / f['rate']:.2f}; vs busy handler alone: p99 x{q['p99'] / b['p99']:.2f}, "
-        f"worst x{q['worst'] / b['worst']:.2f}"
-    )
+    if not args.no_variants:
+        f, b = (rows[(k, n, "seen")] for k in ("sqlite-fsync-in-queue", "sqlite-busy-handler"))
+        print(
+            f"sqlite at {n} processes, group commit vs fsync in the queue: median "
+            f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, queries/s "
+            f"x{q['rate'] / f['rate']:.2f}; vs busy handler alone: "
+            f"p99 x{q['p99'] / b['p99']:.2f}, worst x{q['worst'] / b['worst']:.2f}"
+        )
     for kind in ("sqlite", "postgres")[: 1 if args.no_postgres else 2]:
         for procs in (1, n):
             old, new = rows[(kind, procs, "durable")], rows[(kind, procs, "seen")]
