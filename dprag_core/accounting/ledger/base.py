@@ -232,15 +232,13 @@ class Ledger(StrictKeywords, ABC):
         except LedgerOutcomeUnknown:
             self._claims.remember(qid, True)
             raise
-        if not durable:  # committed now (a retry's too, maybe by the attempt in doubt)
+        in_doubt = self._claims.take(qid) is not None or self._pending.peek(qid) is not None
+        if not claimed and not in_doubt:
+            raise reused_id()
+        if not durable:  # committed now (a retry's maybe by the attempt in doubt): not durable
             with self._durability:
                 self._visible += 1
-        in_doubt = self._claims.take(qid) is not None or self._pending.peek(qid) is not None
-        if claimed:
-            return True
-        if in_doubt:
-            return False
-        raise reused_id()
+        return claimed
 
     def charge(
         self, query_id: str, units: Iterable[str], cost: float, *, retry: bool = False
