@@ -4,15 +4,28 @@ Measured side by side in one run:
 
 1. Per-unit ledger latency of one query's writes, its claim (before its
    private section) and its charge (inside it), together (median, p99, worst;
-   slowest open; the claim and the charge alone beside them) for
-   SQLite (the default: writers queued on a sidecar flock, each commit's WAL
-   fsync'd after the queue is released: group commit), SQLite with the fsync
-   inside the queue (``synchronous=FULL``, the previous behaviour), SQLite
-   with SQLite's busy handler alone (the one before) and PostgreSQL, with 1
+   slowest open; the claim and the charge alone beside them), two ways side
+   by side on each backend: the claim as the apps make it (``claim``
+   column ``seen``: ``claim(durable=False)``, committed without waiting for
+   the disk and made durable by the charge's own flush, then ``settle()``,
+   free after a charge: one durable commit per query) and the claim durable
+   on its own (``durable``: ``claim()``, two durable commits per query, the
+   previous path), with the ratio durable / seen. Backends: SQLite (the
+   default: writers queued on a sidecar flock, each commit's WAL fsync'd
+   after the queue is released: group commit), SQLite with the fsync inside
+   the queue (``synchronous=FULL``, an earlier behaviour), SQLite with
+   SQLite's busy handler alone (the one before) and PostgreSQL, with 1
    process and with ``--procs`` processes x ``--charges`` queries charging
-   ``--units`` overlapping units each; the targets (SQLite p99 <= 50 ms and
-   PostgreSQL median <= 5 ms at 8 processes) and the machine's ``uptime``
-   (its load average) are printed with them.
+   ``--units`` overlapping units each; the targets (at 8 processes: SQLite
+   p99 <= 50 ms and PostgreSQL median <= 5 ms with 10 units, PostgreSQL
+   median <= 10 ms with 100) and the machine's ``uptime`` (its load
+   average) are printed with them. ``--rounds R`` measures each row R
+   times (the two claim ways in turn, their order swapped each round) and
+   sums up with the medians of the rounds; ``--no-variants`` leaves out the
+   two earlier SQLite commit paths; ``--alternate`` runs the two claim ways
+   in one run, query by query in turn (the processes out of step), so both
+   see the same load at the same moments (the queries/s are then the run's);
+   ``--latency-only`` stops after this part.
 2. The durable corpus budget (SQLiteCorpusAccountant, PostgresCorpusAccountant):
    ``--procs`` processes x ``--charges`` charges racing for one budget that
    fits a quarter of them; overspend must be 0 and exactly the budget granted.
@@ -28,6 +41,7 @@ opening a store (with its integrity check), ``status``, the last 20 rows
 size, each the median of 5 reads.
 
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
+    .venv/bin/python benchmarks/ledger.py --latency-only --no-variants --alternate --units 10
     .venv/bin/python benchmarks/ledger.py --operator 1000000 --units 10
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
@@ -41,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import multiprocessing as mp
 import os
 import signal
@@ -134,25 +149,42 @@ def instrument() -> dict[str, list[float]]:
     return phases
 
 
+CLAIMS = ("durable", "seen")
+"""How a query's claim is made: durable on its own (two durable commits per query), or seen
+at once and made durable by the charge (``claim(durable=False)``: what the apps do)."""
+
+
 def latency_worker(
-    kind: str, target: str, seed: int, charges: int, units: int, barrier: Any
-) -> tuple[list[float], float, dict[str, list[float]]]:
+    kind: str, target: str, seed: int, charges: int, units: int, barrier: Any, claim: str = "seen"
+) -> tuple[list[tuple[float, float, str]], float, dict[str, list[float]]]:
+    """``claim``: one of :data:`CLAIMS`, or ``"alternate"``: query by query, in turn (the
+    processes out of step), so both ways see the same machine at the same moments."""
     gen = np.random.default_rng(seed)
     phases = instrument() if kind == "sqlite" else {}
     barrier.wait()  # every process opens at once: opening is timed too
     t0 = time.perf_counter()
     with open_ledger(kind, target) as led:
+        # a library without durable= (an earlier checkout, benchmarks/ledger_compare.py)
+        # claims the one way it has
+        can_defer = "durable" in inspect.signature(led.claim).parameters
         led.remaining(["warm-up"])
         opened = time.perf_counter() - t0
-        times: list[tuple[float, float]] = []
+        times: list[tuple[float, float, str]] = []
         for i in range(charges):
             batch = [f"u{j}" for j in gen.choice(POOL, size=units, replace=False)]
             qid = f"s{seed}-q{i}"
+            way = CLAIMS[(i + seed) % 2] if claim == "alternate" else claim
+            seen = way == "seen" and can_defer
             t0 = time.perf_counter()
-            led.claim(qid)  # before the query's private section, as every query does
+            if seen:  # before the query's private section, as every query does
+                led.claim(qid, durable=False)
+            else:
+                led.claim(qid)
             t1 = time.perf_counter()
             granted = led.charge(qid, batch, 0.001).granted  # inside it, before the release
-            times.append((t1 - t0, time.perf_counter() - t0))
+            if seen:
+                led.settle()  # before the release: free, the charge's commit carried the claim
+            times.append((t1 - t0, time.perf_counter() - t0, way))
             assert granted
     return times, opened, phases
 
@@ -164,28 +196,44 @@ def in_processes(procs: int, target: Any, args: list[tuple[Any, ...]]) -> list[A
         return pool.starmap(target, args)
 
 
-def latency(kind: str, target: str, procs: int, charges: int, units: int) -> dict[str, float]:
+def latency(
+    kind: str, target: str, procs: int, charges: int, units: int, claim: str = "seen"
+) -> dict[str, float]:
+    """The figures of ``procs`` processes x ``charges`` queries claimed ``claim``'s way."""
+    return latencies(kind, target, procs, charges, units, claim)[claim]
+
+
+def latencies(
+    kind: str, target: str, procs: int, charges: int, units: int, claim: str = "seen"
+) -> dict[str, dict[str, float]]:
+    """The figures of one run, by the way its queries were claimed (both for ``"alternate"``:
+    queries/s and SQLite's phases are then the whole run's)."""
     open_ledger(kind, target, create=True).close()  # schema
     t0 = time.perf_counter()
     barrier = mp.get_context("fork").Manager().Barrier(procs)  # workers are always children:
-    args = [(kind, target, s, charges, units, barrier) for s in range(1, procs + 1)]
+    args = [(kind, target, s, charges, units, barrier, claim) for s in range(1, procs + 1)]
     results = in_processes(procs, latency_worker, args)  # the busy-handler switch stays there
     wall = time.perf_counter() - t0
-    pairs = np.array([t for times, _, _ in results for t in times]) * 1e3
-    ms, claim = pairs[:, 1], pairs[:, 0]  # a query's claim + charge; its claim alone
-    out = {
-        "median": float(np.median(ms)),
-        "p99": float(np.percentile(ms, 99)),
-        "worst": float(ms.max()),
-        "open": max(o for _, o, _ in results) * 1e3,
-        "rate": len(ms) / wall,
-        "claim median": float(np.median(claim)),
-        "charge median": float(np.median(ms - claim)),
-    }
-    for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
-        part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
-        out[f"{phase} median"], out[f"{phase} p99"] = np.median(part), np.percentile(part, 99)
-    return out
+    every = [t for times, _, _ in results for t in times]
+    figures = {}
+    for way in CLAIMS if claim == "alternate" else (claim,):
+        pairs = np.array([(c, total) for c, total, w in every if w == way]) * 1e3
+        ms, claimed = pairs[:, 1], pairs[:, 0]  # a query's claim + charge; its claim alone
+        out = {
+            "median": float(np.median(ms)),
+            "p99": float(np.percentile(ms, 99)),
+            "worst": float(ms.max()),
+            "open": max(o for _, o, _ in results) * 1e3,
+            "rate": len(every) / wall,
+            "claim median": float(np.median(claimed)),
+            "charge median": float(np.median(ms - claimed)),
+        }
+        for phase in ("wait", "hold", "sync") if kind == "sqlite" else ():
+            part = np.array([t for _, _, p in results for t in p[phase]]) * 1e3
+            out[f"{phase} median"] = float(np.median(part))
+            out[f"{phase} p99"] = float(np.percentile(part, 99))
+        figures[way] = out
+    return figures
 
 
 def corpus_worker(kind: str, target: str, total: Budget, worker: int, charges: int) -> list[str]:
@@ -226,9 +274,10 @@ def release_forever(kind: str, target: str, what: str, worker: int, markers: str
     while True:
         qid = f"k{worker}-q{i}"
         i += 1
-        if what == "ledger":
-            store.claim(qid)
+        if what == "ledger":  # as the apps do: the claim seen, made durable before the release
+            store.claim(qid, durable=False)
             store.charge(qid, [f"u{j}" for j in rng.choice(POOL, size=5, replace=False)], 0.001)
+            store.settle()
         else:
             store.charge(COST, query_id=qid)
         time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
@@ -315,6 +364,12 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small sizes (tests)")
     parser.add_argument("--no-sqlite", action="store_true", help="--operator: PostgreSQL only")
+    parser.add_argument("--latency-only", action="store_true", help="part 1 only")
+    parser.add_argument("--rounds", type=int, default=1, help="part 1: rounds (medians)")
+    parser.add_argument("--alternate", action="store_true",
+                        help="part 1: the two claim ways query by query in one run")  # fmt: skip
+    parser.add_argument("--no-variants", action="store_true",
+                        help="part 1: without the earlier SQLite commit paths")  # fmt: skip
     parser.add_argument("--operator", type=int, default=0, metavar="N",
                         help="measure the operator's views at N queries instead")  # fmt: skip
     args = parser.parse_args()
@@ -326,7 +381,9 @@ def main() -> None:
         args.charges, args.units, args.procs, args.kills = 20, 10, 3, 2
 
     tmp = tempfile.mkdtemp()
-    kinds = ["sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"]
+    kinds = ["sqlite"] + (
+        [] if args.no_variants else ["sqlite-fsync-in-queue", "sqlite-busy-handler"]
+    )
     print(f"uptime at the start: {uptime()}")
     tables: list[str] = []
     dsn = ""
@@ -343,22 +400,37 @@ def main() -> None:
     print(
         f"1. per-unit ledger: {args.charges} queries per process, each a claim of its id and a "
         f"charge of {args.units} units; times are claim + charge, the claim and the charge "
-        "alone (medians) beside them"
+        "alone (medians) beside them; claim 'seen': claim(durable=False) (made durable by the "
+        "charge, then settle(): what the apps do), 'durable': claim() (two durable commits)"
     )
-    head = f"{'backend':<21}{'procs':>6}{'median ms':>11}{'p99 ms':>9}{'worst ms':>10}"
+    head = f"{'backend':<21}{'claim':>8}{'procs':>6}{'median ms':>11}{'p99 ms':>9}{'worst ms':>10}"
     print(f"{head}{'open ms':>9}{'queries/s':>11}{'claim ms':>10}{'charge ms':>11}")
-    rows = {}
-    for kind in kinds:
-        for procs in (1, args.procs):
-            r = latency(kind, target(kind), procs, args.charges, args.units)
-            rows[(kind, procs)] = r
-            print(
-                f"{kind:<21}{procs:>6}{r['median']:>11.2f}{r['p99']:>9.2f}{r['worst']:>10.1f}"
-                f"{r['open']:>9.1f}{r['rate']:>11.0f}{r['claim median']:>10.2f}"
-                f"{r['charge median']:>11.2f}"
-            )
+    runs: dict[tuple[str, int, str], list[dict[str, float]]] = {}
+    for r in range(args.rounds):  # the two claim ways in turn, their order swapped each round
+        for kind in kinds:
+            for procs in (1, args.procs):
+                ways: tuple[str, ...] = ("seen",)
+                if kind in ("sqlite", "postgres"):
+                    ways = ("alternate",) if args.alternate else CLAIMS
+                for way in ways if r % 2 == 0 else ways[::-1]:
+                    got = latencies(kind, target(kind), procs, args.charges, args.units, way)
+                    for claim, m in got.items():
+                        runs.setdefault((kind, procs, claim), []).append(m)
+                        print(
+                            f"{kind:<21}{claim:>8}{procs:>6}{m['median']:>11.2f}"
+                            f"{m['p99']:>9.2f}{m['worst']:>10.1f}{m['open']:>9.1f}"
+                            f"{m['rate']:>11.0f}{m['claim median']:>10.2f}"
+                            f"{m['charge median']:>11.2f}",
+                            flush=True,
+                        )
+    rows = {  # each figure: the median of the rounds'
+        key: {stat: float(np.median([m[stat] for m in ms])) for stat in ms[0]}
+        for key, ms in runs.items()
+    }
     n = args.procs
-    q, f, b = (rows[(k, n)] for k in ("sqlite", "sqlite-fsync-in-queue", "sqlite-busy-handler"))
+    if args.rounds > 1:
+        print(f"medians of {args.rounds} rounds below")
+    q = rows[("sqlite", n, "seen")]
     print(
         f"where a sqlite write's time goes at {n} processes (a claim or a charge, median / p99 "
         "ms): waiting for the "
@@ -366,24 +438,42 @@ def main() -> None:
         f"{q['hold median']:.2f} / {q['hold p99']:.2f}, fdatasync after it "
         f"{q['sync median']:.2f} / {q['sync p99']:.2f}"
     )
-    print(
-        f"sqlite at {n} processes, group commit vs fsync in the queue: median "
-        f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, queries/s "
-        f"x{q['rate'] / f['rate']:.2f}; vs busy handler alone: p99 x{q['p99'] / b['p99']:.2f}, "
-        f"worst x{q['worst'] / b['worst']:.2f}"
-    )
-    pg = rows.get(("postgres", n))
-    pg_target = (
-        f", postgres median <= 5 ms {'met' if pg['median'] <= 5 else 'MISSED'} ({pg['median']:.2f})"
-        if pg
-        else ""
-    )
+    if not args.no_variants:
+        f, b = (rows[(k, n, "seen")] for k in ("sqlite-fsync-in-queue", "sqlite-busy-handler"))
+        print(
+            f"sqlite at {n} processes, group commit vs fsync in the queue: median "
+            f"x{q['median'] / f['median']:.2f}, p99 x{q['p99'] / f['p99']:.2f}, queries/s "
+            f"x{q['rate'] / f['rate']:.2f}; vs busy handler alone: "
+            f"p99 x{q['p99'] / b['p99']:.2f}, worst x{q['worst'] / b['worst']:.2f}"
+        )
+    for kind in ("sqlite", "postgres")[: 1 if args.no_postgres else 2]:
+        for procs in (1, n):
+            old, new = rows[(kind, procs, "durable")], rows[(kind, procs, "seen")]
+            print(
+                f"{kind} at {procs} process(es), claim + charge, durable claim / seen claim: "
+                f"median {old['median']:.2f} / {new['median']:.2f} ms "
+                f"(x{old['median'] / new['median']:.2f}), p99 {old['p99']:.2f} / "
+                f"{new['p99']:.2f} ms (x{old['p99'] / new['p99']:.2f}), queries/s "
+                f"x{new['rate'] / old['rate']:.2f}"
+            )
+    pg = rows.get(("postgres", n, "seen"))
+    pg_target = ""
+    if pg:
+        most = 10 if args.units >= 100 else 5
+        met = "met" if pg["median"] <= most else "MISSED"
+        pg_target = f", postgres median <= {most} ms {met} ({pg['median']:.2f})"
     verdict = "met" if q["p99"] <= 50 else "MISSED"
     print(
         f"targets at {n} processes, {args.units} units per charge, claim + charge: sqlite p99 "
         "<= 50 ms "
-        f"{verdict} ({q['p99']:.1f}){pg_target}; uptime now: {uptime()}"
+        f"{verdict} ({q['p99']:.1f}){pg_target} (targets for a quiet machine; postgres <= 5 ms "
+        f"with 10 units, <= 10 ms with 100); uptime now: {uptime()}"
     )
+    if args.latency_only:
+        if tables:
+            drop_tables(dsn, tables)
+        print(f"\nuptime at the end: {uptime()}")
+        return
 
     print(f"\n2. corpus budget: {args.procs} processes x {args.charges} charges on one budget")
     for kind in ("sqlite", "postgres")[: 1 if args.no_postgres else 2]:

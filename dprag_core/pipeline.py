@@ -312,13 +312,24 @@ class QueryRun:
         The corpus charge (NaiveMulti: its own accountant only) and the
         ledger's claim of the id. An id of this run's own query that failed
         before releasing anything is recorded already: accepted once more.
+        The claim is seen by every later claim and charge when this returns
+        (a reuse is refused from then on) and made durable by the query's
+        first ledger charge, or by :meth:`_settle` before anything is released
+        (``Ledger.claim(durable=False)``): a query costs one durable ledger
+        commit, not two.
         """
         if self._failed.take(query_id) is not None:
             return True
         retry = charge_query(self.mechanism, accountant, query_id=query_id)
-        if self.ledger is not None and not self.ledger.claim(query_id):
+        if self.ledger is not None and not self.ledger.claim(query_id, durable=False):
             retry = True
         return retry
+
+    def _settle(self) -> None:
+        """Make the query's claim durable before anything of it leaves (``Ledger.settle``:
+        free when the query's charge already did)."""
+        if self.ledger is not None:
+            self.ledger.settle()
 
     def answer(self, started: StartedQuery, retriever: Retriever, hooks: RunHooks) -> DPAnswer:
         """The private section, whole: the query's checked :class:`DPAnswer` (module docstring)."""
@@ -389,12 +400,17 @@ class QueryRun:
     def _step(self, query: Query, items: Iterator[str | DPAnswer]) -> object:
         """The stream's next release (a text chunk, or the checked DPAnswer), ``_END`` after."""
         item: object = next(items, _END)
-        if item is _END or isinstance(item, str):
+        if item is _END:
+            return item
+        if isinstance(item, str):
+            self._settle()
             return item
         return self._release(query, item)
 
     def _release(self, query: Query, answer: object) -> DPAnswer:
-        """The DPAnswer as it may leave: the receipt added, checked against the contract."""
+        """The DPAnswer as it may leave: the receipt added, checked against the contract,
+        the query's claim durable."""
+        self._settle()
         if query.retry and isinstance(answer, DPAnswer):
             answer = dataclasses.replace(answer, details={**answer.details, "charge": CHARGE_RETRY})
         return check_answer(self.mechanism, answer)
@@ -673,8 +689,9 @@ def select_by_ledger(
 ) -> list[ScoredDocument]:
     """MuRAG's ledger filter under the query's id (:func:`selection_query_id`), claimed first.
 
-    The id is claimed in ``ledger`` (:meth:`~dprag_core.accounting.ledger.Ledger.claim`)
-    before anything is charged, so a reused id is refused whatever the filter
+    The id is claimed in ``ledger`` (:meth:`~dprag_core.accounting.ledger.Ledger.claim`,
+    seen at once, made durable by the filter's charge or its settle before the
+    documents leave) before anything is charged, so a reused id is refused whatever the filter
     would have charged (a charge of no unit records nothing: a refusal decided
     from the charges would tell whether some unit scored above ``tau``).
     The claim is the public part: its errors leave as themselves, raised
@@ -699,10 +716,14 @@ def select_by_ledger(
     dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
     """
     qid = selection_query_id(query_id)
-    ledger.claim(qid)
-    return private_step(
-        lambda: ledger_filter(candidates(), ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
-    )
+    ledger.claim(qid, durable=False)
+
+    def select() -> list[ScoredDocument]:
+        chosen = ledger_filter(candidates(), ledger=ledger, tau=tau, cost=cost, k=k, query_id=qid)
+        ledger.settle()  # the claim durable before the documents leave (free after a charge)
+        return chosen
+
+    return private_step(select)
 
 
 def private_step(fn: Callable[[], T]) -> T:

@@ -135,8 +135,10 @@ def _lost_ack(monkeypatch: pytest.MonkeyPatch, *, skip: int) -> Iterator[None]:
     left = [skip]
 
     @contextlib.contextmanager
-    def lost_ack(self: sqlite_store.SQLiteStore, *, charge: bool = False) -> Iterator[Any]:
-        with real(self, charge=charge) as conn:
+    def lost_ack(
+        self: sqlite_store.SQLiteStore, *, charge: bool = False, durable: bool = True
+    ) -> Iterator[Any]:
+        with real(self, charge=charge, durable=durable) as conn:
             yield conn
         if charge and left[0]:
             left[0] -= 1

@@ -193,6 +193,7 @@ class _Individual(MechanismWrapper):
         """
         query = as_query(query, rng=rng)
         top_k, extra = self._select(query, docs)
+        self.ledger.settle()  # the app's claim of the id durable (free after a charge)
         for item in self.inner.stream(query, top_k):
             yield self._wrap(item, query.id, extra) if isinstance(item, DPAnswer) else item
 

@@ -5,6 +5,7 @@ A plain module (not a conftest) so that worker processes can import it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -76,7 +77,8 @@ def charge_many(
 def charge_until_killed(
     kind: str, target: str, budget: float, cost: float, worker: int, markers: str
 ) -> None:
-    """Loop forever: charge, 'generate', then append a released marker (after the commit)."""
+    """Loop forever: claim, charge, settle, 'generate', then append a released marker (after
+    the commits)."""
     rng = np.random.default_rng(worker)
     led = open_ledger(kind, target, budget)
     own = [f"w{worker}-u{j}" for j in range(30)]  # fresh units: the first charges succeed
@@ -87,9 +89,27 @@ def charge_until_killed(
         units = [own[j] for j in picked] + [f"u{j}" for j in picked[:1] if j % 2]
         qid = f"w{worker}-q{i}"
         i += 1
+        led.claim(qid, durable=False)  # as the apps do: seen now, durable before the release
         if led.charge(qid, units, cost).granted:
+            led.settle()
             time.sleep(float(rng.uniform(0, 0.002)))  # the answer is being computed
             os.write(fd, f"{qid} {','.join(sorted(units))}\n".encode())
+
+
+def claimed_ids(kind: str, target: str) -> set[str]:
+    """The query ids in a shared ledger's table of claims (``target`` as for
+    :func:`open_ledger`), read directly."""
+    if kind == "sqlite":
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as conn:
+            return {q for (q,) in conn.execute("SELECT query_id FROM queries")}
+    import psycopg
+
+    dsn, table = target.rsplit("|", 1)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"SELECT query_id FROM {DEFAULT_SCHEMA}.{table}_queries")
+        return {q for (q,) in rows}
 
 
 def replay(entries: list[AuditEntry]) -> dict[str, int]:

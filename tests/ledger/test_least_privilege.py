@@ -43,6 +43,7 @@ ATTACKS: dict[str, list[tuple[Any, ...]]] = {
         ("null-unit", ["a", None], 1),
         ("null-cost", ["a"], None),
         (None, ["a"], 1),
+        ("claim-of-no-kind", [], 3),  # a claim is 0 (durable) or 1 (seen now); 2 settles
     ],
 }
 
@@ -134,6 +135,13 @@ def test_the_serving_role_can_charge_but_never_refund_raise_or_write(
     assert (acc.spent_epsilon, acc.queries) == (0.5, 1)
     assert acc.charge(Budget(0.25), query_id="q3")  # charging still works, and only spends
     assert acc.spent_epsilon == 0.75
+    assert led.claim("q3", durable=False) and led.charge("q3", ["y"], 0.5).granted
+    charged = _snapshot(owner, schema)
+    assert led.claim("q4", durable=False)
+    led.settle()  # the serving role's settle rewrites a counter row to its own value
+    after = _snapshot(owner, schema)
+    assert after["l_meta"] == charged["l_meta"] and after["l_units"] == charged["l_units"]
+    assert len(after["l_queries"]) == len(charged["l_queries"]) + 1  # the claim of q4
 
 
 def _first_column(conn: Any, schema: str, table: str) -> str:

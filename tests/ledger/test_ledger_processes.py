@@ -17,6 +17,7 @@ import pytest
 from ledger_support import (
     charge_many,
     charge_until_killed,
+    claimed_ids,
     corpus_charge_many,
     corpus_charge_until_killed,
     open_corpus,
@@ -113,10 +114,12 @@ def test_kill_9_mid_query_never_releases_uncharged(
         assert led.charge("after-crashes", ["fresh-unit"], COST).granted
     released = [line.split() for line in markers.read_text().splitlines() if line.strip()]
     assert released, "no worker got as far as releasing an answer"
+    claimed = claimed_ids(kind, target)  # the claims table itself (the audit refuses alike)
     for entry in released:
         if len(entry) == 2:  # a marker torn by the kill has fewer fields: ignore it
             qid, units = entry
             assert charged.get(qid) == set(units.split(",")), f"{qid} released uncharged"
+            assert qid in claimed, f"{qid} released without its claim"
     print(f"{kind}: {KILLS} kill -9, {len(released)} released answers all charged, overspend 0")
 
 

@@ -47,8 +47,10 @@ def _lost_sqlite_ack(monkeypatch: pytest.MonkeyPatch, *, skip: int = 0) -> Itera
     left = [skip]
 
     @contextlib.contextmanager
-    def write(self: sqlite_store.SQLiteStore, *, charge: bool = False) -> Iterator[Any]:
-        with real(self, charge=charge) as conn:
+    def write(
+        self: sqlite_store.SQLiteStore, *, charge: bool = False, durable: bool = True
+    ) -> Iterator[Any]:
+        with real(self, charge=charge, durable=durable) as conn:
             yield conn
         if charge and left[0]:
             left[0] -= 1

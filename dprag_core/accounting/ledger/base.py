@@ -12,6 +12,10 @@ A query id buys at most one release. An app records every query's id in the
 ledger before the query's private section opens (:meth:`Ledger.claim`), so
 that whether an id is refused as reused depends on that record alone, never
 on what the query then charged (a charge of an empty set records nothing).
+The apps claim with ``durable=False`` and make the claim durable before the
+query releases anything (:meth:`Ledger.settle`); its first charge does that
+in its own commit, so a query costs one durable commit, not two
+(:meth:`Ledger.claim`).
 A claim or a charge under an id already recorded is refused (``ValueError``
 naming ``query_id``), except as the retry of this ledger object's own claim or
 charge whose outcome was unknown (:class:`LedgerOutcomeUnknown`), which is
@@ -41,6 +45,7 @@ True
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -174,13 +179,16 @@ class Ledger(StrictKeywords, ABC):
         self._budget = to_units("budget_per_unit", budget_per_unit, positive=True)
         self._pending = PendingRetries()
         self._claims = PendingRetries()
+        self._durability = threading.Lock()
+        self._visible = 0  # claims made with durable=False by this object, in commit order
+        self._durable = 0  # how many of them are durable (a prefix: flushed in commit order)
 
     @property
     def budget_per_unit(self) -> float:
         """The epsilon every unit starts with."""
         return from_units(self._budget)
 
-    def claim(self, query_id: str) -> bool:
+    def claim(self, query_id: str, *, durable: bool = True) -> bool:
         """Record ``query_id`` as one query's id, before any of its charges: True.
 
         Apps claim every query's id here before its private section opens
@@ -193,6 +201,20 @@ class Ledger(StrictKeywords, ABC):
         recorded after all is recorded now, True). Raises
         :class:`LedgerUnavailable` when the storage fails.
 
+        ``durable=False`` (what the apps use): the claim is committed and seen
+        by every other claim and charge of the store when this returns, so a
+        reuse is refused from then on, but its commit does not wait for the
+        disk: it becomes durable with this object's next durable write (a
+        charge that is granted or refused) or at :meth:`settle`, which the
+        caller must reach before it releases anything of the query. Both
+        backends flush in commit order (PostgreSQL's WAL up to a commit
+        record holds every record before it; SQLite's fsync of the WAL file
+        holds every frame written before it, and a checkpoint that copies
+        frames out syncs them first), so a later durable commit carries the
+        claim with it. A crash before then loses the claim of a query that
+        charged nothing durably and released nothing: the store is as if the
+        query had never been claimed, never a release without its record.
+
         >>> from dprag_core.accounting.ledger import InMemoryLedger
         >>> led = InMemoryLedger(budget_per_unit=1.0)
         >>> led.claim("q1")
@@ -203,17 +225,20 @@ class Ledger(StrictKeywords, ABC):
         dprag_core.accounting.stores.errors.QueryIdReused: query_id was already recorded ...
         """
         qid = check_id("query_id", query_id)
+        if not isinstance(durable, bool):
+            raise TypeError(f"durable must be a bool, got {type(durable).__name__}")
         try:
-            claimed = self._claim(qid)
+            claimed = self._claim(qid, durable=durable)
         except LedgerOutcomeUnknown:
             self._claims.remember(qid, True)
             raise
         in_doubt = self._claims.take(qid) is not None or self._pending.peek(qid) is not None
-        if claimed:
-            return True
-        if in_doubt:
-            return False
-        raise reused_id()
+        if not claimed and not in_doubt:
+            raise reused_id()
+        if not durable:  # committed now (a retry's maybe by the attempt in doubt): not durable
+            with self._durability:
+                self._visible += 1
+        return claimed
 
     def charge(
         self, query_id: str, units: Iterable[str], cost: float, *, retry: bool = False
@@ -250,11 +275,15 @@ class Ledger(StrictKeywords, ABC):
                 dropped = tuple(u for u in unit_list if u not in held)
                 return ChargeResult(not dropped, dropped, retry=True)
         attempt = (tuple(unit_list), cost_units)
+        with self._durability:
+            before = self._visible  # claims committed before this charge began
         try:
             outcome, lacking = self._charge(qid, unit_list, cost_units)
         except LedgerOutcomeUnknown:
             self._pending.remember(qid, attempt)
             raise
+        if outcome != "recorded":  # a write, committed durably: the claims before it too
+            self._made_durable(before)
         if outcome == "recorded":
             if self._pending.peek(qid) != attempt:
                 raise reused_id()
@@ -262,6 +291,35 @@ class Ledger(StrictKeywords, ABC):
             return ChargeResult(True, (), retry=True)
         self._pending.take(qid)  # its outcome is known now
         return ChargeResult(not lacking, tuple(lacking))
+
+    def settle(self) -> None:
+        """Make every claim this object made with ``durable=False`` durable; on return
+        nothing of their queries is released without its record.
+
+        Without a store call when a durable write of this object (a charge
+        granted or refused) already carried them (:meth:`claim`), else one
+        durable commit: SQLite fsyncs the WAL file, PostgreSQL commits a
+        one-row write and waits for its WAL flush. An app settles once per
+        query, after its charges and before its release, so a query makes one
+        durable commit in its ledger step whatever it charged. Raises
+        :class:`LedgerUnavailable` when the storage fails (then release nothing).
+
+        >>> from dprag_core.accounting.ledger import InMemoryLedger
+        >>> led = InMemoryLedger(budget_per_unit=1.0)
+        >>> led.claim("q1", durable=False), led.settle()
+        (True, None)
+        """
+        with self._durability:
+            target = self._visible
+            if target <= self._durable:
+                return
+        self._settle()
+        self._made_durable(target)
+
+    def _made_durable(self, claims: int) -> None:
+        """The first ``claims`` claims made with ``durable=False`` are durable now."""
+        with self._durability:
+            self._durable = max(self._durable, claims)
 
     def unknown_charge(self, query_id: str) -> list[str] | None:
         """The units of this object's own charge under ``query_id`` whose outcome is unknown.
@@ -362,9 +420,14 @@ class Ledger(StrictKeywords, ABC):
         """
 
     @abstractmethod
-    def _claim(self, query_id: str) -> bool:
+    def _claim(self, query_id: str, *, durable: bool) -> bool:
         """Record ``query_id`` atomically: True, or False (nothing new) when it is already
-        recorded, claimed or in the audit log."""
+        recorded, claimed or in the audit log. ``durable``: the commit waits for the disk;
+        else it is visible at once and durable with the next durable commit."""
+
+    @abstractmethod
+    def _settle(self) -> None:
+        """Make every commit of the store made so far durable (:meth:`settle`)."""
 
     @abstractmethod
     def _recorded(self, query_id: str) -> list[tuple[str, int]]:

@@ -46,7 +46,10 @@ class InMemoryLedger(Ledger):
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
 
-    def _claim(self, query_id: str) -> bool:
+    def _settle(self) -> None:
+        """Nothing to flush: the ledger lives and dies with the process."""
+
+    def _claim(self, query_id: str, *, durable: bool) -> bool:
         with self._lock:
             if query_id in self._claimed or query_id in self._charged:
                 return False

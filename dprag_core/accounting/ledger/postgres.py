@@ -1,8 +1,9 @@
 """A PostgreSQL ledger for several serving processes or hosts (psycopg 3).
 
 One charge is one transaction, run server-side by a PL/pgSQL function in one
-round trip: take a transaction lock on the query id (an id already in the
-audit log is reported as recorded, never charged twice), then one upsert
+round trip (so are a claim and a settle: :meth:`Ledger.claim`): take a
+transaction lock on the query id (an id already in the audit log is reported
+as recorded, never charged twice), then one upsert
 (``INSERT ... ON CONFLICT (unit) DO UPDATE SET remaining = remaining - cost``,
 rows in unit order, so overlapping charges queue instead of deadlocking)
 inserts the units never seen before (with the ``budget_per_unit`` recorded in
@@ -30,6 +31,7 @@ True
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +61,11 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # is the budget's own record), reads the per-unit budget from the store, and takes a
 # transaction lock on the query id. Without units it is a claim (Ledger.claim):
 # the id is recorded in the queries table unless it is there or in the audit
-# log already. Inside a sub-transaction it appends the
+# log already; c = 0 commits it durably, c = 1 without waiting for the WAL
+# flush (the claim is seen at once and made durable by the next durable commit,
+# which flushes the WAL up to its own record and so through the claim's),
+# c = 2 is the settle (Ledger.settle): one counter row rewritten to its own
+# value, committed durably. Inside a sub-transaction it appends the
 # audit rows, then one upsert inserts the missing units, locks every unit row
 # in unit order and debits it; a unit left below zero lacked the cost: DPLAC
 # rolls the sub-transaction back (audit rows and inserted units too), counts
@@ -82,11 +88,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a charge needs distinct units';
     END IF;
     lacking := '{{}}';
+    -- the settle: no lock on its id (any fresh one), one of the 64 counter rows rewritten
+    IF cardinality(us) = 0 AND c = 2 THEN
+        UPDATE {meta} SET value = value WHERE key = 'queries:' || (hashtext(q) & 63)::text;
+        outcome := 'settled';
+        RETURN;
+    END IF;
     SELECT m.value INTO b FROM {meta} AS m WHERE m.key = 'budget';
     PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
     -- no units: a claim, the query's id recorded before any of its charges (an id claimed
     -- or charged before is reported as recorded)
     IF cardinality(us) = 0 THEN
+        IF c = 1 THEN
+            PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
+        ELSIF c <> 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a claim needs a cost of 0 or 1';
+        END IF;
         IF EXISTS (SELECT 1 FROM {queries} AS r WHERE r.query_id = q)
                 OR EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q)
                 OR EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
@@ -260,14 +277,22 @@ class PostgresLedger(PostgresBacked, Ledger):
 
         return self._store.run(work, charge=True)
 
-    def _claim(self, query_id: str) -> bool:
+    def _claim(self, query_id: str, *, durable: bool) -> bool:
         def work(conn: psycopg.Connection[Any]) -> bool:
-            row = self._schema.call_charge(conn, (query_id, [], 0))
+            row = self._schema.call_charge(conn, (query_id, [], 0 if durable else 1))
             if row is None:
                 raise LedgerUnavailable(f"the {self._store.label} returned no outcome")
             return bool(row[0] == "claimed")
 
         return self._store.run(work, charge=True)
+
+    def _settle(self) -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            row = self._schema.call_charge(conn, (str(uuid.uuid4()), [], 2))
+            if row is None or row[0] != "settled":
+                raise LedgerUnavailable(f"the {self._store.label} did not settle its claims")
+
+        self._store.run(work, charge=True)
 
     def _recorded(self, query_id: str) -> list[tuple[str, int]]:
         def work(conn: psycopg.Connection[Any]) -> list[tuple[str, int]]:

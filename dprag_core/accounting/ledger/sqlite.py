@@ -8,7 +8,9 @@ units and debit them with one upsert whose row count is checked, and append
 the audit rows — all committed together or not at all. The commit is fsync'd
 before the charge returns (:mod:`~dprag_core.accounting.stores.sqlite`), so a
 committed charge survives a crash or power loss: a crash between the charge
-and the release loses budget, never privacy. Writers wait up to
+and the release loses budget, never privacy. A claim made with
+``durable=False`` skips its own fsync: the query's charge's fsync of the WAL
+(or :meth:`Ledger.settle`'s) carries it (:meth:`Ledger.claim`). Writers wait up to
 ``busy_timeout`` seconds for the lock (in turn, see
 :mod:`~dprag_core.accounting.stores.sqlite`). The file is created with mode
 0600, only when asked (``create=True``); a file this process cannot write
@@ -222,8 +224,8 @@ class SQLiteLedger(Ledger):
             )
         return "charged", []
 
-    def _claim(self, query_id: str) -> bool:
-        with self._store.write(charge=True) as conn:
+    def _claim(self, query_id: str, *, durable: bool) -> bool:
+        with self._store.write(charge=True, durable=durable) as conn:
             if conn.execute(
                 "SELECT 1 FROM queries WHERE query_id = ?"
                 " UNION ALL SELECT 1 FROM audit WHERE query_id = ?"
@@ -233,6 +235,9 @@ class SQLiteLedger(Ledger):
                 return False
             conn.execute("INSERT INTO queries(query_id, at) VALUES (?, ?)", (query_id, time.time()))
         return True
+
+    def _settle(self) -> None:
+        self._store.sync()
 
     def _recorded(self, query_id: str) -> list[tuple[str, int]]:
         rows = self._store.read("SELECT unit, cost FROM audit WHERE query_id = ?", (query_id,))

@@ -77,8 +77,10 @@ __all__ = [
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 6
-"""Version 6: retention (:mod:`~dprag_core.accounting.stores.retention`): the pruned ids'
+SCHEMA_VERSION = 7
+"""Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
+settle makes such claims durable (:meth:`~dprag_core.accounting.ledger.Ledger.claim`).
+Version 6: retention (:mod:`~dprag_core.accounting.stores.retention`): the pruned ids'
 digests (``{table}_pruned``), which every charge and claim consults, the watermark in
 ``{table}_meta``, and append-only triggers that let a log row go only below it. (5: a
 ledger keeps its query count (64 counter rows, so charges rarely wait on one another) and

@@ -754,11 +754,14 @@ class SQLiteStore:
             os.close(fd)  # closing the descriptor releases its flock
 
     @contextlib.contextmanager
-    def write(self, *, charge: bool = False) -> Iterator[sqlite3.Connection]:
+    def write(self, *, charge: bool = False, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction: committed on exit, rolled back on error.
 
         ``charge``: a failing ``COMMIT`` raises :class:`LedgerOutcomeUnknown`
         (the write may have reached the disk) instead of ``LedgerUnavailable``.
+        ``durable=False``: return after the commit, without the WAL's fsync
+        (other connections see the write at once); the next fsync of the WAL
+        (any write's, or :meth:`sync`) makes it durable with everything before it.
         """
         if self.read_only:
             raise LedgerUnavailable(f"the {self.label} is read-only for this process")
@@ -790,8 +793,18 @@ class SQLiteStore:
                         raise self._unknown() from None
                     raise unavailable(self.label, exc) from None
                 committed = True
-        if committed:  # the queue is free again: fsyncs of several writers overlap
+        if committed and durable:  # the queue is free again: fsyncs of several writers overlap
             self._make_durable(charge)
+
+    def sync(self) -> None:
+        """Make every commit to the file so far durable: fsync the WAL (:meth:`write`).
+
+        A failing fsync raises :class:`LedgerOutcomeUnknown`: what was committed
+        without it may or may not survive a crash.
+        """
+        if self.read_only:
+            raise LedgerUnavailable(f"the {self.label} is read-only for this process")
+        self._make_durable(True)
 
     def _unknown(self) -> LedgerOutcomeUnknown:
         return LedgerOutcomeUnknown(
