@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from answer_vote_audit import DELTA, EPSILON, M, KeyRecorder, Reader, audit_keys
+from answer_vote_audit import DELTA, EPSILON, KeyRecorder, M, Reader, audit_keys
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms import AnswerVote, DPAnswerVote
@@ -77,9 +77,7 @@ def test_off_topic_voters_abstain_but_are_prompted() -> None:
     plain = AnswerVote(Reader(), m=20, k=1).answer(QUESTION, docs, rng=0)
     assert plain.text == "Ibuprofen"
     model = Reader()
-    mech = DPAnswerVote(
-        model, m=20, k=1, epsilon=5.0, delta=1e-4, record_filter=mentions_subject
-    )
+    mech = DPAnswerVote(model, m=20, k=1, epsilon=5.0, delta=1e-4, record_filter=mentions_subject)
     assert mech.keys(QUESTION, docs, rng=0) == ["aspirin"] * 8
     assert model.calls == 20  # every voter's prompt is sent (one call per prompt)
     assert mech.answer(QUESTION, docs, rng=0).text == "Aspirin"
