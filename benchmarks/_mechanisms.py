@@ -22,11 +22,15 @@ from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
 from dprag_core.algorithms.ksa import DPKSA
+from dprag_core.algorithms.record_filters import RecordFilter, mentions_subject
 from dprag_core.budget import Budget
 from dprag_core.eval.readers import READERS, Reader, load_reader
 from dprag_core.eval.workbench import load_models
 from dprag_core.models.base import TextModel
 from dprag_core.models.hf import HFTextModel, HFTokenModel
+
+RECORD_FILTERS: dict[str, RecordFilter | None] = {"none": None, "subject": mentions_subject}
+"""``--record-filter``: AnswerVote's and DPAnswerVote's ``record_filter`` by name."""
 
 TEXT_ONLY = ("DP-KSA", "DPAnswerVote")
 """The DP rows that need text only (any chat model or API: no logits, no token ids)."""
@@ -78,6 +82,13 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
         default=None,
         help="AnswerVote/DPAnswerVote: the answer key's length in words (answer_key's max_words)",
     )
+    ap.add_argument(
+        "--record-filter",
+        choices=sorted(RECORD_FILTERS),
+        default="none",
+        help="AnswerVote/DPAnswerVote: the public per-record filter of each voter\n"
+        "(subject: a voter reads only records naming the question's subject words)",
+    )
     ap.add_argument("--delta", type=float, default=1e-4)
     return ap
 
@@ -110,6 +121,7 @@ def dp_mechanisms(
     voters: int,
     delta: float,
     max_new_tokens: int,
+    record_filter: RecordFilter | None = None,
 ) -> dict[str, Callable[[float], Mechanism]]:
     """Name -> factory(epsilon) for every DP single-query mechanism.
 
@@ -120,7 +132,8 @@ def dp_mechanisms(
     with the reader's prompts. Each spends ``reader.token_share`` of epsilon per private token where
     it has that knob; the word-level variants of DPVote and DPSparseVote
     (``unit="word"``: one decision per word) spend ``reader.word_share`` of it per
-    private word; DPSparseVote's threshold is ``reader.threshold(voters)``.
+    private word; DPSparseVote's threshold is ``reader.threshold(voters)``;
+    DPAnswerVote's voters read the records ``record_filter`` keeps (all when None).
     """
     token_share, word_share = reader.token_share, reader.word_share
     prompts = reader.voting_prompts()
@@ -177,6 +190,7 @@ def dp_mechanisms(
             delta=delta,
             max_new_tokens=max_new_tokens,
             key=answer_key_of(reader),
+            record_filter=record_filter,
             **prompts,
         ),
         "DP-RAG (Grislain)": lambda e: DPICL(
@@ -201,6 +215,7 @@ def dp_mechanisms_for(
         voters=args.voters,
         delta=args.delta,
         max_new_tokens=args.max_new_tokens,
+        record_filter=RECORD_FILTERS[args.record_filter],
     )
 
 

@@ -46,6 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 from _mechanisms import (
+    RECORD_FILTERS,
     TEXT_ONLY,
     MemoTextModel,
     answer_key_of,
@@ -617,7 +618,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     m, mnt = args.voters, args.max_new_tokens
     voters = reader.voting_prompts()
     answer_voting = AnswerVote(
-        text_model, m=m, k=1, max_new_tokens=mnt, key=answer_key_of(reader), **voters
+        text_model,
+        m=m,
+        k=1,
+        max_new_tokens=mnt,
+        key=answer_key_of(reader),
+        record_filter=RECORD_FILTERS[args.record_filter],
+        **voters,
     )
 
     baselines: dict[str, Mechanism] = {
@@ -668,7 +675,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"model `{args.model or args.reader}` ({args.dtype}), seed {args.seed}"
         f"{', real drug names' if args.real_treatments else ''}; word share "
         f"{reader.word_share:g}, token share {reader.token_share:g}, threshold "
-        f"{reader.threshold(m):g}, answer key words {reader.answer_words}; wall {wall:.0f}s.",
+        f"{reader.threshold(m):g}, answer key words {reader.answer_words}, record filter "
+        f"{args.record_filter}; wall {wall:.0f}s.",
         "",
         "| mechanism | " + " | ".join(METRIC_NAMES) + " | s/query |",
         "|---|" + "---|" * (len(METRIC_NAMES) + 1),

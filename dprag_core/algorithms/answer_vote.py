@@ -35,6 +35,15 @@ and lets the model's error through instead (the adapters re-raise it without
 its message), for debugging a model that fails on every call — with
 ``"abstain"`` such a model releases nothing, every time.
 
+**Off-topic records.** ``record_filter=`` (a public predicate
+``keep(question, record_text)``, e.g.
+:func:`~dprag_core.algorithms.record_filters.mentions_subject`) makes each voter
+read only its records the predicate keeps, and abstain when it keeps none: a
+voter holding a record of another disease then casts no vote for that disease's
+drug. The predicate reads the question and one record, so a voter's key stays a
+function of its own records, and its prompt is still sent (with no context) so
+that what the model is asked does not depend on the corpus.
+
 **Cost per answer**: m voter completions of at most ``max_new_tokens`` tokens
 each (in process, one batched generation; on a server, one request of m
 prompts, which the server runs in parallel slots; through a LangChain or
@@ -69,6 +78,7 @@ from dprag_core.algorithms.base import (
     Templates,
     check_template,
 )
+from dprag_core.algorithms.record_filters import RecordFilter
 from dprag_core.answers import DOCUMENTS, NOTHING, DPAnswer
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.limited_domain import BOTTOM
@@ -110,6 +120,7 @@ class _AnswerVoting(Mechanism):
         public_template: str = NO_CONTEXT_TEMPLATE,
         key: AnswerKey = answer_key,
         voter_errors: VoterErrors = "abstain",
+        record_filter: RecordFilter | None = None,
     ) -> None:
         self.model = check_text_model(model)
         self.m = positive_int("m", m)
@@ -121,6 +132,7 @@ class _AnswerVoting(Mechanism):
         if voter_errors not in VOTER_ERRORS:
             raise ValueError(f"voter_errors must be one of {VOTER_ERRORS}, got {voter_errors!r}")
         self.voter_errors: VoterErrors = voter_errors
+        self.record_filter = None if record_filter is None else _check_filter(record_filter)
 
     def candidates_needed(self) -> int:
         """Exactly m*k candidates (padded by the partition when fewer come back)."""
@@ -144,11 +156,11 @@ class _AnswerVoting(Mechanism):
         """The voters' keys, abstentions left out (private: pass them only to a selection).
 
         Voters with no real document (padding: the corpus had fewer than m*k
-        candidates) are prompted like the others, so the model sees m prompts
-        whatever the corpus holds, but abstain.
+        candidates), or none that ``record_filter`` keeps, are prompted like the
+        others, so the model sees m prompts whatever the corpus holds, but abstain.
         """
         voters = partition_voters(docs, m=self.m, k=self.k, rng=rng)
-        real = [[d for d in voter if not d.is_padding] for voter in voters]
+        real = [[d for d in voter if self._keeps(question, d)] for voter in voters]
         prompts = [
             self.template.format(context=join_context([d.text for d in v]), question=question)
             for v in real
@@ -159,6 +171,18 @@ class _AnswerVoting(Mechanism):
             for chunks, answer in zip(real, answers, strict=True)
         ]
         return [key for key in keys if key]
+
+    def _keeps(self, question: str, doc: ScoredDocument) -> bool:
+        """Whether a voter reads ``doc``: a real document ``record_filter`` keeps (one
+        that fails on it is not kept)."""
+        if doc.is_padding:
+            return False
+        if self.record_filter is None:
+            return True
+        try:
+            return self.record_filter(question, doc.text) is True
+        except Exception:
+            return False
 
     def _key(self, answer: str, question: str) -> str | None:
         """The voter's key; a key map that fails or returns no string on it: it abstains."""
@@ -194,6 +218,16 @@ def _check_key(key: object) -> AnswerKey:
     return key
 
 
+def _check_filter(keep: object) -> RecordFilter:
+    """``keep`` if it maps a question and a record text to a bool (tried once, when built)."""
+    if not callable(keep):
+        raise TypeError("record_filter must be callable as record_filter(question, text) -> bool")
+    tried = keep("A question?", "A record.")
+    if not isinstance(tried, bool):
+        raise TypeError(f"record_filter must return a bool, got {type(tried).__name__}")
+    return keep
+
+
 def _checked(answers: object, prompts: Sequence[str]) -> list[str | None]:
     """``answers`` if it is one string per prompt; else a ValueError (a failed call)."""
     if not isinstance(answers, list) or len(answers) != len(prompts):
@@ -209,9 +243,11 @@ class DPAnswerVote(_AnswerVoting):
     Budget(epsilon, delta), charged before retrieval. The top m·k units are split
     into m voters by a uniformly random permutation (one added or removed unit
     substitutes at most one voter's records), and each voter's key is a function
-    of its own records and the public question, template and key map (a voter
+    of its own records and the public question, template, key map and
+    ``record_filter`` (a voter reads only its records that the public predicate
+    ``record_filter(question, record_text)`` keeps, each judged alone; it
     abstains when its model call fails, under the condition of the module
-    docstring, or when it holds only padding). So neighbouring corpora move at
+    docstring, or when it keeps no record or holds only padding). So neighbouring corpora move at
     most one vote: one count −1 and another +1 (L∞ sensitivity 1, at most 2
     counts change, not monotone). The selection is LimitedDomain with k̄ = m,
     Δ0 = 2, Gumbel scale 2/ε and h⊥ = 2 + (2/ε)·ln(2/δ) (the (k̄+1)-th count is
@@ -244,6 +280,7 @@ class DPAnswerVote(_AnswerVoting):
         public_template: str = NO_CONTEXT_TEMPLATE,
         key: AnswerKey = answer_key,
         voter_errors: VoterErrors = "abstain",
+        record_filter: RecordFilter | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -254,6 +291,7 @@ class DPAnswerVote(_AnswerVoting):
             public_template=public_template,
             key=key,
             voter_errors=voter_errors,
+            record_filter=record_filter,
         )
         self.epsilon = positive_finite("epsilon", epsilon)
         self.delta = probability("delta", delta, allow_zero=False)

@@ -70,6 +70,15 @@ def test_privacy_utility_only_runs_the_named_mechanisms(tmp_path: Path) -> None:
         assert absent not in table
 
 
+def test_privacy_utility_runs_answer_voting_with_the_subject_filter(tmp_path: Path) -> None:
+    table = run_benchmark(
+        "privacy_utility.py", tmp_path, "--only", "AnswerVote", "--record-filter", "subject"
+    )
+    assert "record filter subject" in table
+    assert "| AnswerVote (m=10) |" in table and "| DPAnswerVote eps=2 |" in table
+    assert "| DPVote" not in table
+
+
 def test_realtext_quick(tmp_path: Path) -> None:
     """benchmarks/realtext.py on the SQuAD and Quoref fixtures (the shipped reader: a smoke
     run; the track's figures use SmolLM2)."""
