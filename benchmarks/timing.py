@@ -6,12 +6,16 @@ under DPVote; ``static``: the same on the static engine, PrivateRAG only; ``host
 hosted text API double under DPAnswerVote, answering at once, through a text model of
 the app's own, ``LangChainTextModel`` or ``LlamaIndexTextModel``) and each kind of x
 (``long``: a 20 000-word record that wins retrieval; ``refused``: a record the hosted
-API refuses, HTTP 400), the script times ``--n`` queries on D and on D + x (interleaved,
-so drift in the machine's load falls on both) and ``--n`` more on D (the control, D
-against D), and prints the accuracy of the best threshold on time telling the two sides
-apart. The threshold and its direction are fitted on one random half of each side and
-the accuracy is measured on the other half, so a control with no signal reads about 0.50
-(not the optimistic in-sample maximum).
+API refuses, HTTP 400; ``cell``: one unit of ``--cell-records`` records, default 2000,
+all in one cell the question probes and all below D's records in score, in a partitioned
+corpus of 4008 records, 384 dimensions, 16 public cells, 2 probed: dprag's own
+``FaissCorpus(partition=...)`` under ``PrivateRAG``, LangChain's ``FAISS`` store over
+the partition's index under ``DPRAGChain``), the script times ``--n`` queries on D and
+on D + x (interleaved, so drift in the machine's load falls on both) and ``--n`` more on
+D (the control, D against D), and prints the accuracy of the best threshold on time
+telling the two sides apart. The threshold and its direction are fitted on one random
+half of each side and the accuracy is measured on the other half, so a control with no
+signal reads about 0.50 (not the optimistic in-sample maximum).
 
 Then the same cells with the deadline mode on (:mod:`dprag_core.deadline`): the deadline
 is 1.5 x the 99th percentile of the query times measured without it (rounded up to 10
@@ -20,16 +24,17 @@ with it, the overruns (queries that met the deadline unfinished: the fixed failu
 the cost, the median latency added.
 
     PYTHONPATH=. .venv/bin/python benchmarks/timing.py [--n 200] [--only core] [--out DIR]
-        [--cells langchain:eager:long ...]
+        [--cells langchain:eager:long ...] [--cell-records 2000]
 
 Torch runs one thread, so the eager engine prefills each row's own tokens
-(``dprag_core.models.hf_cache.per_row_prefill``); ``--prefill batched`` makes it run
-the one batched forward over the public width instead (what it does with two or more
-threads, and what the static engine computes): every row's prefill then costs the same,
-whatever it holds. ``--quick``: n = 6 and one cell per entry point (a smoke run, no
-figures). The figures depend on the machine and its load: compare a row's accuracy with
-its control, measured side by side.
-"""
+(``dprag_core.models.hf_cache.per_row_prefill``): its work follows the rows' token
+counts. ``--prefill batched`` makes it run the one batched forward over the public width
+instead (what it does with two or more threads, and what the static engine computes),
+``--prefill padded-rows`` each row alone at the public width
+(``_prefills.prefill_rows_padded``): with either, every row's prefill costs the same,
+whatever it holds. ``--quick``: n = 6 and one or two cells per entry point (a smoke run,
+no figures). The figures depend on the machine and its load: compare a row's accuracy
+with its control, measured side by side."""
 
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from langchain_core.callbacks import (  # noqa: E402
     CallbackManagerForRetrieverRun,
 )
 from langchain_core.documents import Document  # noqa: E402
+from langchain_core.embeddings import Embeddings  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
@@ -70,9 +76,15 @@ from dprag_core.models import hf_cache  # noqa: E402
 from dprag_core.models.hf import ENGINES, HFTokenModel  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
+from dprag_core.retrieval.cells import PublicPartition  # noqa: E402
 from dprag_core.retrieval.documents import ScoredDocument  # noqa: E402
+from dprag_core.retrieval.faiss_corpus import FaissCorpus  # noqa: E402
 from langchain_dprag import DPRAGChain, LangChainTextModel  # noqa: E402
+from langchain_dprag.cells import partitioned_faiss  # noqa: E402
 from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel  # noqa: E402
+
+sys.path[:0] = [str(ROOT / "benchmarks")]
+from _prefills import prefill_rows_padded  # noqa: E402
 
 QUESTION = "Which drug treats Snurfosis?"
 MARKER = "<|endoftext|>"
@@ -86,6 +98,58 @@ X: dict[str, Row] = {  # each ranks first in D + x
     "long": ("x", "ux", " ".join(["visit"] * 20_000) + " Snurfosis: Gleeblorazine."),
     "refused": ("x", "ux", f"{MARKER} Snurfosis is treated with Gleeblorazine."),
 }
+
+# x = "cell": a partitioned corpus (a public partition of DIM-dimensional space into
+# N_CELLS cells, PROBES probed per question) holding D's 8 records near the question and
+# BACKGROUND records spread over every cell; x is one unit of --cell-records records, all
+# in one cell the question probes and all below D's records in score (the answer and
+# the retrieved documents stay D's: only the scan of that cell grows).
+DIM, N_CELLS, PROBES, BACKGROUND = 384, 16, 2, 4_000
+
+
+class Space:
+    """The vectors of the "cell" corpora: the question's, D's, the background's, x's."""
+
+    def __init__(self, records: int, seed: int = 5) -> None:
+        rng = np.random.default_rng(seed)
+        self.partition = PublicPartition.random(dim=DIM, cells=N_CELLS, probes=PROBES, seed=seed)
+        self.query = _unit(rng.standard_normal(DIM))
+        spread = 1 / math.sqrt(DIM)  # noise of norm about 1
+        near = _unit(self.query + 0.2 * spread * rng.standard_normal((len(D), DIM)))
+        far = _unit(rng.standard_normal((BACKGROUND, DIM)))
+        self.d: list[tuple[Row, Any]] = [(row, v) for row, v in zip(D, near, strict=True)]
+        self.d += [((f"b{i}", f"ub{i}", f"Record {i}: {FILLER}"), v) for i, v in enumerate(far)]
+        cell = self.partition.probe(self.query)[0]
+        centroid = self.partition.centroids[cell]
+        below = min(float(v @ self.query) for v in near)
+        x = np.zeros((0, DIM))
+        while len(x) < records:  # x's records: in the probed cell, below D's in score
+            v = _unit(centroid + spread * rng.standard_normal((records, DIM)))
+            keep = (self.partition.assign(v) == cell) & (v @ self.query < below)
+            x = np.concatenate([x, v[keep]])
+        self.x = [((f"x{i}", "ux", f"Visit {i}: {FILLER}"), v) for i, v in enumerate(x[:records])]
+
+    def embed(self, text: str) -> Any:
+        """The question's vector (the only text embedded at query time)."""
+        return self.query
+
+
+def _unit(v: Any) -> Any:
+    v = np.asarray(v, dtype=np.float64)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+class TableEmbeddings(Embeddings):
+    """LangChain embeddings: each record's text embeds as its vector, the question as its."""
+
+    def __init__(self, table: dict[str, list[float]], query: list[float]) -> None:
+        self.table, self.query = table, query
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.table[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.query
 
 
 def _reply(prompt: str) -> str:
@@ -213,6 +277,49 @@ def build(entry: str, engine: str, rows: list[Row], deadline: float | None) -> C
     return lambda: engine_.query(QUESTION)
 
 
+Records = list[tuple[Row, Any]]  # (id, unit, text) and its vector
+
+
+def build_cells(
+    entry: str, engine: str, space: Space, records: Records, deadline: float | None
+) -> Callable[[], Any]:
+    """One app over a partitioned corpus of ``records``; the call that asks it one question.
+
+    ``core``: dprag's own ``FaissCorpus(partition=...)``; ``langchain``: LangChain's
+    ``FAISS`` store over the partition's index (``langchain_dprag.cells.partitioned_faiss``).
+    """
+    mech = _mechanism(engine, entry)
+    vectors = np.array([v for _, v in records])
+    if entry == "core":
+        corpus = FaissCorpus(dim=DIM, partition=space.partition)
+        corpus.add(
+            [i for (i, _, _), _ in records],
+            [t for (_, _, t), _ in records],
+            vectors,
+            units=[u for (_, u, _), _ in records],
+        )
+        rag = PrivateRAG(
+            mech, corpus.as_retriever(space.embed), accountant=_budget(), deadline=deadline
+        )
+        return lambda: rag.answer(QUESTION)
+    table = {t: v.tolist() for ((_, _, t), v) in records}
+    store = partitioned_faiss(
+        [Document(t, metadata={"who": u}) for (_, u, t), _ in records],
+        TableEmbeddings(table, space.query.tolist()),
+        space.partition,
+        ids=[i for (i, _, _), _ in records],
+    )
+    chain = DPRAGChain(
+        vectorstore=store,
+        partition=space.partition,
+        mechanism=mech,
+        unit_key="who",
+        accountant=_budget(),
+        deadline=deadline,
+    )
+    return lambda: chain.invoke(QUESTION)
+
+
 def timed(ask: Callable[[], Any]) -> tuple[float, bool]:
     """Wall seconds of one query, and whether it failed."""
     start = time.perf_counter()
@@ -257,27 +364,34 @@ def holdout_accuracy(a: Sequence[float], b: Sequence[float], rng: np.random.Gene
     return float((np.mean(sign * test_a <= sign * t) + np.mean(sign * test_b > sign * t)) / 2)
 
 
-def cell(entry: str, engine: str, kind: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
-    """One row: without and with the deadline."""
-    with_x = [X[kind], *D]
-    apps = {
-        "D": build(entry, engine, D, None),
-        "D+x": build(entry, engine, with_x, None),
-        "D'": build(entry, engine, D, None),
-    }
-    plain = sample(apps, n, rng)
+def cell(
+    entry: str, engine: str, kind: str, n: int, rng: np.random.Generator, records: int
+) -> dict[str, Any]:
+    """One row: without and with the deadline (x = "cell": ``records`` records in a probed cell)."""
+    if kind == "cell":
+        space = Space(records)
+
+        def apps_for(deadline: float | None) -> dict[str, Callable[[], Any]]:
+            return {
+                "D": build_cells(entry, engine, space, space.d, deadline),
+                "D+x": build_cells(entry, engine, space, space.d + space.x, deadline),
+                "D'": build_cells(entry, engine, space, space.d, deadline),
+            }
+    else:
+        with_x = [X[kind], *D]
+
+        def apps_for(deadline: float | None) -> dict[str, Callable[[], Any]]:
+            return {
+                "D": build(entry, engine, D, deadline),
+                "D+x": build(entry, engine, with_x, deadline),
+                "D'": build(entry, engine, D, deadline),
+            }
+
+    plain = sample(apps_for(None), n, rng)
     t = plain["times"]
     slow = float(np.quantile(np.concatenate(list(t.values())), 0.99))
     deadline = math.ceil(slow * 1.5 / 0.01) * 0.01
-    held = sample(
-        {
-            "D": build(entry, engine, D, deadline),
-            "D+x": build(entry, engine, with_x, deadline),
-            "D'": build(entry, engine, D, deadline),
-        },
-        n,
-        rng,
-    )
+    held = sample(apps_for(deadline), n, rng)
     h = held["times"]
     return {
         "median_d": statistics.median(t["D"]),
@@ -304,11 +418,14 @@ CELLS = [
     ("llamaindex", "eager", "long"),
     ("llamaindex", "hosted", "long"),
     ("llamaindex", "hosted", "refused"),
+    ("core", "hosted", "cell"),
+    ("langchain", "hosted", "cell"),
 ]
 QUICK = [
     ("core", "eager", "long"),
     ("langchain", "hosted", "refused"),
     ("llamaindex", "hosted", "long"),
+    ("langchain", "hosted", "cell"),
 ]
 
 HEADER = (
@@ -321,7 +438,7 @@ HEADER = (
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="queries per side (default 200)")
-    parser.add_argument("--quick", action="store_true", help="n = 6, three cells (smoke)")
+    parser.add_argument("--quick", action="store_true", help="n = 6, four cells (smoke)")
     parser.add_argument("--only", nargs="*", default=None, help="entry points or engines")
     parser.add_argument(
         "--cells", nargs="*", default=None, help="entry:engine:x, e.g. core:eager:long"
@@ -329,14 +446,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--prefill",
-        choices=("rows", "batched"),
+        choices=("rows", "batched", "padded-rows"),
         default="rows",
         help="the eager engine's prefill on one thread (default rows: each row's own tokens)",
+    )
+    parser.add_argument(
+        "--cell-records",
+        type=int,
+        default=2_000,
+        help="x = cell: how many records x adds to a probed cell (default 2000)",
     )
     parser.add_argument("--out", type=Path, default=None, help="also write DIR/table.md")
     args = parser.parse_args()
     if args.n < 2:
         parser.error("--n must be an integer >= 2")
+    if args.cell_records < 1:
+        parser.error("--cell-records must be an integer >= 1")
     n = 6 if args.quick else args.n
     cells = QUICK if args.quick else CELLS
     if args.only:
@@ -347,11 +472,13 @@ def main() -> None:
     torch.set_num_threads(1)  # one core per query, as on a shared host (and steadier figures)
     if args.prefill == "batched":
         hf_cache.per_row_prefill = lambda device: False  # the public-width batched forward
+    if args.prefill == "padded-rows":
+        hf_cache.prefill_rows = prefill_rows_padded  # each row alone, at the public width
     lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]
     lines.append(HEADER)
     print("\n".join(lines), flush=True)
     for entry, engine, kind in cells:
-        r = cell(entry, engine, kind, n, rng)
+        r = cell(entry, engine, kind, n, rng, args.cell_records)
         line = (
             f"| {entry} | {engine} | {kind} | {r['median_d'] * 1e3:.1f} / "
             f"{r['median_x'] * 1e3:.1f} | {r['accuracy']:.2f} | {r['control']:.2f} | "

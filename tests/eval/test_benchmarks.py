@@ -220,6 +220,7 @@ def test_timing_quick(tmp_path: Path) -> None:
         ("core", "eager", "long"),
         ("langchain", "hosted", "refused"),
         ("llamaindex", "hosted", "long"),
+        ("langchain", "hosted", "cell"),
     }
     for row in rows[1:]:
         fields = [part.strip() for part in row.split("|")[1:-1]]

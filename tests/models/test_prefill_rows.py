@@ -16,6 +16,8 @@ and its rows stay invariant. The rows' own invariance is
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +169,20 @@ def test_only_a_one_thread_cpu_session_prefills_row_by_row(
         monkeypatch.setattr(hf_cache.torch, "get_num_threads", lambda threads=threads: threads)
         hf_cache.DynamicBackend(model._call, torch.device(device)).prefill(ids, mask)
         assert len(calls) == expected, (threads, device)
+
+
+@pytest.mark.parametrize("kind", ["reader", "llama"])
+@pytest.mark.parametrize("width", [None, 16])
+def test_each_row_alone_at_the_public_width_decodes_as_alone(
+    monkeypatch: pytest.MonkeyPatch, kind: str, width: int | None
+) -> None:
+    """benchmarks/timing.py's ``--prefill padded-rows`` (``_prefills.prefill_rows_padded``:
+    each row alone, left-padded to the public width): every row's logits as the row run
+    alone, the same greedy tokens, so its timings are of the same answers."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        from _prefills import prefill_rows_padded
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(hf_cache, "prefill_rows", prefill_rows_padded)
+    assert max(_gaps(HFTokenModel(*_weights(kind), prompt_width=width))) < 1e-4
