@@ -650,21 +650,9 @@ class Known:
     settled: Callable[[Cell], bool] = lambda cell: True  # False: the cell may pass, by chance
 
 
-TOP_N = frozenset(
-    {"DPVote", "DPVote-word", "DPSparseVote", "DPSparseVote-word", "DPSparseVote-exponential",
-     "DPKSA", "DPAnswerVote", "AnswerVote", "NaiveMulti", "VoteRAG", "KSA", "IdsInDetails"}
-)  # fmt: skip
-"""The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
-
-KNOWN: list[Known] = [
-    Known("issue 36 case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
-          "Document.id: dprag's document_id hashes text and metadata, the collection's "
-          "random name included, so ties are broken by a hash that differs between the two "
-          "worlds' collections",
-          lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
-          and c.mechanism.name in TOP_N,
-          settled=lambda c: False),  # which units a random order takes: by chance
-]  # fmt: skip
+KNOWN: list[Known] = []
+"""None left: every cell passes strictly (a new entry names its issue case, what differs,
+the cells it applies to)."""
 
 
 def marks(cell: Cell) -> list[Any]:
