@@ -13,6 +13,14 @@ RAG and VoteRAG (not DP: their epsilon is infinite), ``"none"`` when empty.
 NonRAG and RAG accept a :class:`~dprag_core.models.base.TokenModel` (streamed
 token by token) or a :class:`~dprag_core.models.base.TextModel`.
 
+A model that refuses a prompt holding documents (a content filter, a timeout)
+makes it an empty answer, never a failed query: RAG reads a text model through
+:func:`~dprag_core.models.outcomes.generate_each` (one call, its failure the
+prompt's abstain), and a served model's session ends a refused row
+(:mod:`~dprag_core.models.openai_compat`); VoteRAG's refused voters vote for the
+end. Whether a query fails then never depends on the documents (their answers
+are not private; what else a caller sees is).
+
 >>> NonRAG(model).answer("Who treats headache?", []).epsilon  # doctest: +SKIP
 0.0
 """
@@ -39,6 +47,7 @@ from dprag_core.mechanisms.histogram import SparseCounts
 from dprag_core.mechanisms.rng import RngLike
 from dprag_core.models.base import TextModel, TokenModel
 from dprag_core.models.checks import callback_attributes, check_text_model, framework_of
+from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.query_ids import Query, as_query
 from dprag_core.retrieval.documents import ScoredDocument
@@ -124,7 +133,11 @@ class _SinglePrompt(StreamingMechanism):
             stop = yield from _greedy_stream(self.model, prompt, self.max_new_tokens, parts)
             yield self._answer("".join(parts), stop)
             return
-        text = self.model.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
+        if self.uses_corpus:  # the prompt holds documents: a refused one is an empty answer
+            (out,) = generate_each(self.model, [prompt], max_new_tokens=self.max_new_tokens)
+            text = out or ""
+        else:  # the question alone: a failure is public
+            text = self.model.generate([prompt], max_new_tokens=self.max_new_tokens)[0]
         if text:
             yield text
         yield self._answer(text, TEXT_MODEL)

@@ -267,11 +267,14 @@ class _KeywordAnswerer(Mechanism):
             )
         return keyword_histogram(responses, extractor=self.extractor, exclude=exclude)
 
-    def _final(self, question: str, keywords: Sequence[str]) -> str:
+    def _final_prompt(self, question: str, keywords: Sequence[str]) -> str:
         if keywords:
-            prompt = self.answer_template.format(keywords=", ".join(keywords), question=question)
-        else:
-            prompt = self.zero_shot_template.format(question=question)
+            return self.answer_template.format(keywords=", ".join(keywords), question=question)
+        return self.zero_shot_template.format(question=question)
+
+    def _final(self, question: str, keywords: Sequence[str]) -> str:
+        """The answer to the question and the released keywords (public: a failure is too)."""
+        prompt = self._final_prompt(question, keywords)
         return self.model.generate([prompt], max_new_tokens=self.answer_tokens)[0]
 
     def _released(
@@ -385,6 +388,14 @@ class KSA(_KeywordAnswerer):
     """
 
     name = "KSA"
+
+    def _final(self, question: str, keywords: Sequence[str]) -> str:
+        """The answer to the question and the keywords, which are the documents' (nothing
+        is released before it): one call through ``generate_each``, a refused prompt an
+        empty answer, so whether the query fails never depends on them."""
+        prompt = self._final_prompt(question, keywords)
+        (text,) = generate_each(self.model, [prompt], max_new_tokens=self.answer_tokens)
+        return text or ""
 
     def answer(
         self, query: Query | str, docs: Sequence[ScoredDocument], *, rng: RngLike = None

@@ -22,16 +22,31 @@ need) and :class:`~dprag_core.models.base.TextModel` (DP-KSA's responses) over a
   width is refused when the model is built, and a mechanism whose answer would
   not fit when it is built (:func:`~dprag_core.models.envelope.check_answer_room`).
   So no prompt is ever refused for its length, whatever the documents hold;
-- **the request schedule**: with ``lookahead_tokens=1`` (the default) every
-  decision sends every row in ONE request asking for the tokens it needs (1, or
-  a word's public ``n``), whatever the rows buffered before: the requests are a
-  function of the released answer and public parameters only;
+- **the request schedule**: every row is a request of its own
+  (:meth:`OpenAICompatModel.each_row`), sent once, never retried; with
+  ``lookahead_tokens=1`` (the default) every decision sends every row, asking
+  for the tokens it needs (1, or a word's public ``n``), whatever the rows
+  buffered before: the requests are a function of the released answer and
+  public parameters only;
+- **a failed row abstains**: a server that refuses a row (a content filter),
+  times out on it or answers it with ids that fail the check fails that row's
+  request only; the row then reads an end id from there on (it votes for the
+  end of the answer, a fixed public vote), the other rows are unaffected and
+  nothing is sent again. Why the voting proofs still hold: whether a row's
+  request fails is a function of that row alone (the question, its own voter's
+  records and the released tokens) when the failure is decided by the row (a
+  content filter) or independent of every row (a transient error), so one
+  privacy unit still changes one voter's votes, whatever they are, which is
+  the sensitivity every voting mechanism's proof counts. A timeout counts as
+  the row's own outcome: keep the endpoint's ``timeout`` far above a request's
+  time at the public width, so the server's load from other rows does not decide
+  it;
 - **speculative voting** (``lookahead_tokens`` > 1): a session keeps, for each
   row, a buffer of the row's own greedy continuation. ``greedy()`` reads each
   row's next buffered token; ``step(token)`` moves the rows whose buffered token
   was ``token`` one place on and empties the others' buffers; rows whose buffer
-  is empty are refilled together in ONE request of ``max_tokens:
-  lookahead_tokens``. Rows that agree with what is released send nothing; a
+  is empty are refilled together with ``max_tokens: lookahead_tokens``, one
+  request per row. Rows that agree with what is released send nothing; a
   refill carries only the rows that need one, so which rows are sent and how
   often depends on the documents (docs/servers.md says what a server operator
   sees). A buffered token is exactly what a one-token request would return then
@@ -68,10 +83,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from numbers import Integral
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -94,7 +109,9 @@ TOKENIZER_PROBE = "The tokenizer probe: Question? Answer: yes, it is 42."
 """Public text whose token ids the server's and the local tokenizer must agree on."""
 
 PARALLEL_REQUESTS = 16
-"""How many one-prompt requests :meth:`OpenAICompatModel.generate_each` has in flight at once."""
+"""How many one-row requests :meth:`OpenAICompatModel.each_row` has in flight at once."""
+
+T = TypeVar("T")
 
 
 class OpenAICompatSession:
@@ -106,13 +123,17 @@ class OpenAICompatSession:
     send nothing. Every row is the prompt's last ``prompt_width`` tokens and the
     tokens appended since.
 
-    Which rows a request carries: with ``lookahead_tokens=1`` (the *public
+    Which rows are sent, each in a request of its own
+    (:meth:`OpenAICompatModel.each_row`): with ``lookahead_tokens=1`` (the *public
     schedule*) every row, once per decision (the first ``greedy`` or
     ``lookahead`` after a step, and again only if a later call of the same
-    decision asks for more tokens than that request did); a row whose buffer has
+    decision asks for more tokens than that fill did); a row whose buffer has
     ended keeps it (the server ended the row there) and the server's answer for
-    it is checked and dropped. With ``lookahead_tokens`` > 1 (speculative) only
-    the rows whose buffer is too short, and none when every buffer suffices.
+    it is dropped. With ``lookahead_tokens`` > 1 (speculative) only the rows
+    whose buffer is too short, and none when every buffer suffices. A row whose
+    request fails (refused, timed out, ids that fail the check) abstains: its
+    buffer ends there (the smallest end id, module docstring), the same as a
+    server that ended the row.
     """
 
     def __init__(self, owner: OpenAICompatModel, rows: list[list[int]]) -> None:
@@ -120,7 +141,7 @@ class OpenAICompatSession:
         self._rows = keep_last(rows, owner.prompt_width)
         self._ahead: list[list[int]] = [[] for _ in rows]
         self._appended = 0  # tokens appended to every row (public: the release)
-        self._asked = 0  # tokens this decision's request asked for (public schedule)
+        self._asked = 0  # tokens this decision's fill asked for (public schedule)
 
     @property
     def _public(self) -> bool:
@@ -139,18 +160,19 @@ class OpenAICompatSession:
         return bool(ahead) and ahead[-1] in self._owner.eos_token_ids
 
     def _fill(self, need: int) -> None:
-        """Give every row ``need`` buffered tokens or an ended buffer: ONE request at most.
+        """Give every row ``need`` buffered tokens or an ended buffer: one fill at most.
 
         The rows it sends (class docstring: all of them on the public schedule, else
         those short of ``need``) go as they are, without their buffer, with
         ``max_tokens = max(lookahead_tokens, need)``, at most what the context has left
-        after a full-width row and the tokens appended: public numbers. Each sent row
-        that has not ended gets the answer as its buffer. A request that could not
+        after a full-width row and the tokens appended: public numbers, one request
+        per row. Each sent row that has not ended gets its answer as its buffer, or an
+        end where its request failed (its abstain). A fill that could not
         hold ``need`` tokens is refused before it is sent (a public ValueError: the
         mechanism's build check keeps it from happening).
         """
         if self._public:
-            if self._asked >= need:  # this decision's request gave every row enough
+            if self._asked >= need:  # this decision's fill gave every row enough
                 return
             sent = list(range(len(self._rows)))
         else:
@@ -165,11 +187,13 @@ class OpenAICompatSession:
         count = min(
             max(self._owner.lookahead_tokens, need), self._owner.answer_room - self._appended
         )
-        done = self._owner.endpoint.complete([self._rows[r] for r in sent], max_tokens=count)
-        for r, completion in zip(sent, done, strict=True):
-            answer = self._owner.continuation(completion, count)  # checked, even if dropped
-            if not self._ended(self._ahead[r]):
-                self._ahead[r] = answer
+        owner = self._owner
+        answers = owner.each_row(
+            [self._rows[r] for r in sent], count, lambda done: owner.continuation(done, count)
+        )
+        for r, answer in zip(sent, answers, strict=True):
+            if not self._ended(self._ahead[r]):  # an ended row keeps its end (answer dropped)
+                self._ahead[r] = [min(owner.eos_token_ids)] if answer is None else answer
         self._asked = count
 
     def _columns(self, width: int) -> npt.NDArray[np.intp]:
@@ -190,14 +214,14 @@ class OpenAICompatSession:
         """Each row's greedy continuation of up to ``n`` tokens, [B, j]; the session is kept.
 
         See :class:`~dprag_core.models.base.LookaheadSession`. On the public
-        schedule, ONE request of every row for ``n`` tokens (unless this decision's
-        request already asked for as many). Speculative: read from the buffers when
+        schedule, every row is sent for ``n`` tokens (unless this decision's fill
+        already asked for as many). Speculative: read from the buffers when
         they already hold the j columns (``stop`` true on fewer columns than every
-        row has buffered); otherwise ONE request for the rows short of ``n`` tokens,
-        whose answers are buffered for the steps to come. A
-        row that ended (an end id, or a bare stop) reads the smallest end id from
-        there on. ``stop`` is applied to the columns as a stepping session would,
-        after each one, so j is the same. Nothing is appended: :meth:`greedy` and
+        row has buffered); otherwise a fill of the rows short of ``n`` tokens,
+        whose answers are buffered for the steps to come. A row that ended (an end
+        id, a bare stop, or its request failed) reads the smallest end id from there
+        on. ``stop`` is applied to the columns as a stepping session would, after
+        each one, so j is the same. Nothing is appended: :meth:`greedy` and
         :meth:`step` go on as if this had not been called.
 
         >>> session.lookahead(4)  # doctest: +SKIP
@@ -504,16 +528,33 @@ class OpenAICompatModel(TokenizerCodec):
         """
         limit = check_answer_room(self, max_new_tokens)
         rows = keep_last(self.prompt_rows(prompts), self.prompt_width)
+        return self.each_row(rows, limit, lambda done: self._answer(done, limit))
 
-        def one(row: list[int]) -> str | None:
+    def each_row(
+        self, rows: Sequence[Sequence[int]], max_tokens: int, read: Callable[[Completion], T]
+    ) -> list[T | None]:
+        """Each token-id row in a request of its own, sent once; ``read`` of its completion,
+        or None where the request or ``read`` failed (that row's public abstain).
+
+        The schedule is a function of ``len(rows)`` and ``max_tokens`` alone: one request
+        per row, at most :data:`PARALLEL_REQUESTS` in flight at once (the server batches
+        them), never retried (``complete(retry=False)``: a retry would follow one row's
+        outcome) and never re-sent. An error is dropped whole (an
+        :class:`~dprag_core.models.endpoint.EndpointError` holds no body and no cause;
+        ``read``'s check names no token). One row runs in the caller's thread; more in a
+        pool, each task in a copy of the caller's context (a muted section stays muted).
+        """
+
+        def one(row: Sequence[int]) -> T | None:
             try:
-                (completion,) = self.endpoint.complete([row], max_tokens=limit, retry=False)
-                return self._answer(completion, limit)
-            except Exception:  # this prompt's failure (EndpointError: no body, no cause)
+                (completion,) = self.endpoint.complete([row], max_tokens=max_tokens, retry=False)
+                return read(completion)
+            except Exception:  # this row's failure: its abstain, whatever it was
                 return None
 
-        with ThreadPoolExecutor(max_workers=min(len(rows), PARALLEL_REQUESTS)) as pool:
-            # each task runs in a copy of the caller's context (a muted section stays muted)
+        if len(rows) == 1:
+            return [one(rows[0])]
+        with ThreadPoolExecutor(max_workers=max(1, min(len(rows), PARALLEL_REQUESTS))) as pool:
             futures = [pool.submit(contextvars.copy_context().run, one, row) for row in rows]
             return [future.result() for future in futures]
 

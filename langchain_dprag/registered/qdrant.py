@@ -10,6 +10,8 @@ cell filter        ``MatchAny`` on ``metadata.dprag_cell`` (a payload index on a
                    local mode, which scans every point anyway, the exact ranking is
                    walked (:func:`~dprag_core.retrieval.cell_search.first_in_cells`)
 count, dimension   the collection's exact count and vector size
+document id        the point's id (``metadata["_id"]``, which langchain-qdrant
+                   sets; ``Document.id`` it leaves unset)
 refused            sparse and hybrid modes
 =================  ================================================================
 
@@ -93,9 +95,28 @@ def _search(store: Any, filter: Any) -> VectorSearch:
         found: list[tuple[Document, float]] = store.similarity_search_with_score_by_vector(
             list(vector), k=k, filter=filter, search_params=clients.qdrant_exact_params()
         )
-        return found
+        return [(_with_point_id(doc), score) for doc, score in found]
 
     return search
+
+
+def _with_point_id(doc: Document) -> Document:
+    """``doc`` with ``Document.id`` set to its point's id (``metadata["_id"]``).
+
+    langchain-qdrant leaves ``Document.id`` unset and puts two keys of its own in
+    the metadata: ``_id`` (the point's id: the one the app gave when it added the
+    document) and ``_collection_name``. Without an id, a document's id would be a
+    hash of its metadata, the collection's name included, so one document would get
+    another id in another collection, and ties would be cut another way. With it,
+    a document's id is its point's, as every other store's documents carry theirs.
+
+    >>> _with_point_id(Document("a", metadata={"_id": 7, "_collection_name": "c"})).id
+    '7'
+    """
+    point = doc.metadata.get("_id")
+    if doc.id or point is None:
+        return doc
+    return Document(page_content=doc.page_content, metadata=doc.metadata, id=str(point))
 
 
 def _walk(store: Any, walk: _Walk, vector: Sequence[float], k: int) -> list[tuple[Document, float]]:

@@ -650,39 +650,9 @@ class Known:
     settled: Callable[[Cell], bool] = lambda cell: True  # False: the cell may pass, by chance
 
 
-TOP_N = frozenset(
-    {"DPVote", "DPVote-word", "DPSparseVote", "DPSparseVote-word", "DPSparseVote-exponential",
-     "DPKSA", "DPAnswerVote", "AnswerVote", "NaiveMulti", "VoteRAG", "KSA", "IdsInDetails"}
-)  # fmt: skip
-"""The rows whose candidates are the top 8 (8 voters of one record): a tie group is cut."""
-
-USES_DOCUMENTS = frozenset(
-    {m.name for m in MECHANISMS if m.needs in GENERATORS} - {"NonRAG", "IdsInDetails"}
-)
-"""The generating rows whose model reads the documents (NonRAG reads none; IdsInDetails
-calls no model)."""
-
-PER_PROMPT = frozenset({"DPKSA", "DPAnswerVote", "AnswerVote"})
-"""The rows that read a text model through ``generate_each`` (one outcome per prompt: a
-refused prompt abstains)."""
-
-KNOWN: list[Known] = [
-    Known("issue 36 case 7a", "LangChain's Qdrant documents carry their id in metadata['_id'], not "
-          "Document.id: dprag's document_id hashes text and metadata, the collection's "
-          "random name included, so ties are broken by a hash that differs between the two "
-          "worlds' collections",
-          lambda c: c.store.name == "lc-qdrant" and c.neighbour.name == "tied"
-          and c.mechanism.name in TOP_N,
-          settled=lambda c: False),  # which units a random order takes: by chance
-    Known("issue 40 case 1", "outcome: a served model's token session (OpenAICompatModel."
-          "prefill) sends every row of a decision in one request, and the text baselines read "
-          "generate (one request of every prompt): a server that refuses or times out on x's "
-          "row fails that request, and the query, in D + x only",
-          lambda c: c.neighbour.endpoint in ("refuse", "timeout") and c.engine is not None
-          and c.engine.name in ("server", "scripted-server")
-          and c.mechanism.name in USES_DOCUMENTS - PER_PROMPT,
-          settled=lambda c: False),  # the full matrix's other served cells: not measured
-]  # fmt: skip
+KNOWN: list[Known] = []
+"""None left: every cell passes strictly (a new entry names its issue case, what differs,
+the cells it applies to)."""
 
 
 def marks(cell: Cell) -> list[Any]:

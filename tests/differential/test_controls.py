@@ -385,19 +385,47 @@ def test_tokenizing_a_whole_document_is_caught(
     assert "ask 1: work past the bound" not in clean and "ask 1: work past the bound" in leaky
 
 
+def _retrying(world: World) -> None:
+    """The served model's endpoint retrying every request (its own policy, on by default for
+    a timeout), whatever its caller asks."""
+    endpoint = world.engine.text.endpoint
+    complete = endpoint.complete
+    endpoint.complete = lambda prompts, *, max_tokens, retry=True: complete(
+        prompts, max_tokens=max_tokens
+    )
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "engine"), [("DPKSA", "server"), ("DPSparseVote", "scripted-server")]
+)
 def test_a_served_prompt_retried_after_it_timed_out_is_caught(
-    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+    mechanism: str, engine: str, lab: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """A served model whose per-prompt requests are retried (the endpoint's own policy, on
-    by default for a timeout): x's prompt times out, and is sent twice more, in D + x only."""
-    cell = cell_of("PrivateRAG.answer", "DPKSA", "core-list", "timeout", engine="server")
-
-    def retrying(world: World) -> None:
-        endpoint = world.engine.text.endpoint
-        complete = endpoint.complete
-        endpoint.complete = lambda prompts, *, max_tokens, retry=True: complete(
-            prompts, max_tokens=max_tokens
-        )
-
-    clean, leaky = _controlled(cell, lab, tmp_path, request, leak=retrying)
+    """A served model whose per-prompt requests (DP-KSA's texts, a token session's rows)
+    are retried: x's prompt times out, and is sent twice more, in D + x only (the scripted
+    server: the voters release the same in both worlds, so the schedules are compared)."""
+    cell = cell_of("PrivateRAG.answer", mechanism, "core-list", "timeout", engine=engine)
+    clean, leaky = _controlled(cell, lab, tmp_path, request, leak=_retrying)
     assert "model endpoint requests" not in clean and "model endpoint requests" in leaky
+
+
+def _one_request_per_decision(world: World) -> None:
+    """The served model's token sessions sending every row of a decision in one request,
+    whose failure fails the query (no row abstains)."""
+    model = world.engine.text
+
+    def each_row(rows: Any, max_tokens: int, read: Any) -> list[Any]:
+        return [read(done) for done in model.endpoint.complete(rows, max_tokens=max_tokens)]
+
+    model.each_row = each_row
+
+
+@pytest.mark.parametrize("neighbour", ["refused", "timeout"])
+def test_a_session_whose_refused_row_fails_the_query_is_caught(
+    neighbour: str, lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A token session sending every row in one request: the server refuses (or times out
+    on) x's row, the request fails, and the query with it, in D + x only."""
+    cell = cell_of("PrivateRAG.answer", "DPSparseVote", "core-list", neighbour, engine="server")
+    clean, leaky = _controlled(cell, lab, tmp_path, request, leak=_one_request_per_decision)
+    assert "ask 1: outcome" not in clean and "ask 1: outcome" in leaky

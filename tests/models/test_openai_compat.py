@@ -64,7 +64,9 @@ def _model(tokenizer: Any, handler: Handler, **kw: Any) -> OpenAICompatModel:
     )
 
 
-def test_each_step_is_one_batched_token_id_request(tokenizer: Any) -> None:
+def test_each_step_sends_every_row_once_in_a_token_id_request_of_its_own(
+    tokenizer: Any,
+) -> None:
     sent: list[dict[str, Any]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -76,16 +78,15 @@ def test_each_step_is_one_batched_token_id_request(tokenizer: Any) -> None:
     session = model.prefill(["first prompt", "second, longer prompt"])
     assert sent == []  # nothing is sent before the first greedy()
     assert session.greedy().tolist() == [5, 5]
-    assert session.greedy().tolist() == [5, 5] and len(sent) == 1  # cached per step
+    assert session.greedy().tolist() == [5, 5] and len(sent) == 2  # cached per step
     session.step(7)
     session.greedy()
-    first, second = sent
-    assert first["prompt"] == [
-        model.prompt_ids("first prompt"),
-        model.prompt_ids("second, longer prompt"),
-    ]
-    assert second["prompt"] == [[*row, 7] for row in first["prompt"]]
-    assert {k: second[k] for k in ("max_tokens", "temperature", "cache_prompt", "model")} == {
+    assert len(sent) == 4 and all(len(body["prompt"]) == 1 for body in sent)
+    rows = [model.prompt_ids("first prompt"), model.prompt_ids("second, longer prompt")]
+    first = sorted(row for body in sent[:2] for row in body["prompt"])  # sent concurrently
+    second = sorted(row for body in sent[2:] for row in body["prompt"])
+    assert first == sorted(rows) and second == sorted([*row, 7] for row in rows)
+    assert {k: sent[3][k] for k in ("max_tokens", "temperature", "cache_prompt", "model")} == {
         "max_tokens": 1,
         "temperature": 0,
         "cache_prompt": True,
@@ -129,7 +130,8 @@ def test_a_bare_eos_stop_is_eos_and_bad_ids_are_errors(tokenizer: Any) -> None:
     assert _model(tokenizer, eos).prefill(["q"]).greedy().tolist() == [0]
     out_of_range = _model(tokenizer, lambda r: _llama_cpp_reply(r, token=len(tokenizer)))
     with pytest.raises(EndpointError, match="no token id in"):
-        out_of_range.prefill(["q"]).greedy()
+        out_of_range.generate(["q"], max_new_tokens=2)
+    assert out_of_range.prefill(["q"]).greedy().tolist() == [0]  # a session's row abstains
     with pytest.raises(EndpointError, match="expected 2 choices"):
         parse_completions({"choices": []}, 2)
     with pytest.raises(EndpointError, match="no token ids"):
@@ -146,21 +148,47 @@ def test_retries_transient_failures_only(tokenizer: Any, status: int, calls: int
 
     model = _model(tokenizer, handler, retries=2, backoff=0.0)
     with pytest.raises(EndpointError, match=f"HTTP {status}"):
-        model.prefill([f"Context: {CANARY}"]).greedy()
+        model.generate([f"Context: {CANARY}"], max_new_tokens=1)
     assert len(seen) == calls
 
 
-def test_a_retry_resends_the_same_step(tokenizer: Any) -> None:
+def test_a_retry_resends_the_same_request(tokenizer: Any) -> None:
     bodies: list[bytes] = []
 
     def flaky(request: httpx.Request) -> httpx.Response:
         bodies.append(request.content)
         return httpx.Response(503) if len(bodies) == 1 else _llama_cpp_reply(request)
 
-    session = _model(tokenizer, flaky, backoff=0.0).prefill(["q"])
-    session.step(3)
-    assert session.greedy().tolist() == [5]
+    assert _model(tokenizer, flaky, backoff=0.0).generate(["q"], max_new_tokens=1) == [
+        tokenizer.decode([5])
+    ]
     assert bodies[0] == bodies[1]  # the same rows: nothing replayed, nothing skipped
+
+
+@pytest.mark.parametrize("failure", ["refuse", "timeout", "503"])
+def test_a_session_row_that_fails_abstains_and_nothing_is_sent_again(
+    tokenizer: Any, failure: str
+) -> None:
+    """A row the server refuses, times out on or fails (503) reads an end from there on;
+    the other rows answer; each decision sends every row once, whatever any of them met."""
+    bodies: list[dict[str, Any]] = []
+
+    def filtered(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if CANARY in tokenizer.decode(body["prompt"][0]):
+            if failure == "timeout":
+                raise httpx.ReadTimeout("timed out", request=request)
+            return httpx.Response(400 if failure == "refuse" else 503, text="refused")
+        return _llama_cpp_reply(request)
+
+    session = _model(tokenizer, filtered, retries=2, backoff=0.0).prefill(
+        ["Context: a", f"Context: {CANARY}", "Context: b"]
+    )
+    assert session.greedy().tolist() == [5, 0, 5]
+    session.step(5)
+    assert session.lookahead(2).tolist() == [[5, 5], [0, 0], [5, 5]]
+    assert len(bodies) == 6 and all(len(b["prompt"]) == 1 for b in bodies)
 
 
 @pytest.mark.parametrize("failure", ["refuse", "timeout", "503"])
@@ -195,8 +223,9 @@ def test_errors_carry_no_private_text(tokenizer: Any, caplog: pytest.LogCaptureF
 
     model = _model(tokenizer, broken, retries=1, backoff=0.0)
     caplog.set_level(logging.DEBUG)
+    assert model.prefill([f"Context: {CANARY}"]).greedy().tolist() == [0]  # abstains
     with pytest.raises(EndpointError) as info:
-        model.prefill([f"Context: {CANARY}"]).greedy()
+        model.endpoint.complete([model.prompt_ids(f"Context: {CANARY}")], max_tokens=1)
     assert str(info.value) == "completions request failed with ReadError"
     assert info.value.__cause__ is None and info.value.__context__ is None
     assert CANARY not in reachable_text(info.value)
@@ -267,8 +296,9 @@ def test_a_stopped_server_is_a_clean_error(tokenizer: Any) -> None:
         context_length=CONTEXT,
     )
     with pytest.raises(EndpointError, match="ConnectError") as info:
-        dead.prefill([f"Context: {CANARY}"]).greedy()
+        dead.endpoint.complete([dead.prompt_ids(f"Context: {CANARY}")], max_tokens=1)
     assert CANARY not in reachable_text(info.value)
+    assert dead.prefill([f"Context: {CANARY}"]).greedy().tolist() == [0]  # a row abstains
 
 
 @pytest.mark.parametrize("eos", [["a"], [-1], [10**9], []])
@@ -279,33 +309,34 @@ def test_bad_eos_token_ids_are_refused_when_built(tokenizer: Any, eos: Any) -> N
         )
 
 
-def test_lookahead_is_one_request_of_n_tokens_and_keeps_the_rows(tokenizer: Any) -> None:
+def test_lookahead_is_one_request_of_n_tokens_per_row_and_keeps_the_rows(
+    tokenizer: Any,
+) -> None:
     """Rows that ended early read EOS from there on; nothing is appended to the rows."""
     sent: list[dict[str, Any]] = []
-    replies = [
-        ([11, 12, 13, 14], "limit"),
-        ([11, 12], "eos"),  # a bare stop after two tokens
-        ([], "eos"),  # a bare stop at once: greedy() reads EOS there too
-        ([11, 0, 13], "eos"),  # EOS (id 0) returned, then (oddly) more: cut at the EOS
-    ]
+    replies = {
+        "a": ([11, 12, 13, 14], "limit"),
+        "b": ([11, 12], "eos"),  # a bare stop after two tokens
+        "c": ([], "eos"),  # a bare stop at once: greedy() reads EOS there too
+        "d": ([11, 0, 13], "eos"),  # EOS (id 0) returned, then (oddly) more: cut at the EOS
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         sent.append(body)
         n = body["max_tokens"]
-        results = [
-            {"index": i, "tokens": ids[:n], "stop_type": "limit" if len(ids) > n else reason}
-            for i, (ids, reason) in enumerate(replies)
-        ]
-        return httpx.Response(200, json=results)
+        ((ids, reason),) = [r for p, r in replies.items() if body["prompt"] == [rows[p]]]
+        stop = "limit" if len(ids) > n else reason
+        return httpx.Response(200, json=[{"index": 0, "tokens": ids[:n], "stop_type": stop}])
 
     model = _model(tokenizer, handler)
+    rows = {p: model.prompt_ids(p) for p in replies}
     assert min(model.eos_token_ids) == 0
-    session = model.prefill(["a", "b", "c", "d"])
+    session = model.prefill(list(replies))
     table = session.lookahead(4)
     assert table.tolist() == [[11, 12, 13, 14], [11, 12, 0, 0], [0, 0, 0, 0], [11, 0, 0, 0]]
     assert table.dtype == np.intp
-    assert len(sent) == 1 and sent[0]["max_tokens"] == 4
+    assert len(sent) == 4 and {body["max_tokens"] for body in sent} == {4}
     seen: list[int] = []
 
     def stop(tokens: Any) -> bool:
@@ -315,25 +346,30 @@ def test_lookahead_is_one_request_of_n_tokens_and_keeps_the_rows(tokenizer: Any)
     assert session.lookahead(4, stop=stop).tolist() == [row[:2] for row in table.tolist()]
     assert seen == [1, 2]  # applied to the columns afterwards, as a stepping session would
     assert session.greedy().tolist() == table[:, 0].tolist()
-    assert sent[-1]["prompt"] == sent[0]["prompt"]  # the rows are unchanged
-    assert len(sent) == 1  # greedy() reads the buffered column 0: nothing more is sent
+    assert len(sent) == 4  # greedy() reads the buffered column 0: nothing more is sent
 
 
 @pytest.mark.parametrize(
     ("ids", "reason"),
     [([5], "limit"), ([5, 6, 7, 8], "limit"), ([5, 10**9], "limit"), ([-1, 5], "eos")],
 )
-def test_lookahead_refuses_malformed_completions(
+def test_lookahead_abstains_on_malformed_completions(
     tokenizer: Any, ids: list[int], reason: str
 ) -> None:
+    """A row whose completion fails the check reads an end, never an id it returned."""
+
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"index": 0, "tokens": ids, "stop_type": reason})
 
+    model = _model(tokenizer, handler)
     with pytest.raises(EndpointError, match=r"no token id in \[0, \d+\) \(expected 3 token ids"):
-        _model(tokenizer, handler).prefill(["q"]).lookahead(3)
+        model.generate(["q"], max_new_tokens=3)
+    assert model.prefill(["q"]).lookahead(3).tolist() == [[0, 0, 0]]
 
 
-def test_lookahead_errors_carry_no_private_text(tokenizer: Any) -> None:
+def test_lookahead_checks_n_before_any_request_and_a_refused_row_abstains(
+    tokenizer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     sent: list[int] = []
 
     def refusing(request: httpx.Request) -> httpx.Response:
@@ -346,8 +382,6 @@ def test_lookahead_errors_carry_no_private_text(tokenizer: Any) -> None:
         with pytest.raises((TypeError, ValueError), match="n must be an integer >= 1"):
             session.lookahead(n)
     assert sent == []  # refused before any request
-    with pytest.raises(EndpointError) as info:
-        session.lookahead(3)
-    assert str(info.value) == "completions request failed with HTTP 400"
-    assert info.value.__cause__ is None and info.value.__context__ is None
-    assert CANARY not in reachable_text(info.value)
+    caplog.set_level(logging.DEBUG)
+    assert session.lookahead(3).tolist() == [[0, 0, 0]] and len(sent) == 1
+    assert CANARY not in caplog.text

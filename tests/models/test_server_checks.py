@@ -108,13 +108,13 @@ def test_text_generation_checks_every_id(
         model = _model(url, tokenizer)
         with pytest.raises(EndpointError, match=problem) as generated:
             model.generate([f"Context: {CANARY}\nQuestion: who?"], max_new_tokens=4)
-        with pytest.raises(EndpointError, match=problem) as stepped:
-            model.prefill([f"Context: {CANARY}"]).greedy()
+        # a session's row whose ids fail the check abstains: it reads an end, never the id
+        session = model.prefill([f"Context: {CANARY}"])
+        assert session.greedy().tolist() == [min(model.eos_token_ids)]
     assert seen and seen[0][0] == "/completion"
-    for info in (generated, stepped):  # the message names no id, and no cause or context
-        assert "1000000" not in str(info.value) and CANARY not in str(info.value)
-        assert info.value.__cause__ is None and info.value.__context__ is None
-    assert CANARY not in reachable_text(stepped.value)  # a session's frames hold ids only
+    info = generated  # the message names no id, and no cause or context
+    assert "1000000" not in str(info.value) and CANARY not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__context__ is None
 
 
 def test_good_ids_pass(tokenizer: Any) -> None:

@@ -51,7 +51,7 @@ def test_both_models_stop_on_im_end(checkpoint: tuple[Any, Any, list[int]]) -> N
     assert here.details["stop_reason"] == there.details["stop_reason"] == EOS
     assert here.details["tokens_generated"] == there.details["tokens_generated"] == len(answer)
     assert here.text == there.text == " aspirin"
-    assert len(server.requests) == 1  # not one per token up to the length limit
+    assert len(server.requests) == 3  # one fill (a request per voter), not one per token
     # a client and a server that both ignore the end of turn run to the length limit
     blind_server = ModelServer(model, eos=tokenizer.eos_token_id)
     blind = served(blind_server, tokenizer, lookahead_tokens=8, eos_token_ids=[blind_server.eos])

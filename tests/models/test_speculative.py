@@ -1,17 +1,17 @@
 """Speculative voting on the OpenAI-compatible path releases what step-by-step voting releases.
 
 :class:`~dprag_core.models.openai_compat.OpenAICompatSession` buffers each row's
-own greedy continuation (``lookahead_tokens`` per refill request) and sends only
+own greedy continuation (``lookahead_tokens`` per refill, a request per row) and sends only
 the rows whose buffer the released token did not match. The claim tested here:
 for every token-voting mechanism (VoteRAG, DPVote, DPSparseVote with both
 selections, MuRAG over the pure-DP one; token and word units) and fixed seeds, the
 transcript (the tokens appended to the voters' rows, the streamed chunks, the
 answer, its details: stop reason, private-token counts; the guarantee charged;
 and every vote the mechanism read: each ``greedy()`` and ``lookahead()`` result)
-is identical to the step-by-step session's (``lookahead_tokens=1``: one request
-per token, the protocol before speculation), with voters that disagree, end ids
+is identical to the step-by-step session's (``lookahead_tokens=1``: every row
+sent at every token), with voters that disagree, end ids
 inside a buffer and a budget that runs out with tokens still buffered; and that
-agreeing voters cost at most one request per 4 released tokens.
+agreeing voters cost at most one fill per 4 released tokens.
 
 The servers are deterministic doubles (tests/server_doubles.py): a scripted one,
 and one that runs a tiny transformers model; the real llama.cpp server is
@@ -31,6 +31,7 @@ from dprag_core.algorithms import DPSparseVote, DPVote, VoteRAG
 from dprag_core.algorithms.base import StreamingMechanism
 from dprag_core.algorithms.murag import MuRAG
 from dprag_core.answers import DPAnswer
+from dprag_core.models.envelope import keep_last
 from dprag_core.retrieval import ScoredDocument
 from dprag_core.stop_reasons import BUDGET, EOS
 
@@ -127,8 +128,9 @@ def test_speculative_transcripts_equal_step_by_step_on_a_real_model(
 
 
 def test_agreeing_rows_send_nothing(tiny_tokenizer: Any) -> None:
-    """Voters that agree: at most one request per 4 released tokens (depth 8); only rows
-    that need tokens are sent; bytes per released token do not grow with the answer."""
+    """Voters that agree: at most one fill (a request per row) per 4 released tokens
+    (depth 8); only rows that need tokens are sent; bytes per released token do not grow
+    with the answer."""
     long = {"": " aspirin twice a day, then once a day for a week"}  # 31 tokens
     server = ScriptedServer(tiny_tokenizer, long, eos=_eos(tiny_tokenizer))
     model = served(server, tiny_tokenizer, lookahead_tokens=8)
@@ -136,13 +138,13 @@ def test_agreeing_rows_send_nothing(tiny_tokenizer: Any) -> None:
     assert isinstance(answer, DPAnswer)
     released = answer.details["tokens_generated"]
     assert released >= 16 and answer.details["stop_reason"] == EOS
-    assert len(server.requests) <= released / 4
-    assert {len(r["prompt"]) for r in server.requests} == {M}
+    assert len(server.requests) <= M * released / 4
+    assert {len(r["prompt"]) for r in server.requests} == {1}  # one row per request
     assert {r["max_tokens"] for r in server.requests} == {8}
     step_server = ScriptedServer(tiny_tokenizer, long, eos=_eos(tiny_tokenizer))
     step_model = served(step_server, tiny_tokenizer, lookahead_tokens=1)
     VoteRAG(step_model, m=M, k=1, max_new_tokens=40).answer(QUESTION, AGREE, rng=0)
-    assert len(step_server.requests) == released + 1  # one per token, and the end
+    assert len(step_server.requests) == M * (released + 1)  # every row per token, and the end
     assert server.sent_bytes * 4 < step_server.sent_bytes
 
 
@@ -151,14 +153,13 @@ def test_disagreeing_rows_are_refilled_alone(tiny_tokenizer: Any) -> None:
     model = served(server, tiny_tokenizer, lookahead_tokens=8)
     session = model.prefill(["Context: aspirin\nAnswer:", "Context: salbutamol\nAnswer:"])
     first = session.greedy()
-    assert first[0] != first[1] and len(server.requests) == 1
+    assert first[0] != first[1] and len(server.requests) == 2  # a request per row
     session.step(int(first[0]))  # row 0's token: row 1 drops its buffer
     session.greedy()
-    assert len(server.requests) == 2 and server.requests[1]["prompt"] == [
-        [*server.requests[0]["prompt"][1], int(first[0])]
-    ]
+    (row_1,) = keep_last(model.prompt_rows(["Context: salbutamol\nAnswer:"]), model.prompt_width)
+    assert len(server.requests) == 3 and server.requests[2]["prompt"] == [[*row_1, int(first[0])]]
     ahead = session.lookahead(3)  # row 0 buffered 7 more, row 1 just refilled: no request
-    assert ahead.shape == (2, 3) and len(server.requests) == 2
+    assert ahead.shape == (2, 3) and len(server.requests) == 3
 
 
 def test_lookahead_tokens_is_checked(tiny_tokenizer: Any) -> None:
