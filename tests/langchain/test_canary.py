@@ -155,11 +155,21 @@ async def test_detector_fires_without_sealing(
 def test_detector_fires_on_raw_exceptions(
     store: InMemoryVectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without the error guard, a model error quoting its prompt carries the secret."""
+    """Without the error guard, a model error quoting its prompt carries the secret.
+
+    RAG reads its model through ``generate_each`` (a failed prompt: an empty
+    answer), so the control also calls the model raw, as a mechanism that let its
+    model's error through would.
+    """
+    import dprag_core.algorithms.baselines
     import dprag_core.pipeline
     from dprag_core.algorithms.baselines import RAG
 
+    def raw(model: Any, prompts: list[str], *, max_new_tokens: int) -> list[str]:
+        return list(model.generate(prompts, max_new_tokens=max_new_tokens))
+
     monkeypatch.setattr(dprag_core.pipeline, "guarded", lambda fn: fn())
+    monkeypatch.setattr(dprag_core.algorithms.baselines, "generate_each", raw)
     model = LangChainTextModel(EchoChatModel(fail=True))
     with pytest.raises(ValueError) as info:
         _chain(RAG(model, k=3), store).invoke(QUESTION)
