@@ -165,13 +165,9 @@ def test_a_retry_resends_the_same_request(tokenizer: Any) -> None:
     assert bodies[0] == bodies[1]  # the same rows: nothing replayed, nothing skipped
 
 
-@pytest.mark.parametrize("failure", ["refuse", "timeout", "503"])
-def test_a_session_row_that_fails_abstains_and_nothing_is_sent_again(
-    tokenizer: Any, failure: str
-) -> None:
-    """A row the server refuses, times out on or fails (503) reads an end from there on;
-    the other rows answer; each decision sends every row once, whatever any of them met."""
-    bodies: list[dict[str, Any]] = []
+def _failing_on_canary(tokenizer: Any, failure: str, bodies: list[dict[str, Any]]) -> Handler:
+    """A llama.cpp double that records each request's body in ``bodies`` and fails
+    (``failure``: refuse, timeout or 503) every request whose one prompt holds CANARY."""
 
     def filtered(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
@@ -181,6 +177,18 @@ def test_a_session_row_that_fails_abstains_and_nothing_is_sent_again(
                 raise httpx.ReadTimeout("timed out", request=request)
             return httpx.Response(400 if failure == "refuse" else 503, text="refused")
         return _llama_cpp_reply(request)
+
+    return filtered
+
+
+@pytest.mark.parametrize("failure", ["refuse", "timeout", "503"])
+def test_a_session_row_that_fails_abstains_and_nothing_is_sent_again(
+    tokenizer: Any, failure: str
+) -> None:
+    """A row the server refuses, times out on or fails (503) reads an end from there on;
+    the other rows answer; each decision sends every row once, whatever any of them met."""
+    bodies: list[dict[str, Any]] = []
+    filtered = _failing_on_canary(tokenizer, failure, bodies)
 
     session = _model(tokenizer, filtered, retries=2, backoff=0.0).prefill(
         ["Context: a", f"Context: {CANARY}", "Context: b"]
@@ -198,15 +206,7 @@ def test_generate_each_is_one_request_per_prompt_each_sent_once(
     """A prompt the server refuses (HTTP 400), times out on or fails (503) abstains; the
     others answer; every prompt is one request, sent once, whatever any of them met."""
     bodies: list[dict[str, Any]] = []
-
-    def filtered(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        bodies.append(body)
-        if CANARY in tokenizer.decode(body["prompt"][0]):
-            if failure == "timeout":
-                raise httpx.ReadTimeout("timed out", request=request)
-            return httpx.Response(400 if failure == "refuse" else 503, text="refused")
-        return _llama_cpp_reply(request)
+    filtered = _failing_on_canary(tokenizer, failure, bodies)
 
     model = _model(tokenizer, filtered, retries=2, backoff=0.0)
     prompts = ["Context: a", f"Context: {CANARY}", "Context: b"]
