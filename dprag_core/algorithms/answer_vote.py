@@ -86,6 +86,7 @@ from dprag_core.mechanisms.rng import RngLike, make_rng
 from dprag_core.mechanisms.sparse_vote import vote_select
 from dprag_core.models.base import TextModel
 from dprag_core.models.checks import check_text_model
+from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES, keep_last_bytes
 from dprag_core.models.outcomes import generate_each
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE, join_context
 from dprag_core.query_ids import Query, as_query
@@ -174,13 +175,20 @@ class _AnswerVoting(Mechanism):
 
     def _keeps(self, question: str, doc: ScoredDocument) -> bool:
         """Whether a voter reads ``doc``: a real document ``record_filter`` keeps (one
-        that fails on it is not kept)."""
+        that fails on it is not kept).
+
+        The filter reads the record's last ``DEFAULT_PROMPT_BYTES`` bytes
+        (:mod:`dprag_core.models.envelope`), no more than a prompt of the default
+        envelope holds of it, so its work is bounded by a public number, not by
+        the record's length.
+        """
         if doc.is_padding:
             return False
         if self.record_filter is None:
             return True
         try:
-            return self.record_filter(question, doc.text) is True
+            text = keep_last_bytes(doc.text, DEFAULT_PROMPT_BYTES)
+            return self.record_filter(question, text) is True
         except Exception:
             return False
 

@@ -22,6 +22,7 @@ from dprag_core.algorithms import AnswerVote, DPAnswerVote
 from dprag_core.algorithms.record_filters import mentions_subject, subject_words
 from dprag_core.budget import Budget
 from dprag_core.mechanisms.rng import RngLike
+from dprag_core.models.envelope import DEFAULT_PROMPT_BYTES
 from dprag_core.pipeline import PrivateRAG
 from dprag_core.retrieval.capabilities import HonoursK
 from dprag_core.retrieval.documents import ScoredDocument
@@ -176,3 +177,19 @@ def test_a_filter_failing_on_one_record_drops_that_record() -> None:
     mech = AnswerVote(Reader(), m=3, k=1, record_filter=picky)
     docs = docs_of(["«Aspirin.»", "«Forbidden.»", "«Aspirin.»"])
     assert mech.keys(QUESTION, docs, rng=0) == ["aspirin", "aspirin"]
+
+
+def test_a_filter_reads_a_public_number_of_a_record_s_bytes() -> None:
+    """A 1 MB record reaches the filter as its last DEFAULT_PROMPT_BYTES bytes: the
+    filter's work does not grow with a record's length."""
+    lengths: list[int] = []
+
+    def measuring(question: str, text: str) -> bool:
+        lengths.append(len(text.encode("utf-8")))
+        return mentions_subject(question, text)
+
+    long = "x" * 1_000_000 + " " + ON
+    mech = AnswerVote(Reader(), m=2, k=1, record_filter=measuring)
+    lengths.clear()  # the check when built
+    assert mech.keys(QUESTION, docs_of([long, ON]), rng=0) == ["aspirin", "aspirin"]
+    assert max(lengths) <= DEFAULT_PROMPT_BYTES and min(lengths) == len(ON.encode("utf-8"))
