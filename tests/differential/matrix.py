@@ -115,6 +115,12 @@ TAU = 0.9
 """MuRAG's public relevance threshold (a cosine): above every base record, below x."""
 
 
+def _even_length(question: str, text: str) -> bool:
+    """A public record filter that keeps about half the records (a voter of the others
+    abstains, its prompt sent without context)."""
+    return len(text) % 2 == 0
+
+
 def _pure(ctx: Context) -> DPSparseVote:
     return DPSparseVote(ctx.engine.token, **VOTE, **PURE)
 
@@ -151,6 +157,9 @@ MECHANISMS: list[MechanismRow] = [
                  lambda c: DPKSA(c.engine.text, epsilon=1.0, delta=1e-4, **KSA_SMALL)),
     MechanismRow("DPAnswerVote", "text",
                  lambda c: DPAnswerVote(c.engine.text, **VOTE, epsilon=800.0, delta=1e-4)),
+    MechanismRow("DPAnswerVote-filtered", "text",
+                 lambda c: DPAnswerVote(c.engine.text, **VOTE, epsilon=800.0, delta=1e-4,
+                                        record_filter=_even_length)),
     MechanismRow("AnswerVote", "text", lambda c: AnswerVote(c.engine.text, **VOTE)),
     MechanismRow("MuRAG", "token", _murag, ledger="public"),
     MechanismRow("MuRAGAda", "token", _murag_ada, ledger="derived"),
@@ -583,6 +592,8 @@ PINNED: list[dict[str, str]] = [
     {"entry": "DPQueryEngine.query", "mechanism": "DPAnswerVote", "engine": "hosted",
      "store": "li-simple", "neighbour": "refused"},
     # case 3: work that grows with a retrieved document's length
+    {"entry": "PrivateRAG.answer", "mechanism": "DPAnswerVote-filtered", "engine": "hosted",
+     "store": "core-list", "neighbour": "huge"},
     {"entry": "PrivateRAG.answer", "mechanism": "DPVote", "engine": "eager",
      "store": "core-list", "neighbour": "huge"},
     {"entry": "PrivateRAG.answer", "mechanism": "DPSparseVote", "engine": "server",
