@@ -62,20 +62,8 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
         embed=store.embeddings.embed_query,
         search=partial(_search, store, distance),
         cell_filter=lambda cells: cell_search.lance_where(f"metadata.{cells.key}", cells.cells),
-        equals=_equals,
+        equals=cell_search.lance_equals,
     )
-
-
-def _equals(key: str, value: Any) -> str:
-    if not key.isidentifier():
-        raise ValueError(f"key must be an identifier for a LanceDB filter, got {key!r}")
-    if isinstance(value, str):
-        literal = "'" + value.replace("'", "''") + "'"
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        literal = repr(value)
-    else:
-        raise TypeError(f"value must be a str, int or float, got {type(value).__name__}")
-    return f"metadata.`{key}` = {literal}"
 
 
 def _search(store: Any, distance: str, filter: Any) -> VectorSearch:
@@ -124,7 +112,10 @@ def _unit_records(store: Any, key: str, units: Mapping[str, Any], limit: int) ->
     table = store.get_table()
     if table is None:
         return {}
-    return {unit: int(table.count_rows(_equals(key, value))) for unit, value in units.items()}
+    return {
+        unit: int(table.count_rows(cell_search.lance_equals(key, value)))
+        for unit, value in units.items()
+    }
 
 
 def _dimension(store: Any) -> int | None:
