@@ -476,6 +476,11 @@ class PublicPartition:
         with np.load(Path(path), allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             probes = meta.pop("probes")
+            if "max_unit_records" not in meta:
+                raise ValueError(
+                    f"{path}: the partition records no max_unit_records. Fix: make it again "
+                    "(PublicPartition.random or fit, same arguments) and save it"
+                )
             bound = meta.pop("max_unit_records")
             partition = cls(
                 data["centroids"],

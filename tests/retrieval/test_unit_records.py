@@ -9,6 +9,7 @@ the partition and named in the refusal.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,13 @@ def test_the_bound_travels_with_the_partition(tmp_path: Path) -> None:
     assert raised.fingerprint != partition.fingerprint
     partition.save(tmp_path / "p.npz")
     assert PublicPartition.load(tmp_path / "p.npz").max_unit_records == 7
+    with np.load(tmp_path / "p.npz") as saved:
+        data = {name: saved[name] for name in saved.files}
+    meta = json.loads(str(data["meta"]))
+    del meta["max_unit_records"]
+    np.savez(tmp_path / "q.npz", **{**data, "meta": np.array(json.dumps(meta))})
+    with pytest.raises(ValueError, match="records no max_unit_records"):
+        PublicPartition.load(tmp_path / "q.npz")
 
 
 def test_an_add_past_the_bound_is_refused_and_writes_nothing() -> None:
