@@ -6,8 +6,9 @@ under DPVote; ``static``: the same on the static engine, PrivateRAG only; ``host
 hosted text API double under DPAnswerVote, answering at once, through a text model of
 the app's own, ``LangChainTextModel`` or ``LlamaIndexTextModel``) and each kind of x
 (``long``: a 20 000-word record that wins retrieval; ``refused``: a record the hosted
-API refuses, HTTP 400; ``cell``: one unit of ``--cell-records`` records, default 2000,
-all in one cell the question probes and all below D's records in score, in a partitioned
+API refuses, HTTP 400; ``cell``: one unit of ``--cell-records`` records, default the
+partition's bound on one unit's records (``max_unit_records``, 256), all in one cell the
+question probes and all below D's records in score, in a partitioned
 corpus of 4008 records, 384 dimensions, 16 public cells, 2 probed: dprag's own
 ``FaissCorpus(partition=...)`` under ``PrivateRAG``, LangChain's ``FAISS`` store over
 the partition's index under ``DPRAGChain``), the script times ``--n`` queries on D and
@@ -24,7 +25,11 @@ with it, the overruns (queries that met the deadline unfinished: the fixed failu
 the cost, the median latency added.
 
     PYTHONPATH=. .venv/bin/python benchmarks/timing.py [--n 200] [--only core] [--out DIR]
-        [--cells langchain:eager:long ...] [--cell-records 2000]
+        [--cells langchain:eager:long ...] [--cell-records 256] [--max-unit-records 256]
+
+A unit of more records than the partition's ``max_unit_records`` is refused when it is
+added; ``--max-unit-records`` raises that public bound (the opted-out case: time can then
+show up to that many records of one unit).
 
 Torch runs one thread, so the eager engine prefills each row's own tokens
 (``dprag_core.models.hf_cache.per_row_prefill``): its work follows the rows' token
@@ -79,6 +84,7 @@ from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
 from dprag_core.retrieval.cells import PublicPartition  # noqa: E402
 from dprag_core.retrieval.documents import ScoredDocument  # noqa: E402
 from dprag_core.retrieval.faiss_corpus import FaissCorpus  # noqa: E402
+from dprag_core.retrieval.unit_records import DEFAULT_MAX_UNIT_RECORDS  # noqa: E402
 from langchain_dprag import DPRAGChain, LangChainTextModel  # noqa: E402
 from langchain_dprag.cells import partitioned_faiss  # noqa: E402
 from llamaindex_dprag import DPQueryEngine, LlamaIndexTextModel  # noqa: E402
@@ -110,9 +116,11 @@ DIM, N_CELLS, PROBES, BACKGROUND = 384, 16, 2, 4_000
 class Space:
     """The vectors of the "cell" corpora: the question's, D's, the background's, x's."""
 
-    def __init__(self, records: int, seed: int = 5) -> None:
+    def __init__(self, records: int, bound: int = DEFAULT_MAX_UNIT_RECORDS, seed: int = 5) -> None:
         rng = np.random.default_rng(seed)
-        self.partition = PublicPartition.random(dim=DIM, cells=N_CELLS, probes=PROBES, seed=seed)
+        self.partition = PublicPartition.random(
+            dim=DIM, cells=N_CELLS, probes=PROBES, seed=seed, max_unit_records=bound
+        )
         self.query = _unit(rng.standard_normal(DIM))
         spread = 1 / math.sqrt(DIM)  # noise of norm about 1
         near = _unit(self.query + 0.2 * spread * rng.standard_normal((len(D), DIM)))
@@ -308,6 +316,7 @@ def build_cells(
         TableEmbeddings(table, space.query.tolist()),
         space.partition,
         ids=[i for (i, _, _), _ in records],
+        unit_key="who",
     )
     chain = DPRAGChain(
         vectorstore=store,
@@ -365,11 +374,18 @@ def holdout_accuracy(a: Sequence[float], b: Sequence[float], rng: np.random.Gene
 
 
 def cell(
-    entry: str, engine: str, kind: str, n: int, rng: np.random.Generator, records: int
+    entry: str,
+    engine: str,
+    kind: str,
+    n: int,
+    rng: np.random.Generator,
+    records: int,
+    bound: int = DEFAULT_MAX_UNIT_RECORDS,
 ) -> dict[str, Any]:
-    """One row: without and with the deadline (x = "cell": ``records`` records in a probed cell)."""
+    """One row: without and with the deadline (x = "cell": ``records`` records in a probed cell,
+    in a partition whose ``max_unit_records`` is ``bound``)."""
     if kind == "cell":
-        space = Space(records)
+        space = Space(records, bound)
 
         def apps_for(deadline: float | None) -> dict[str, Callable[[], Any]]:
             return {
@@ -453,8 +469,16 @@ def main() -> None:
     parser.add_argument(
         "--cell-records",
         type=int,
-        default=2_000,
-        help="x = cell: how many records x adds to a probed cell (default 2000)",
+        default=DEFAULT_MAX_UNIT_RECORDS,
+        help=f"x = cell: how many records x adds to a probed cell (default "
+        f"{DEFAULT_MAX_UNIT_RECORDS}, the default bound on one unit's records)",
+    )
+    parser.add_argument(
+        "--max-unit-records",
+        type=int,
+        default=DEFAULT_MAX_UNIT_RECORDS,
+        help=f"x = cell: the partition's public bound on one unit's records (default "
+        f"{DEFAULT_MAX_UNIT_RECORDS}); raise it to measure a unit of more records",
     )
     parser.add_argument("--out", type=Path, default=None, help="also write DIR/table.md")
     args = parser.parse_args()
@@ -462,6 +486,14 @@ def main() -> None:
         parser.error("--n must be an integer >= 2")
     if args.cell_records < 1:
         parser.error("--cell-records must be an integer >= 1")
+    if args.max_unit_records < 1:
+        parser.error("--max-unit-records must be an integer >= 1")
+    if args.cell_records > args.max_unit_records:
+        parser.error(
+            f"--cell-records {args.cell_records} is more than --max-unit-records "
+            f"{args.max_unit_records}: the partition refuses such a unit; pass "
+            f"--max-unit-records {args.cell_records} to measure it (the bound raised)"
+        )
     n = 6 if args.quick else args.n
     cells = QUICK if args.quick else CELLS
     if args.only:
@@ -475,10 +507,15 @@ def main() -> None:
     if args.prefill == "padded-rows":
         hf_cache.prefill_rows = prefill_rows_padded  # each row alone, at the public width
     lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]
+    if any(kind == "cell" for _, _, kind in cells):
+        lines.append(
+            f"x = cell: {args.cell_records} records of one unit in a probed cell; "
+            f"max_unit_records = {args.max_unit_records}"
+        )
     lines.append(HEADER)
     print("\n".join(lines), flush=True)
     for entry, engine, kind in cells:
-        r = cell(entry, engine, kind, n, rng, args.cell_records)
+        r = cell(entry, engine, kind, n, rng, args.cell_records, args.max_unit_records)
         line = (
             f"| {entry} | {engine} | {kind} | {r['median_d'] * 1e3:.1f} / "
             f"{r['median_x'] * 1e3:.1f} | {r['accuracy']:.2f} | {r['control']:.2f} | "

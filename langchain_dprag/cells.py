@@ -9,12 +9,14 @@ exact search with its registered cell filter
 that serves it: its module in :mod:`langchain_dprag.registered`).
 
 Add documents with :func:`add_documents` (it computes the cells, refuses
-vectors the partition was fitted on, and creates the store's index on the
-cell); a document added without a cell is never found by the partitioned
-search (a loss of recall, not of privacy: what is found still depends on each
-document alone). Whatever the store, what a question retrieves is the first k
-of one fixed ranking of the documents in its probed cells, so one added unit is
-inserted into it and nothing else moves (docs/design.md §11).
+vectors the partition was fitted on, refuses an add that would give one
+privacy unit more than the partition's public ``max_unit_records`` documents,
+and creates the store's index on the cell); a document added without a cell
+is never found by the partitioned search (a loss of recall, not of privacy:
+what is found still depends on each document alone). Whatever the store,
+what a question retrieves is the first k of one fixed ranking of the documents
+in its probed cells, so one added unit is inserted into it and nothing else
+moves (docs/design.md §11).
 
 >>> from langchain_core.embeddings import DeterministicFakeEmbedding
 >>> from langchain_core.documents import Document
@@ -27,7 +29,7 @@ inserted into it and nothing else moves (docs/design.md §11).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
@@ -37,6 +39,7 @@ from langchain_core.vectorstores import VectorStore
 from dprag_core.retrieval import cell_search
 from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.retrieval.stores import refusal
+from dprag_core.retrieval.unit_records import check_unit_records
 from dprag_core.validation import missing_extra
 from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import (
@@ -59,11 +62,15 @@ def partitioned_faiss(
     partition: PublicPartition,
     *,
     ids: Sequence[str] | None = None,
+    unit_key: str | None = None,
 ) -> Any:
     """A langchain-community ``FAISS`` store over the partition's ``IndexIVFFlat`` (cosine).
 
     Its embeddings are normalised (:class:`~langchain_dprag.embeddings.NormalizedEmbeddings`)
-    and every later ``add_documents`` goes through the partition too.
+    and every later ``add_documents`` goes through the partition too. ``documents``
+    are added by :func:`add_documents` (``unit_key``: the chain's, so that one unit's
+    documents are bounded by the partition's ``max_unit_records``); add later ones
+    the same way (the store's own ``add_documents`` assigns cells but counts no unit).
     """
     partition = check_partition(partition)
     with warnings.catch_warnings():  # langchain-community's sunset notice
@@ -84,7 +91,7 @@ def partitioned_faiss(
         distance_strategy=DistanceStrategy.MAX_INNER_PRODUCT,
     )
     if documents:
-        store.add_documents(list(documents), ids=None if ids is None else list(ids))
+        add_documents(store, documents, partition, ids=ids, unit_key=unit_key)
     return store
 
 
@@ -94,8 +101,19 @@ def add_documents(
     partition: PublicPartition,
     *,
     ids: Sequence[str] | None = None,
+    unit_key: str | None = None,
 ) -> list[str]:
     """Add ``documents`` to ``store`` with their cells; the ids the store gives them.
+
+    ``unit_key``: the metadata key that names a document's privacy unit (the
+    chain's or retriever's ``unit_key``; ``None``: each document is its own
+    unit). With it, every document must carry that key, and the add is
+    refused (ValueError naming ``unit_key`` and the bound, nothing written)
+    when a unit would then hold more than ``partition.max_unit_records``
+    documents in the store: those stored already (counted by the store's
+    registration, ``unit_records``: exact up to the bound) plus those given.
+    The refusal depends on that unit's own documents only
+    (:mod:`~dprag_core.retrieval.unit_records`).
 
     Each document's vector is embedded with the store's embeddings, its cell
     (:meth:`~dprag_core.retrieval.cells.PublicPartition.assign`) written to
@@ -120,11 +138,64 @@ def add_documents(
     id_list = None if ids is None else list(ids)
     if not docs:
         return []
+    if unit_key is not None:
+        _check_units(store, support, docs, unit_key, partition.max_unit_records)
     add = support.add if isinstance(support, LangChainStore) else None
     if add is not None:
         return add(store, docs, partition, id_list)
     tagged, _ = tag_documents(store, docs, partition)
     return list(store.add_documents(tagged, ids=id_list))
+
+
+COUNT_QUESTION = "how many records does this unit hold"
+"""The public text embedded as the query vector of a unit's count (any vector would do)."""
+
+
+def _check_units(
+    store: VectorStore, support: Any, docs: list[Document], unit_key: str, bound: int
+) -> None:
+    """Refuse the add if a unit would hold more than ``bound`` documents in ``store``."""
+    if not isinstance(unit_key, str) or not unit_key:
+        raise TypeError(f"unit_key must be a non-empty string, got {type(unit_key).__name__}")
+    if any(d.metadata.get(unit_key) is None for d in docs):
+        raise ValueError(
+            f"every document must carry its privacy unit in metadata[unit_key] (unit_key="
+            f"{unit_key!r}): a document without it belongs to no unit, so no bound holds for it"
+        )
+    units = {str(d.metadata[unit_key]): d.metadata[unit_key] for d in docs}
+    counter = getattr(support, "unit_records", None) or _searched_records
+    stored = counter(store, unit_key, units, bound)
+    check_unit_records(
+        [str(d.metadata[unit_key]) for d in docs],
+        lambda unit: int(stored.get(unit, 0)),
+        bound=bound,
+        key=f"unit_key={unit_key!r}",
+    )
+
+
+def _searched_records(
+    store: VectorStore, key: str, units: Mapping[str, Any], limit: int
+) -> dict[str, int]:
+    """Per unit, its stored documents, by the store's exact search with its ``equals`` filter.
+
+    One search per unit, for the first ``limit + 1``: exact up to ``limit``.
+    """
+    support = STORES.lookup(store)
+    if support is not None and support.count is not None and support.count(store) == 0:
+        return {}
+    reading = read_store(store)
+    if reading.search is None or reading.embed is None or reading.equals is None:
+        raise refusal(
+            reading.facts.store,
+            "dprag cannot count one unit's documents in it",
+            "register the store with unit_records (docs/new-store.md)",
+        )
+    vector = list(reading.embed(COUNT_QUESTION))
+    equals = reading.equals
+    return {
+        unit: len(reading.search(equals(key, value))(vector, limit + 1))
+        for unit, value in units.items()
+    }
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ say ``subclasses=True`` (a subclass may override the search).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -55,6 +55,7 @@ __all__ = [
     "LangChainStore",
     "Search",
     "StoreReading",
+    "UnitCounter",
     "VectorSearch",
     "read_store",
     "register",
@@ -69,6 +70,11 @@ VectorSearch = Callable[[Sequence[float], int], list[tuple[Document, float]]]
 
 Adder = Callable[[Any, list[Document], PublicPartition, "list[str] | None"], list[str]]
 """``add(store, documents, partition, ids)``: add documents with their cells, their ids."""
+
+UnitCounter = Callable[[Any, str, Mapping[str, Any], int], Mapping[str, int]]
+"""``records(store, key, units, limit)``: per unit (``str`` of its ``metadata[key]``, mapped to
+one raw value of it), how many stored documents it has, exact up to ``limit`` (a count above
+``limit`` may read as ``limit + 1``)."""
 
 
 @dataclass(frozen=True)
@@ -122,9 +128,12 @@ class LangChainStore(StoreSupport[StoreReading]):
     """A LangChain store's registration: :class:`~dprag_core.retrieval.registry.StoreSupport`
     plus ``add``, how :func:`~langchain_dprag.cells.add_documents` adds documents with their
     cells (``None``: the documents tagged with ``metadata["dprag_cell"]``, then the store's
-    ``add_documents``)."""
+    ``add_documents``), and ``unit_records``, how it counts the stored documents of the
+    units an add names (:data:`UnitCounter`; ``None``: the registration's exact search with
+    its ``equals`` filter, first ``limit + 1`` per unit)."""
 
     add: Adder | None = None
+    unit_records: UnitCounter | None = None
 
 
 STORES: StoreRegistry[StoreReading] = StoreRegistry(

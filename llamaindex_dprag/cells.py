@@ -9,7 +9,10 @@ those cells only: the store's exact query with its registered cell filter
 (:func:`~llamaindex_dprag.stores.read_vector_store`; each store's filter and the
 index that serves it: its module in :mod:`llamaindex_dprag.registered`).
 
-A node without a cell is never found (recall, not privacy). What a question
+With ``unit_key``, :func:`tag_nodes` also refuses nodes that would give one
+privacy unit more than the partition's public ``max_unit_records`` nodes (those
+given plus, with ``vector_store=``, those the store holds). A node without a
+cell is never found (recall, not privacy). What a question
 retrieves is the first k of one fixed ranking of the nodes in its probed cells,
 so one added unit is inserted into it and nothing else moves (docs/design.md §11).
 
@@ -22,7 +25,7 @@ so one added unit is inserted into it and nothing else moves (docs/design.md §1
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,8 +33,10 @@ from llama_index.core.schema import BaseNode, MetadataMode
 
 from dprag_core.retrieval import cell_search
 from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
+from dprag_core.retrieval.stores import refusal
+from dprag_core.retrieval.unit_records import check_unit_records
 from dprag_core.validation import missing_extra
-from llamaindex_dprag.stores import StoreReading, read_vector_store
+from llamaindex_dprag.stores import STORES, StoreReading, read_vector_store, stored_count
 
 __all__ = ["partitioned_faiss_store", "partitioned_reading", "tag_nodes"]
 
@@ -40,7 +45,12 @@ __all__ = ["partitioned_faiss_store", "partitioned_reading", "tag_nodes"]
 
 
 def tag_nodes(
-    nodes: Sequence[BaseNode], partition: PublicPartition, *, embed_model: Any = None
+    nodes: Sequence[BaseNode],
+    partition: PublicPartition,
+    *,
+    embed_model: Any = None,
+    unit_key: str | None = None,
+    vector_store: Any = None,
 ) -> list[BaseNode]:
     """``nodes`` with their cell in ``metadata["dprag_cell"]`` (and their embedding set).
 
@@ -48,6 +58,20 @@ def tag_nodes(
     does not embed them again). Refused (ValueError, nothing tagged) when a
     vector is among the partition's training vectors. The cell is kept out of
     the text that is embedded and of the text the model reads.
+
+    ``unit_key``: the metadata key of a node's privacy unit (the engine's;
+    ``None``: each node is its own unit). With it, every node must carry that
+    key, and the call is refused (ValueError naming ``unit_key`` and the bound,
+    nothing tagged) when a unit would hold more than
+    ``partition.max_unit_records`` nodes: those given plus, when
+    ``vector_store`` is the store they go to, those it holds already (counted
+    by its exact query with an equality filter, first ``bound + 1``). Without
+    ``vector_store`` the nodes given are taken to be all of their units' nodes
+    (a new index built from them). A store whose query applies no metadata
+    filter (``FaissVectorStore``, which keeps no metadata) cannot count a
+    unit's nodes and is refused as ``vector_store``: tag all of a unit's nodes
+    in one call. The refusal depends on that unit's nodes only
+    (:mod:`~dprag_core.retrieval.unit_records`).
     """
     partition = check_partition(partition)
     nodes = list(nodes)
@@ -59,6 +83,8 @@ def tag_nodes(
         for node, vector in zip(missing, embed_model.get_text_embedding_batch(texts), strict=True):
             node.embedding = list(vector)
     vectors = np.array([n.embedding for n in nodes], dtype=np.float64).reshape(len(nodes), -1)
+    if unit_key is not None and nodes:
+        _check_units(nodes, vectors[0], partition.max_unit_records, unit_key, vector_store)
     partition.refuse_training(vectors, what="nodes")
     for node, cell in zip(nodes, partition.assign(vectors), strict=True):
         node.metadata[CELL_KEY] = int(cell)
@@ -66,6 +92,70 @@ def tag_nodes(
             if CELL_KEY not in excluded:
                 excluded.append(CELL_KEY)
     return nodes
+
+
+def _check_units(
+    nodes: list[BaseNode], probe: Any, bound: int, unit_key: str, vector_store: Any
+) -> None:
+    """Refuse the nodes if a unit would hold more than ``bound`` nodes (given plus stored)."""
+    if not isinstance(unit_key, str) or not unit_key:
+        raise TypeError(f"unit_key must be a non-empty string, got {type(unit_key).__name__}")
+    if any(n.metadata.get(unit_key) is None for n in nodes):
+        raise ValueError(
+            f"every node must carry its privacy unit in metadata[unit_key] (unit_key="
+            f"{unit_key!r}): a node without it belongs to no unit, so no bound holds for it"
+        )
+    units = {str(n.metadata[unit_key]): n.metadata[unit_key] for n in nodes}
+    stored = (
+        {} if vector_store is None else _stored_records(vector_store, probe, unit_key, units, bound)
+    )
+    check_unit_records(
+        [str(n.metadata[unit_key]) for n in nodes],
+        lambda unit: int(stored.get(unit, 0)),
+        bound=bound,
+        key=f"unit_key={unit_key!r}",
+    )
+
+
+def _stored_records(
+    vector_store: Any, probe: Any, key: str, units: Mapping[str, Any], limit: int
+) -> dict[str, int]:
+    """Per unit, the nodes ``vector_store`` holds: its exact query with an equality filter.
+
+    ``probe``: the query vector (any vector of the store's dimension: only the count is read).
+    """
+    from llama_index.core.vector_stores.types import (
+        FilterOperator,
+        MetadataFilter,
+        MetadataFilters,
+        VectorStoreQuery,
+    )
+
+    support = STORES.lookup(vector_store)
+    counter = None if support is None else getattr(support, "unit_records", None)
+    if counter is not None:
+        return dict(counter(vector_store, key, units, limit))
+    if stored_count(vector_store) == 0:
+        return {}
+    reading = read_vector_store(vector_store)
+    if not reading.filters or reading.facts.refused is not None or reading.facts.exact is None:
+        raise refusal(
+            reading.facts.store,
+            "dprag cannot count one unit's nodes in it (its query applies no metadata filter, "
+            "or is not exact)",
+            "tag all of a unit's nodes in one call, without vector_store=",
+        )
+    out: dict[str, int] = {}
+    for unit, value in units.items():
+        same = MetadataFilter(key=key, value=value, operator=FilterOperator.EQ)
+        q = VectorStoreQuery(
+            query_embedding=[float(v) for v in probe],
+            similarity_top_k=limit + 1,
+            filters=MetadataFilters(filters=[same]),
+        )
+        found = reading.querier(None)(q)
+        out[unit] = len(found.ids if found.ids is not None else (found.nodes or []))
+    return out
 
 
 def partitioned_faiss_store(partition: PublicPartition) -> Any:

@@ -32,7 +32,7 @@ refuses it unless the user declares ``score_direction`` and
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -91,8 +91,14 @@ class LlamaIndexStore(StoreSupport[StoreReading]):
     """A LlamaIndex store's registration (:class:`~dprag_core.retrieval.registry.StoreSupport`).
 
     With a partition, its ``read`` also creates the store's index on the cell
-    where the store has one.
+    where the store has one. ``unit_records(store, key, units, limit)``: per
+    unit (``str`` of its ``metadata[key]``, mapped to one raw value), how many
+    nodes the store holds, exact up to ``limit``
+    (:func:`~llamaindex_dprag.cells.tag_nodes` with ``vector_store=``; ``None``:
+    its exact query with an equality filter, first ``limit + 1`` per unit).
     """
+
+    unit_records: Callable[[Any, str, Mapping[str, Any], int], Mapping[str, int]] | None = None
 
 
 STORES: StoreRegistry[StoreReading] = StoreRegistry(

@@ -77,6 +77,7 @@ __all__ = [
     "faiss_search",
     "first_in_cells",
     "lance_cell_index",
+    "lance_equals",
     "lance_where",
     "partitioned_exact",
     "pg_cell_index",
@@ -295,6 +296,23 @@ def lance_where(column: str, cells: Sequence[int], where: str | None = None) -> 
     """A LanceDB SQL predicate keeping the rows of ``cells`` (and ``where``, if given)."""
     cell = f"{column} IN ({', '.join(str(int(c)) for c in cells)})"
     return f"({where}) AND ({cell})" if where else cell
+
+
+def lance_equals(key: str, value: Any) -> str:
+    """A LanceDB SQL predicate ``metadata.key = value`` (a str, int or float value).
+
+    >>> lance_equals("who", "O'Brien")
+    "metadata.`who` = 'O''Brien'"
+    """
+    if not key.isidentifier():
+        raise ValueError(f"key must be an identifier for a LanceDB filter, got {key!r}")
+    if isinstance(value, str):
+        literal = "'" + value.replace("'", "''") + "'"
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        literal = repr(value)
+    else:
+        raise TypeError(f"value must be a str, int or float, got {type(value).__name__}")
+    return f"metadata.`{key}` = {literal}"
 
 
 def lance_cell_index(table: Any, column: str) -> None:

@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dprag_core.retrieval.unit_records import DEFAULT_MAX_UNIT_RECORDS
 from dprag_core.validation import missing_extra, positive_int, strict_init
 
 __all__ = [
@@ -177,9 +178,16 @@ class PublicPartition:
     query scores, chosen before any private data is seen (the module
     docstring says why it must not depend on the data). ``training_fingerprints``:
     :func:`vector_fingerprints` of the training vectors (:meth:`fit` records them).
+    ``max_unit_records`` (default 256): the most records one privacy unit may
+    hold in a corpus partitioned by it; every dprag add path refuses an add
+    past it, so one unit adds at most that many records to a query's scan
+    (:mod:`~dprag_core.retrieval.unit_records`: why that is public, and what
+    time shows).
 
     >>> PublicPartition.random(dim=8, cells=16, probes=4).with_probes(2).probes
     2
+    >>> PublicPartition.random(dim=8, cells=16, probes=4).max_unit_records
+    256
     """
 
     @strict_init
@@ -190,6 +198,7 @@ class PublicPartition:
         probes: int,
         provenance: PartitionProvenance,
         training_fingerprints: npt.ArrayLike = (),
+        max_unit_records: int = DEFAULT_MAX_UNIT_RECORDS,
     ) -> None:
         c = np.asarray(centroids, dtype=np.float32)
         if c.ndim != 2 or c.shape[0] < 1 or c.shape[1] < 1:
@@ -204,6 +213,7 @@ class PublicPartition:
         self.centroids = np.ascontiguousarray(c)
         self.centroids.setflags(write=False)
         self.probes = probes
+        self.max_unit_records = positive_int("max_unit_records", max_unit_records)
         self.provenance = provenance
         fps = np.unique(np.asarray(training_fingerprints, dtype=np.uint64))
         self.training_fingerprints = fps[fps != 0]
@@ -213,7 +223,15 @@ class PublicPartition:
     # -- construction ----------------------------------------------------------------
 
     @classmethod
-    def random(cls, *, dim: int, cells: int, probes: int, seed: int = 0) -> PublicPartition:
+    def random(
+        cls,
+        *,
+        dim: int,
+        cells: int,
+        probes: int,
+        seed: int = 0,
+        max_unit_records: int = DEFAULT_MAX_UNIT_RECORDS,
+    ) -> PublicPartition:
         """``cells`` seeded random unit directions in ``dim`` dimensions: no data at all.
 
         >>> PublicPartition.random(dim=3, cells=2, probes=1).provenance.kind
@@ -225,7 +243,12 @@ class PublicPartition:
         c = np.random.default_rng(seed).standard_normal((cells, dim))
         c /= np.linalg.norm(c, axis=1, keepdims=True)
         source = f"{cells} random unit directions (numpy default_rng({seed}).standard_normal)"
-        return cls(c, probes=probes, provenance=PartitionProvenance("random", source, seed))
+        return cls(
+            c,
+            probes=probes,
+            provenance=PartitionProvenance("random", source, seed),
+            max_unit_records=max_unit_records,
+        )
 
     @classmethod
     def fit(
@@ -237,6 +260,7 @@ class PublicPartition:
         source: str,
         seed: int = 0,
         iterations: int = 20,
+        max_unit_records: int = DEFAULT_MAX_UNIT_RECORDS,
     ) -> PublicPartition:
         """Spherical k-means centroids of ``public_vectors``: a corpus that is **not private**.
 
@@ -282,6 +306,7 @@ class PublicPartition:
             probes=probes,
             provenance=provenance,
             training_fingerprints=vector_fingerprints(x),
+            max_unit_records=max_unit_records,
         )
 
     def with_probes(self, probes: int) -> PublicPartition:
@@ -291,6 +316,24 @@ class PublicPartition:
             probes=probes,
             provenance=self.provenance,
             training_fingerprints=self.training_fingerprints,
+            max_unit_records=self.max_unit_records,
+        )
+
+    def with_max_unit_records(self, max_unit_records: int) -> PublicPartition:
+        """The same cells with another public bound on one unit's records.
+
+        Raising it lets one unit add up to that many records to a query's
+        scan, and a stopwatch see their scoring.
+
+        >>> PublicPartition.random(dim=2, cells=2, probes=1).with_max_unit_records(10_000)
+        PublicPartition(dim=2, cells=2, probes=1, provenance='random')
+        """
+        return PublicPartition(
+            self.centroids,
+            probes=self.probes,
+            provenance=self.provenance,
+            training_fingerprints=self.training_fingerprints,
+            max_unit_records=max_unit_records,
         )
 
     # -- what it is ------------------------------------------------------------------
@@ -307,9 +350,11 @@ class PublicPartition:
 
     @property
     def fingerprint(self) -> str:
-        """A sha256 of everything that defines it (centroids, probes, provenance, training)."""
+        """A sha256 of everything that defines it (centroids, probes, provenance, training,
+        the bound on one unit's records)."""
         digest = hashlib.sha256(self.centroids.tobytes())
-        digest.update(json.dumps([self.probes, asdict(self.provenance)]).encode())
+        meta = [self.probes, asdict(self.provenance), self.max_unit_records]
+        digest.update(json.dumps(meta).encode())
         digest.update(self.training_fingerprints.tobytes())
         return digest.hexdigest()
 
@@ -413,7 +458,15 @@ class PublicPartition:
             Path(path),
             centroids=self.centroids,
             training_fingerprints=self.training_fingerprints,
-            meta=np.array(json.dumps({"probes": self.probes, **asdict(self.provenance)})),
+            meta=np.array(
+                json.dumps(
+                    {
+                        "probes": self.probes,
+                        "max_unit_records": self.max_unit_records,
+                        **asdict(self.provenance),
+                    }
+                )
+            ),
             fingerprint=np.array(self.fingerprint),
         )
 
@@ -423,11 +476,18 @@ class PublicPartition:
         with np.load(Path(path), allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
             probes = meta.pop("probes")
+            if "max_unit_records" not in meta:
+                raise ValueError(
+                    f"{path}: the partition records no max_unit_records. Fix: make it again "
+                    "(PublicPartition.random or fit, same arguments) and save it"
+                )
+            bound = meta.pop("max_unit_records")
             partition = cls(
                 data["centroids"],
                 probes=probes,
                 provenance=PartitionProvenance(**meta),
                 training_fingerprints=data["training_fingerprints"],
+                max_unit_records=bound,
             )
             if partition.fingerprint != str(data["fingerprint"]):
                 raise ValueError(f"{path}: the partition's fingerprint does not match its content")

@@ -14,7 +14,10 @@ the index is an ``IndexIVFFlat`` whose lists are the partition's public cells:
 each document goes to its vector's cell, and a query scores exactly the
 documents of the cells it probes (:mod:`~dprag_core.retrieval.cell_search`),
 so one added document is inserted into that ranking and nothing else moves
-(docs/design.md §11).
+(docs/design.md §11). Its ``add`` refuses, before anything is stored, a batch
+that would give one privacy unit more than the partition's public
+``max_unit_records`` records (:mod:`~dprag_core.retrieval.unit_records`): one
+unit adds at most that many records to any query's scan.
 
 >>> import numpy as np
 >>> corpus = FaissCorpus(dim=2)
@@ -27,6 +30,7 @@ so one added document is inserted into that ranking and nothing else moves
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +42,7 @@ from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.retrieval.documents import ScoredDocument
 from dprag_core.retrieval.scores import COSINE_SCALE, ScoreScale
 from dprag_core.retrieval.ties import tie_complete
+from dprag_core.retrieval.unit_records import check_unit_records
 from dprag_core.validation import missing_extra, positive_int
 
 __all__ = ["SCORE_BOUNDS", "FaissCorpus", "FaissRetriever"]
@@ -95,6 +100,7 @@ class FaissCorpus:
         self._texts: list[str] = []
         self._units: list[str] = []
         self._known: set[str] = set()
+        self._unit_records: Counter[str] = Counter()
 
     @property
     def score_bounds(self) -> tuple[float, float]:
@@ -111,7 +117,12 @@ class FaissCorpus:
         embeddings: npt.ArrayLike,
         units: Sequence[str] | None = None,
     ) -> None:
-        """Add documents (``units`` default to the ids; ids must be new and distinct)."""
+        """Add documents (``units`` default to the ids; ids must be new and distinct).
+
+        Partitioned: refused (ValueError naming ``units`` and the bound, nothing
+        added) when a unit would then hold more than the partition's
+        ``max_unit_records`` records (those it holds plus those given).
+        """
         n = len(ids)
         unit_list = list(ids) if units is None else list(units)
         if len(texts) != n or len(unit_list) != n:
@@ -127,11 +138,19 @@ class FaissCorpus:
             raise ValueError("units must be non-empty strings")
         if any(not isinstance(t, str) for t in texts):
             raise TypeError("texts must be strings")
+        if self.partition is not None:
+            check_unit_records(
+                unit_list,
+                self._unit_records.__getitem__,
+                bound=self.partition.max_unit_records,
+                key="units",
+            )
         self._index.add(vectors)  # a partitioned index adds through the partition
         self._ids.extend(ids)
         self._texts.extend(texts)
         self._units.extend(unit_list)
         self._known.update(ids)
+        self._unit_records.update(unit_list)
 
     def _doc(self, row: int, score: float) -> ScoredDocument:
         return ScoredDocument(

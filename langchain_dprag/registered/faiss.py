@@ -11,6 +11,7 @@ cell filter        the partition's ``IndexIVFFlat`` (made by
                    :func:`~langchain_dprag.cells.partitioned_faiss`): the probed
                    lists are scanned (``search_preassigned``)
 count, dimension   ``index.ntotal``, ``index.d``
+unit's records     its docstore's documents, read through ``index_to_docstore_id``
 =================  ================================================================
 
 Private attributes read: ``_embed_query`` (FAISS's own embedding of a
@@ -23,7 +24,8 @@ question, which normalises it when the store was made with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -139,6 +141,17 @@ def _add(
     return list(store.add_documents(documents, ids=ids))
 
 
+def _unit_records(store: Any, key: str, units: Mapping[str, Any], limit: int) -> Mapping[str, int]:
+    """Per unit, how many of its documents have it in ``metadata[key]`` (one docstore pass)."""
+    found: Counter[str] = Counter()
+    for stored in store.index_to_docstore_id.values():
+        doc = store.docstore.search(stored)
+        value = doc.metadata.get(key) if isinstance(doc, Document) else None
+        if value is not None and str(value) in units:
+            found[str(value)] += 1
+    return found
+
+
 SUPPORT = register(
     LangChainStore(
         ("langchain_community.vectorstores.faiss.FAISS",),
@@ -148,5 +161,6 @@ SUPPORT = register(
         dimension=lambda store: int(store.index.d),
         partitioned="FAISS (partitioned_faiss)",
         add=_add,
+        unit_records=_unit_records,
     )
 )

@@ -10,6 +10,7 @@ exact search       ``bypass_vector_index()``: a flat scan; a filter is an SQL
 cell filter        ``metadata.dprag_cell IN (...)``, a bitmap index on it (made by
                    :func:`~langchain_dprag.cells.add_documents`, again after each add)
 count, dimension   not counted; the table's vector column type
+unit's records     ``count_rows`` with the equality filter on the unit key
 refused            no table yet (nothing added); adding in ``mode="overwrite"``
 =================  ================================================================
 
@@ -22,7 +23,7 @@ has no public accessor for it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -61,20 +62,8 @@ def _read(store: Any, partition: PublicPartition | None) -> StoreReading:
         embed=store.embeddings.embed_query,
         search=partial(_search, store, distance),
         cell_filter=lambda cells: cell_search.lance_where(f"metadata.{cells.key}", cells.cells),
-        equals=_equals,
+        equals=cell_search.lance_equals,
     )
-
-
-def _equals(key: str, value: Any) -> str:
-    if not key.isidentifier():
-        raise ValueError(f"key must be an identifier for a LanceDB filter, got {key!r}")
-    if isinstance(value, str):
-        literal = "'" + value.replace("'", "''") + "'"
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        literal = repr(value)
-    else:
-        raise TypeError(f"value must be a str, int or float, got {type(value).__name__}")
-    return f"metadata.`{key}` = {literal}"
 
 
 def _search(store: Any, distance: str, filter: Any) -> VectorSearch:
@@ -118,6 +107,17 @@ def _add(
     return added
 
 
+def _unit_records(store: Any, key: str, units: Mapping[str, Any], limit: int) -> Mapping[str, int]:
+    """Per unit, its rows: ``count_rows`` with the equality filter (no table yet: none)."""
+    table = store.get_table()
+    if table is None:
+        return {}
+    return {
+        unit: int(table.count_rows(cell_search.lance_equals(key, value)))
+        for unit, value in units.items()
+    }
+
+
 def _dimension(store: Any) -> int | None:
     table = store.get_table()
     if table is None:
@@ -133,5 +133,6 @@ SUPPORT = register(
         dimension=_dimension,
         partitioned="LanceDB",
         add=_add,
+        unit_records=_unit_records,
     )
 )

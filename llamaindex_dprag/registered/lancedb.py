@@ -8,6 +8,7 @@ exact search       ``bypass_vector_index()``: a flat scan (its own query probes 
 cell filter        ``metadata.dprag_cell IN (...)`` with the query's own filters, a
                    bitmap index on it (created when the engine is built)
 count              not counted
+unit's nodes       ``count_rows`` with the equality filter on the unit key (no table: none)
 refused            no table yet (nothing added)
 =================  ================================================================
 
@@ -22,6 +23,7 @@ function does, and dprag must read the nodes the store's own query would).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -88,11 +90,22 @@ def _querier(store: Any, distance: str, restriction: Cells | None) -> Query:
     return query
 
 
+def _unit_records(store: Any, key: str, units: Mapping[str, Any], limit: int) -> Mapping[str, int]:
+    """Per unit, its rows: ``count_rows`` with the equality filter (no table yet: none)."""
+    if store._table is None:
+        return {}
+    return {
+        unit: int(store._table.count_rows(cell_search.lance_equals(key, value)))
+        for unit, value in units.items()
+    }
+
+
 SUPPORT = register(
     LlamaIndexStore(
         ("llama_index.vector_stores.lancedb.base.LanceDBVectorStore",),
         "LanceDBVectorStore",
         _read,
         partitioned="LanceDBVectorStore",
+        unit_records=_unit_records,
     )
 )
