@@ -222,14 +222,16 @@ class WholeCorpusFilter(KeyRecorder):
 
 def through_private_rag(cls: type[KeyRecorder]) -> tuple[list[str], list[str]]:
     """The keys that reached the selection for D (9 on-topic, 11 off-topic records) and D'
-    (D + one on-topic unit ranked first, which pushes D's last, off-topic, unit out)."""
+    (D + one on-topic unit ranked first, which pushes D's last, off-topic, unit out of
+    the pool: depth 1, the top m)."""
     seen = []
     for new in (False, True):
         docs = [ScoredDocument(f"r{i}", t, 0.9, unit=f"u{i}") for i, t in enumerate([ON] * 9)]
         docs += [ScoredDocument(f"o{i}", OFF, 0.8, unit=f"o{i}") for i in range(M - 9)]
         if new:
             docs = [ScoredDocument("x", ON, 0.95, unit="x"), *docs]
-        mech = cls(Reader(), m=M, k=1, epsilon=EPSILON, delta=DELTA, record_filter=mentions_subject)
+        mech = cls(Reader(), m=M, k=1, epsilon=EPSILON, delta=DELTA,
+                   record_filter=mentions_subject, filter_depth=1)  # fmt: skip
         budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
         app = PrivateRAG(mech, HonoursK(lambda q, k, docs=docs: docs[:k]), accountant=budget)
         app.answer(QUESTION, rng=0)
