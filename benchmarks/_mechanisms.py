@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from dprag_core.accounting.accountant import InMemoryCorpusAccountant
 from dprag_core.algorithms.answer_keys import AnswerKey, answer_key
-from dprag_core.algorithms.answer_vote import DPAnswerVote
+from dprag_core.algorithms.answer_vote import DEFAULT_FILTER_DEPTH, DPAnswerVote
 from dprag_core.algorithms.base import Mechanism
 from dprag_core.algorithms.dpvote import DPSparseVote, DPVote
 from dprag_core.algorithms.icl import DPICL
@@ -89,6 +90,13 @@ def mechanism_arguments(description: str, *, out: Path) -> argparse.ArgumentPars
         help="AnswerVote/DPAnswerVote: the public per-record filter of each voter\n"
         "(subject: a voter reads only records naming the question's subject words)",
     )
+    ap.add_argument(
+        "--filter-depth",
+        type=int,
+        default=None,
+        help="with --record-filter: the filter reads the top depth*m*k candidates\n"
+        f"(default {DEFAULT_FILTER_DEPTH}: DEFAULT_FILTER_DEPTH)",
+    )
     ap.add_argument("--delta", type=float, default=1e-4)
     return ap
 
@@ -122,6 +130,7 @@ def dp_mechanisms(
     delta: float,
     max_new_tokens: int,
     record_filter: RecordFilter | None = None,
+    filter_depth: int | None = None,
 ) -> dict[str, Callable[[float], Mechanism]]:
     """Name -> factory(epsilon) for every DP single-query mechanism.
 
@@ -133,7 +142,8 @@ def dp_mechanisms(
     it has that knob; the word-level variants of DPVote and DPSparseVote
     (``unit="word"``: one decision per word) spend ``reader.word_share`` of it per
     private word; DPSparseVote's threshold is ``reader.threshold(voters)``;
-    DPAnswerVote's voters read the records ``record_filter`` keeps (all when None).
+    DPAnswerVote's voters read the records ``record_filter`` keeps (all when None) of
+    the top ``filter_depth``·m candidates (None: the mechanism's default).
     """
     token_share, word_share = reader.token_share, reader.word_share
     prompts = reader.voting_prompts()
@@ -191,6 +201,7 @@ def dp_mechanisms(
             max_new_tokens=max_new_tokens,
             key=answer_key_of(reader),
             record_filter=record_filter,
+            filter_depth=filter_depth,
             **prompts,
         ),
         "DP-RAG (Grislain)": lambda e: DPICL(
@@ -215,8 +226,19 @@ def dp_mechanisms_for(
         voters=args.voters,
         delta=args.delta,
         max_new_tokens=args.max_new_tokens,
-        record_filter=RECORD_FILTERS[args.record_filter],
+        **record_filter_of(args),
     )
+
+
+def record_filter_of(args: argparse.Namespace) -> dict[str, Any]:
+    """``record_filter`` and ``filter_depth`` of AnswerVote/DPAnswerVote from the command
+    line (``--filter-depth`` without a filter is refused, as the mechanisms refuse it)."""
+    keep = RECORD_FILTERS[args.record_filter]
+    if keep is None and args.filter_depth is not None:
+        raise SystemExit("--filter-depth needs --record-filter (other than none)")
+    if args.filter_depth is not None and args.filter_depth < 1:
+        raise SystemExit(f"--filter-depth must be an integer >= 1, got {args.filter_depth}")
+    return {"record_filter": keep, "filter_depth": args.filter_depth}
 
 
 class MemoTextModel:

@@ -46,7 +46,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 from _mechanisms import (
-    RECORD_FILTERS,
     TEXT_ONLY,
     MemoTextModel,
     answer_key_of,
@@ -55,6 +54,7 @@ from _mechanisms import (
     mechanism_arguments,
     per_answer_budget,
     reader_settings,
+    record_filter_of,
 )
 from tqdm import tqdm
 
@@ -297,7 +297,9 @@ def answer_votes(
     for i, item in enumerate(items):
         if item.support < WELL_SUPPORTED:
             continue
-        keys = voting.keys(item.question, index(item.question, voting.m), rng=seed + i)
+        keys = voting.keys(
+            item.question, index(item.question, voting.candidates_needed()), rng=seed + i
+        )
         counts = Counter(keys)
         top, top_votes = counts.most_common(1)[0] if counts else ("-", 0)
         gold = sum(c for k, c in counts.items() if match(render_key(k), item.answer))
@@ -593,6 +595,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(case-insensitive), e.g. --only DPVote DPSparseVote VoteRAG; default: all",
     )
     args = ap.parse_args(argv)
+    filtering = record_filter_of(args)  # refuses --filter-depth without a filter, first
     if args.quick:
         args.epsilons, args.diseases, args.max_support, args.voters = [2.0, 10.0], 6, 20, 10
         args.multi_queries, args.multi_totals = 12, [10.0, 20.0]
@@ -623,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         k=1,
         max_new_tokens=mnt,
         key=answer_key_of(reader),
-        record_filter=RECORD_FILTERS[args.record_filter],
+        **filtering,
         **voters,
     )
 
@@ -666,6 +669,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     text_model.save()
     wall = time.perf_counter() - t0
+    depth = (
+        f" (depth {answer_voting.filter_depth}: the top {answer_voting.candidates_needed()} "
+        "candidates)"
+        if answer_voting.record_filter is not None
+        else ""
+    )
 
     lines = [
         "# Privacy-utility on the synthetic private corpus",
@@ -676,7 +685,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{', real drug names' if args.real_treatments else ''}; word share "
         f"{reader.word_share:g}, token share {reader.token_share:g}, threshold "
         f"{reader.threshold(m):g}, answer key words {reader.answer_words}, record filter "
-        f"{args.record_filter}; wall {wall:.0f}s.",
+        f"{args.record_filter}{depth}; wall {wall:.0f}s.",
         "",
         "| mechanism | " + " | ".join(METRIC_NAMES) + " | s/query |",
         "|---|" + "---|" * (len(METRIC_NAMES) + 1),

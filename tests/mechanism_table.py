@@ -53,6 +53,15 @@ DP = {"epsilon": 5.0, "delta": 1e-4}
 VOTERS = {"m": 3, "k": 2, "epsilon_token": 1.0}
 
 
+def even_length(question: str, text: str) -> bool:
+    """A public record filter keeping about half the records (those of even length)."""
+    return len(text) % 2 == 0
+
+
+FILTERED = {"record_filter": even_length, "filter_depth": 2}
+"""DPAnswerVote reading the first m·k records the filter keeps of the top 2·m·k."""
+
+
 class Models:
     """What a case builds on: a token model (made on first use) and a text model."""
 
@@ -115,6 +124,12 @@ CASES: list[Case] = [
         "DPAnswerVote",
         DPAnswerVote,
         lambda m: ((m.text,), {"m": 3, "k": 2, **DP, **SMALL}),
+        modes=ALL_MODES,
+    ),
+    Case(
+        "DPAnswerVote-filtered",
+        DPAnswerVote,
+        lambda m: ((m.text,), {"m": 3, "k": 2, **DP, **SMALL, **FILTERED}),
         modes=ALL_MODES,
     ),
     Case("AnswerVote", AnswerVote, lambda m: ((m.text,), {"m": 3, "k": 2, **SMALL}), private=False),

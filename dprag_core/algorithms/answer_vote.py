@@ -37,12 +37,20 @@ its message), for debugging a model that fails on every call — with
 
 **Off-topic records.** ``record_filter=`` (a public predicate
 ``keep(question, record_text)``, e.g.
-:func:`~dprag_core.algorithms.record_filters.mentions_subject`) makes each voter
-read only its records the predicate keeps, and abstain when it keeps none: a
-voter holding a record of another disease then casts no vote for that disease's
-drug. The predicate reads the question and one record, so a voter's key stays a
-function of its own records, and its prompt is still sent (with no context) so
-that what the model is asked does not depend on the corpus.
+:func:`~dprag_core.algorithms.record_filters.mentions_subject`) makes the voters
+read only records the predicate keeps: a voter holding a record of another
+disease then casts no vote for that disease's drug. With a filter the mechanism
+asks for a deeper pool, ``filter_depth``·m·k candidates
+(:meth:`~_AnswerVoting.candidates_needed`; ``filter_depth`` defaults to
+:data:`DEFAULT_FILTER_DEPTH`), judges each of them alone, keeps the first m·k
+kept ones in the store's rank order and partitions those: a fact whose records
+rank below the top m·k, behind records of other subjects, still reaches the
+voters. A voter left with no kept record (fewer than m·k kept: padding)
+abstains, and its prompt is still sent (with no context), so that what the
+model is asked does not depend on the corpus. The predicate reads the question
+and one record, so the kept list changes between neighbouring corpora as a
+top-n list does, and one unit still moves at most one vote
+(:class:`DPAnswerVote`).
 
 **Cost per answer**: m voter completions of at most ``max_new_tokens`` tokens
 each (in process, one batched generation; on a server, one request of m
@@ -95,10 +103,14 @@ from dprag_core.retrieval.partition import partition_voters
 from dprag_core.stop_reasons import ANSWER, NULL_TOKEN
 from dprag_core.validation import positive_finite, positive_int, probability
 
-__all__ = ["VOTER_ERRORS", "AnswerVote", "DPAnswerVote", "VoterErrors"]
+__all__ = ["DEFAULT_FILTER_DEPTH", "VOTER_ERRORS", "AnswerVote", "DPAnswerVote", "VoterErrors"]
 
 VoterErrors = Literal["abstain", "raise"]
 VOTER_ERRORS: tuple[VoterErrors, ...] = ("abstain", "raise")
+
+DEFAULT_FILTER_DEPTH = 4
+"""``filter_depth`` when a ``record_filter`` is given and no depth is: the filter reads
+the top 4·m·k candidates to find m·k it keeps (docs/evaluation.md, "Off-topic records")."""
 
 
 class _AnswerVoting(Mechanism):
@@ -122,6 +134,7 @@ class _AnswerVoting(Mechanism):
         key: AnswerKey = answer_key,
         voter_errors: VoterErrors = "abstain",
         record_filter: RecordFilter | None = None,
+        filter_depth: int | None = None,
     ) -> None:
         self.model = check_text_model(model)
         self.m = positive_int("m", m)
@@ -133,11 +146,20 @@ class _AnswerVoting(Mechanism):
         if voter_errors not in VOTER_ERRORS:
             raise ValueError(f"voter_errors must be one of {VOTER_ERRORS}, got {voter_errors!r}")
         self.voter_errors: VoterErrors = voter_errors
+        self.filter_depth = _check_depth(filter_depth, record_filter)
         self.record_filter = None if record_filter is None else _check_filter(record_filter)
 
     def candidates_needed(self) -> int:
-        """Exactly m*k candidates (padded by the partition when fewer come back)."""
-        return self.m * self.k
+        """``filter_depth``·m·k candidates: m·k without a ``record_filter`` (depth 1).
+
+        >>> class Api:
+        ...     def generate(self, prompts, *, max_new_tokens=64): return [""] * len(prompts)
+        >>> AnswerVote(Api(), m=40, k=1).candidates_needed()
+        40
+        >>> AnswerVote(Api(), m=40, k=1, record_filter=lambda q, t: True).candidates_needed()
+        160
+        """
+        return self.filter_depth * self.m * self.k
 
     def public_model(self) -> PublicModel:
         """The voters' model with ``public_template``, ``max_new_tokens`` long (the fallback's)."""
@@ -156,12 +178,14 @@ class _AnswerVoting(Mechanism):
     ) -> list[str]:
         """The voters' keys, abstentions left out (private: pass them only to a selection).
 
-        Voters with no real document (padding: the corpus had fewer than m*k
-        candidates), or none that ``record_filter`` keeps, are prompted like the
-        others, so the model sees m prompts whatever the corpus holds, but abstain.
+        The voters' records are :meth:`kept` (the first m·k candidates, or with a
+        ``record_filter`` the first m·k it keeps of the first ``filter_depth``·m·k),
+        partitioned by :func:`~dprag_core.retrieval.partition.partition_voters`.
+        Voters with no record (padding: fewer than m·k were kept) are prompted like
+        the others, so the model sees m prompts whatever the corpus holds, but abstain.
         """
-        voters = partition_voters(docs, m=self.m, k=self.k, rng=rng)
-        real = [[d for d in voter if self._keeps(question, d)] for voter in voters]
+        voters = partition_voters(self.kept(question, docs), m=self.m, k=self.k, rng=rng)
+        real = [[d for d in voter if not d.is_padding] for voter in voters]
         prompts = [
             self.template.format(context=join_context([d.text for d in v]), question=question)
             for v in real
@@ -172,6 +196,28 @@ class _AnswerVoting(Mechanism):
             for chunks, answer in zip(real, answers, strict=True)
         ]
         return [key for key in keys if key]
+
+    def kept(self, question: str, docs: Sequence[ScoredDocument]) -> list[ScoredDocument]:
+        """The voters' records: the first m·k of the first :meth:`candidates_needed`
+        candidates that :meth:`_keeps` keeps, in the order given (the store's rank).
+
+        Every candidate of that pool is judged, alone, even once m·k are kept, so
+        the filter's work is bounded by public numbers (``filter_depth``·m·k
+        records, ``DEFAULT_PROMPT_BYTES`` of each) and does not stop where the
+        corpus says.
+
+        >>> class Api:
+        ...     def generate(self, prompts, *, max_new_tokens=64): return [""] * len(prompts)
+        >>> mech = AnswerVote(Api(), m=2, k=1, record_filter=lambda q, t: "x" in t,
+        ...                   filter_depth=2)
+        >>> docs = [ScoredDocument(f"d{i}", t, 0.9, unit=f"u{i}")
+        ...         for i, t in enumerate(["a", "x1", "b", "x2", "x3"])]
+        >>> [d.id for d in mech.kept("Q?", docs)]  # d4 is outside the pool of 2·2·1
+        ['d1', 'd3']
+        """
+        pool = docs[: self.candidates_needed()]
+        judged = [d for d in pool if self._keeps(question, d)]
+        return judged[: self.m * self.k]
 
     def _keeps(self, question: str, doc: ScoredDocument) -> bool:
         """Whether a voter reads ``doc``: a real document ``record_filter`` keeps (one
@@ -226,6 +272,19 @@ def _check_key(key: object) -> AnswerKey:
     return key
 
 
+def _check_depth(depth: object, record_filter: object) -> int:
+    """``filter_depth`` checked: an integer >= 1 with a ``record_filter``
+    (None: :data:`DEFAULT_FILTER_DEPTH`); without one only None (depth 1)."""
+    if record_filter is None:
+        if depth is not None:
+            raise ValueError(
+                "filter_depth must be None without a record_filter (it sets how deep the "
+                f"filter reads: filter_depth*m*k candidates), got {depth!r}"
+            )
+        return 1
+    return DEFAULT_FILTER_DEPTH if depth is None else positive_int("filter_depth", depth)
+
+
 def _check_filter(keep: object) -> RecordFilter:
     """``keep`` if it maps a question and a record text to a bool (tried once, when built)."""
     if not callable(keep):
@@ -248,14 +307,22 @@ class DPAnswerVote(_AnswerVoting):
 
     Claim: (epsilon, delta)-DP w.r.t. the corpus (add/remove one privacy unit),
     for any question, any model and any public ``key``; ``query_cost()`` =
-    Budget(epsilon, delta), charged before retrieval. The top m·k units are split
-    into m voters by a uniformly random permutation (one added or removed unit
-    substitutes at most one voter's records), and each voter's key is a function
-    of its own records and the public question, template, key map and
-    ``record_filter`` (a voter reads only its records that the public predicate
-    ``record_filter(question, record_text)`` keeps, each judged alone; it
-    abstains when its model call fails, under the condition of the module
-    docstring, or when it keeps no record or holds only padding). So neighbouring corpora move at
+    Budget(epsilon, delta), charged before retrieval. The voters' records are the
+    top m·k units, or with a ``record_filter`` the first m·k units of the top
+    ``filter_depth``·m·k that the public predicate ``record_filter(question,
+    record_text)`` keeps, each judged alone on its last ``DEFAULT_PROMPT_BYTES``
+    bytes. One added or removed unit x changes the top-n units by one
+    substitution (x in, the n-th out); judged alone, each unit's verdict is the
+    same in both corpora, so the kept list gains at most x and loses at most the
+    unit pushed out of the pool, and its first m·k change by at most one
+    substitution (a kept unit against another, or against padding when fewer
+    than m·k are kept). They are split into m voters by a uniformly random
+    permutation that keeps each unit's chunks together (the pipeline hands one
+    chunk per unit), so coupling the permutations, at most one voter's records
+    differ; each voter's key is a function of its own records and the public
+    question, template and key map (it abstains when its model call fails, under
+    the condition of the module docstring, or when it holds only padding, its
+    prompt sent all the same). So neighbouring corpora move at
     most one vote: one count −1 and another +1 (L∞ sensitivity 1, at most 2
     counts change, not monotone). The selection is LimitedDomain with k̄ = m,
     Δ0 = 2, Gumbel scale 2/ε and h⊥ = 2 + (2/ε)·ln(2/δ) (the (k̄+1)-th count is
@@ -289,6 +356,7 @@ class DPAnswerVote(_AnswerVoting):
         key: AnswerKey = answer_key,
         voter_errors: VoterErrors = "abstain",
         record_filter: RecordFilter | None = None,
+        filter_depth: int | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -300,6 +368,7 @@ class DPAnswerVote(_AnswerVoting):
             key=key,
             voter_errors=voter_errors,
             record_filter=record_filter,
+            filter_depth=filter_depth,
         )
         self.epsilon = positive_finite("epsilon", epsilon)
         self.delta = probability("delta", delta, allow_zero=False)

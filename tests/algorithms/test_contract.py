@@ -109,6 +109,7 @@ BAD_VALUES: dict[str, object] = {
     "k": -1,
     "n_docs": 0,
     "max_new_tokens": 0,
+    "filter_depth": 0,
 }
 """A value each of these keywords refuses, when a mechanism has it (keyword-only)."""
 

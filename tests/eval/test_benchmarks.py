@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from dprag_core.algorithms.answer_vote import DEFAULT_FILTER_DEPTH
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("matplotlib")
@@ -74,9 +76,35 @@ def test_privacy_utility_runs_answer_voting_with_the_subject_filter(tmp_path: Pa
     table = run_benchmark(
         "privacy_utility.py", tmp_path, "--only", "AnswerVote", "--record-filter", "subject"
     )
-    assert "record filter subject" in table
+    depth = DEFAULT_FILTER_DEPTH
+    assert f"record filter subject (depth {depth}: the top {depth * 10} candidates)" in table
     assert "| AnswerVote (m=10) |" in table and "| DPAnswerVote eps=2 |" in table
     assert "| DPVote" not in table
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--filter-depth", "2"], "--filter-depth needs --record-filter"),
+        (["--record-filter", "subject", "--filter-depth", "0"], "must be an integer >= 1, got 0"),
+    ],
+)
+def test_privacy_utility_refuses_a_bad_filter_depth(extra: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "privacy_utility.py"), "--quick", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+            ),
+        },
+    )
+    assert done.returncode != 0 and message in done.stderr
 
 
 def test_realtext_quick(tmp_path: Path) -> None:
