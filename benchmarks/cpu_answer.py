@@ -6,26 +6,27 @@ question has 16+ records; ``--diseases 40 --max-support 100`` is the
 evaluation's world, with six) is answered through
 ``PrivateRAG`` with DPAnswerVote (m = 40 voters, k = 1, ε = 5, the reader's
 prompts and answer length), the model in float32, by the eager engine with each
-prefill, side by side in one process:
+prefill (``--prefills``, default all three), side by side in one process:
 
-- ``batched``: one batched forward over the public B x ``prompt_width`` layout
-  (:func:`~dprag_core.models.hf_cache.prefill_padded`, what a CPU session runs
-  with two or more torch threads);
+- ``padded``: one batched forward over the public B x ``prompt_width`` layout
+  (:func:`~dprag_core.models.hf_cache.prefill_padded`, the default on every
+  device and thread count: its work does not follow the rows' token counts);
 - ``rows``: each row prefilled alone, one forward per row
   (:func:`~dprag_core.models.hf_cache.prefill_rows`), every token computed;
 - ``prefix``: the same, the tokens a row shares with the public shared prefix
   (the chat template's head and the template's text before its records,
-  :class:`~dprag_core.models.hf_cache.SharedPrefix`) computed once: what a CPU
-  session runs with one thread.
+  :class:`~dprag_core.models.hf_cache.SharedPrefix`) computed once: what
+  ``prefill="rows"`` runs (its time follows the rows' token counts).
 
-The three alternate question by question (same prompts, same seeds), so a
-change in the machine's load falls on both. It prints the median wall seconds
-and CPU seconds per answer of each, their ratios, whether all released the same
+The paths alternate question by question (same prompts, same seeds), so a
+change in the machine's load falls on all. It prints, per path, the median wall
+seconds and CPU seconds per answer, their ratios, whether all released the same
 answers, the load average around the run, and the CPU's bf16 factor: the CPU
 time of one 64x576x1536 matrix product in bfloat16 over float32
 (``dprag_core.models.hf.cpu_has_native_bf16`` decides which dtype a CPU load gets).
 
     .venv/bin/python benchmarks/cpu_answer.py --threads 1   # one question, one torch thread
+    .venv/bin/python benchmarks/cpu_answer.py --threads 2 --prefills padded   # the default
     .venv/bin/python benchmarks/cpu_answer.py --threads 2 --diseases 40 --max-support 100
 """
 
@@ -51,20 +52,21 @@ from dprag_core.eval.readers import READERS, load_reader  # noqa: E402
 from dprag_core.eval.synthetic import make_corpus  # noqa: E402
 from dprag_core.eval.workbench import CorpusIndex  # noqa: E402
 from dprag_core.models.hf import ENGINES, HFTokenModel, cpu_has_native_bf16  # noqa: E402
-from dprag_core.models.hf_cache import DynamicBackend, SharedPrefix, per_row_prefill  # noqa: E402
+from dprag_core.models.hf_cache import DynamicBackend, SharedPrefix  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 
 sys.path[:0] = [str(ROOT / "benchmarks")]
 from _mechanisms import answer_key_of, per_answer_budget  # noqa: E402
-from _prefills import BatchedBackend, RowsBackend  # noqa: E402
+
+#: The prefills timed, by name: (each row alone, with the model's shared prefix).
+PATHS = {"padded": (False, False), "rows": (True, False), "prefix": (True, True)}
 
 
-def with_backend(
-    model: HFTokenModel, kind: type[DynamicBackend], prefix: SharedPrefix | None
-) -> None:
-    """Make ``model``'s sessions use ``kind`` and ``prefix`` (the eager engine's layout)."""
+def with_backend(model: HFTokenModel, rows: bool, prefix: SharedPrefix | None) -> None:
+    """Make ``model``'s sessions prefill each row alone (``rows``), with ``prefix``."""
     model._spec = replace(
-        ENGINES["eager"], backend=lambda owner: kind(owner._call, owner.device, prefix)
+        ENGINES["eager"],
+        backend=lambda owner: DynamicBackend(owner._call, owner.device, rows=rows, prefix=prefix),
     )
 
 
@@ -91,6 +93,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
     ap.add_argument("--diseases", type=int, default=20, help="make_corpus's n_diseases")
     ap.add_argument("--max-support", type=int, default=20, help="make_corpus's max_support")
+    ap.add_argument(
+        "--prefills", nargs="+", choices=sorted(PATHS), default=list(PATHS), help="paths timed"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     reader = READERS["smollm2"]
@@ -111,18 +116,18 @@ def main() -> None:
         **reader.voting_prompts(),
     )
     app = PrivateRAG(mech, index, accountant=per_answer_budget())
-    paths: dict[str, tuple[type[DynamicBackend], SharedPrefix | None]] = {
-        "batched": (BatchedBackend, None),
-        "rows": (RowsBackend, None),
-        "prefix": (RowsBackend, token_model._prefix),
+    paths = {
+        name: (rows, token_model._prefix if shared else None)
+        for name, (rows, shared) in PATHS.items()
+        if name in args.prefills
     }
     wall: dict[str, list[float]] = {name: [] for name in paths}
     cpu: dict[str, list[float]] = {name: [] for name in paths}
     answers: dict[str, list[Any]] = {name: [] for name in paths}
     loads = [os.getloadavg()[0]]
     for i, item in enumerate(items):
-        for name, (kind, prefix) in paths.items():
-            with_backend(token_model, kind, prefix)
+        for name, (rows, prefix) in paths.items():
+            with_backend(token_model, rows, prefix)
             start, start_cpu = time.perf_counter(), time.process_time()
             answer = app.answer(item.question, rng=args.seed + i)
             wall[name].append(time.perf_counter() - start)
@@ -145,16 +150,15 @@ def main() -> None:
     for name in paths:
         print(
             f"{name:>7} prefill: {med[name]:.1f} s per answer (median wall), "
-            f"{med_cpu[name]:.1f} CPU-s"
+            f"{med_cpu[name]:.1f} CPU-s per answer{' (the default)' if name == 'padded' else ''}"
         )
-    same = answers["batched"] == answers["rows"] == answers["prefix"]
-    print(
-        f"batched / rows: {med['batched'] / med['rows']:.3f} wall, "
-        f"{med_cpu['batched'] / med_cpu['rows']:.3f} CPU; prefix / rows: "
-        f"{med['prefix'] / med['rows']:.3f} wall, {med_cpu['prefix'] / med_cpu['rows']:.3f} CPU; "
-        f"same answers: {same}; a CPU session with {args.threads} threads prefills "
-        f"{'rows (shared prefix once)' if per_row_prefill(torch.device('cpu')) else 'batched'}"
-    )
+    ratios = [
+        f"{a} / {b}: {med[a] / med[b]:.3f} wall, {med_cpu[a] / med_cpu[b]:.3f} CPU"
+        for a, b in (("padded", "rows"), ("prefix", "rows"))
+        if a in paths and b in paths
+    ]
+    same = all(answers[name] == answers[next(iter(paths))] for name in paths)
+    print("; ".join([*ratios, f"same answers: {same}"]))
     print(f"bf16 / float32 CPU time of one 64x576x1536 product: {bf16_factor():.1f}x")
 
 

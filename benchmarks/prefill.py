@@ -1,12 +1,13 @@
 """Per-row prefill vs the padded batched prefill, on the reader: cost and greedy tokens.
 
 Every session is laid out in the public shape B x ``prompt_width`` (batch
-invariance, ``dprag_core/models/hf.py``). With one torch thread the eager
-backend on CPU fills it by prefilling each row alone
-(:func:`~dprag_core.models.hf_cache.prefill_rows`: the rows' real tokens), with
-more threads by one batched forward over B x ``prompt_width`` positions
-(:func:`~dprag_core.models.hf_cache.prefill_padded`); here each is forced
-(``_prefills.py``). Both then decode batched over the same public shape. For each question of the
+invariance, ``dprag_core/models/hf.py``). The eager backend fills it by one
+batched forward over B x ``prompt_width`` positions
+(:func:`~dprag_core.models.hf_cache.prefill_padded`, the default: the same work
+whatever the rows hold) or, with ``prefill="rows"``, by prefilling each row
+alone (:func:`~dprag_core.models.hf_cache.prefill_rows`: the rows' real tokens,
+so its time follows their token counts); here each runs on the same rows. Both
+then decode batched over the same public shape. For each question of the
 README corpus and of the default synthetic corpus, B = m voters (one record
 each, the question's own disease first, as a retriever ranks them) + the public
 row; this prints, side by side:
@@ -19,14 +20,13 @@ row; this prints, side by side:
   rounding only) and how many of the rows' greedy tokens differ (all rows, all
   steps, all questions).
 
-Measured (issue 29's last session, quiet machine, the default width 256, 40
-voters + the public row, longest row 84 tokens): ``--threads 1 --clock cpu``:
-prefill 152.2 -> 72.1 ms (0.474x), decode 5.12 -> 4.69 ms per token;
-``--threads 2 --clock wall``: prefill 85.7 -> 61.2 ms (0.714x), decode 3.82 ->
-3.46 ms. First logits within 2.69e-5, 0 of 30592 greedy tokens differ. (Under
-load ~11 with two threads it had been 2.5x slower: 41 small forwards wait at
-every kernel's thread barrier for a descheduled thread: what
-``hf_cache.per_row_prefill`` decides by.) A GPU was not measured.
+Measured on a quiet machine, the default width 256, 40 voters + the public
+row, longest row 84 tokens: ``--threads 1 --clock cpu``: prefill 152.2 -> 72.1
+ms (0.474x), decode 5.12 -> 4.69 ms per token; ``--threads 2 --clock wall``:
+prefill 85.7 -> 61.2 ms (0.714x), decode 3.82 -> 3.46 ms. First logits within
+2.69e-5, 0 of 30592 greedy tokens differ. (Under load ~11 with two threads the
+per-row prefill had been 2.5x slower: 41 small forwards wait at every kernel's
+thread barrier for a descheduled thread.) A GPU was not measured.
 
 Run: nice .venv/bin/python benchmarks/prefill.py --clock cpu --threads 1
 """
@@ -49,9 +49,6 @@ from dprag_core.eval.workbench import load_models  # noqa: E402
 from dprag_core.models.hf import HFTokenModel, _left_pad  # noqa: E402
 from dprag_core.models.hf_cache import DynamicBackend  # noqa: E402
 from dprag_core.prompts import NO_CONTEXT_TEMPLATE, RAG_TEMPLATE  # noqa: E402
-
-sys.path[:0] = [str(ROOT / "benchmarks")]
-from _prefills import BatchedBackend, RowsBackend  # noqa: E402
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
@@ -95,8 +92,9 @@ def main() -> None:
         timed = index < ARGS.timed
         for _ in range(ARGS.repeats if timed else 1):
             out = {}
-            for name, kind in (("padded", BatchedBackend), ("rows", RowsBackend)):
-                out[name] = run(kind(model._call, model.device), ids, mask, ARGS.tokens, vocab)
+            for name in ("padded", "rows"):
+                backend = DynamicBackend(model._call, model.device, rows=name == "rows")
+                out[name] = run(backend, ids, mask, ARGS.tokens, vocab)
                 if timed:
                     times[name].append(out[name][0])
                     times[name + "/t"].append(out[name][1])

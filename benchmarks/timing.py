@@ -31,13 +31,13 @@ A unit of more records than the partition's ``max_unit_records`` is refused when
 added; ``--max-unit-records`` raises that public bound (the opted-out case: time can then
 show up to that many records of one unit).
 
-Torch runs one thread, so the eager engine prefills each row's own tokens
-(``dprag_core.models.hf_cache.per_row_prefill``): its work follows the rows' token
-counts. ``--prefill batched`` makes it run the one batched forward over the public width
-instead (what it does with two or more threads, and what the static engine computes),
-``--prefill padded-rows`` each row alone at the public width
-(``_prefills.prefill_rows_padded``): with either, every row's prefill costs the same,
-whatever it holds. ``--quick``: n = 6 and one or two cells per entry point (a smoke run,
+Torch runs one thread. The eager engine runs its default prefill, one batched forward
+over the public width (``--prefill padded``, what the static engine computes too):
+every row's prefill costs the same, whatever it holds. ``--prefill rows`` runs its
+opt-in ``prefill="rows"`` instead, each row's own tokens (its work follows the rows'
+token counts), and ``--prefill padded-rows`` each row alone at the public width
+(``_prefills.prefill_rows_padded``, the same work whatever the rows hold, in B calls).
+``--quick``: n = 6 and one or two cells per entry point (a smoke run,
 no figures). The figures depend on the machine and its load: compare a row's accuracy
 with its control, measured side by side."""
 
@@ -78,7 +78,7 @@ from dprag_core.algorithms import DPAnswerVote, DPVote  # noqa: E402
 from dprag_core.budget import Budget  # noqa: E402
 from dprag_core.eval.workbench import reader_path  # noqa: E402
 from dprag_core.models import hf_cache  # noqa: E402
-from dprag_core.models.hf import ENGINES, HFTokenModel  # noqa: E402
+from dprag_core.models.hf import ENGINES, HFTokenModel, Prefill  # noqa: E402
 from dprag_core.pipeline import PrivateRAG  # noqa: E402
 from dprag_core.retrieval.capabilities import HonoursK  # noqa: E402
 from dprag_core.retrieval.cells import PublicPartition  # noqa: E402
@@ -233,12 +233,18 @@ class LIRank(LIRetriever):
 
 
 _READERS: dict[str, HFTokenModel] = {}
+#: The eager engine's ``prefill=`` (``--prefill``; ``padded-rows`` runs "rows" with
+#: ``hf_cache.prefill_rows`` replaced).
+EAGER_PREFILL: list[Prefill] = ["padded"]
 
 
 def _mechanism(engine: str, entry: str) -> Any:
     if engine in ENGINES:  # an HFTokenModel engine; "hosted": the user's own chat API
         if engine not in _READERS:
-            _READERS[engine] = HFTokenModel.from_pretrained(str(reader_path()), engine=engine)
+            prefill = EAGER_PREFILL[0] if engine == "eager" else "padded"
+            _READERS[engine] = HFTokenModel.from_pretrained(
+                str(reader_path()), engine=engine, prefill=prefill
+            )
         return DPVote(
             _READERS[engine], m=4, k=1, epsilon=20.0, delta=1e-4, epsilon_token=5.0,
             max_new_tokens=8,
@@ -462,9 +468,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--prefill",
-        choices=("rows", "batched", "padded-rows"),
-        default="rows",
-        help="the eager engine's prefill on one thread (default rows: each row's own tokens)",
+        choices=("padded", "rows", "padded-rows"),
+        default="padded",
+        help="the eager engine's prefill (default padded: one forward over the public width)",
     )
     parser.add_argument(
         "--cell-records",
@@ -502,8 +508,7 @@ def main() -> None:
         cells = [c for c in cells if ":".join(c) in args.cells]
     rng = np.random.default_rng(args.seed)
     torch.set_num_threads(1)  # one core per query, as on a shared host (and steadier figures)
-    if args.prefill == "batched":
-        hf_cache.per_row_prefill = lambda device: False  # the public-width batched forward
+    EAGER_PREFILL[0] = "padded" if args.prefill == "padded" else "rows"
     if args.prefill == "padded-rows":
         hf_cache.prefill_rows = prefill_rows_padded  # each row alone, at the public width
     lines = [f"n = {n} queries per side; accuracy on held-out halves (0.50: time tells nothing)"]

@@ -51,12 +51,14 @@ engine, :mod:`~dprag_core.models.envelope`): a function of the row's own prompt,
 so the argument holds, and the tokenizer's work is bounded by the public width. Set ``prompt_width``
 to the longest prompt you expect: a session's cost grows with it (each decode
 step attends over ``prompt_width`` slots per row; the prefill computes B x
-``prompt_width`` positions, except on a CPU with one torch thread, where the
-eager engine prefills each row alone, its own tokens only, and lays the rows out
-in the public shape: :func:`~dprag_core.models.hf_cache.per_row_prefill`; there
-the tokens a row shares with the public ``shared_prefix``, the chat template's
-head and the text every prompt starts with, are computed once per model:
-:class:`~dprag_core.models.hf_cache.SharedPrefix`).
+``prompt_width`` positions on every engine, device and thread count, so its
+work does not follow the rows' token counts). The eager engine's opt-in
+``prefill="rows"`` prefills each row alone, its own tokens only, and lays the
+rows out in the public shape (the tokens a row shares with the public
+``shared_prefix``, the chat template's head and the text every prompt starts
+with, computed once per model: :class:`~dprag_core.models.hf_cache.SharedPrefix`):
+less work on one CPU thread, and a query's time then follows the retrieved
+rows' token counts, up to the public width.
 
 torch and transformers are imported only here; ``import dprag_core.models`` stays
 light.
@@ -113,18 +115,23 @@ from dprag_core.validation import positive_int
 
 __all__ = [
     "ENGINES",
+    "PREFILLS",
     "Engine",
     "EngineSpec",
     "HFStaticSession",
     "HFTextModel",
     "HFTokenModel",
     "HFTokenSession",
+    "Prefill",
     "check_rewindable",
     "cpu_has_native_bf16",
     "load_dtype",
 ]
 
 DType = Literal["float32", "bfloat16"]
+Prefill = Literal["padded", "rows"]
+"""The eager engine's prefill (``prefill=`` of :class:`HFTokenModel`)."""
+PREFILLS: tuple[Prefill, ...] = ("padded", "rows")
 Engine = str
 """An engine's name: a key of :data:`ENGINES` (the one place engines are listed)."""
 _DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -411,7 +418,8 @@ class EngineSpec:
 
 
 def _dynamic(owner: HFTokenModel) -> CacheBackend:
-    return DynamicBackend(owner._call, owner.device, owner._prefix)
+    rows = owner.prefill_kind == "rows"
+    return DynamicBackend(owner._call, owner.device, rows=rows, prefix=owner._prefix)
 
 
 def _static(owner: HFTokenModel) -> CacheBackend:
@@ -463,6 +471,23 @@ ENGINES: Mapping[str, EngineSpec] = {
 }
 
 
+def _checked_prefill(prefill: object, engine: str) -> Prefill:
+    """``prefill`` if it is one of :data:`PREFILLS` and ``engine`` runs it (``"rows"``:
+    the eager engine only); ``ValueError`` naming the parameter otherwise.
+
+    >>> _checked_prefill("rows", "eager")
+    'rows'
+    """
+    if not isinstance(prefill, str) or prefill not in PREFILLS:
+        raise ValueError(f"prefill must be one of {PREFILLS}, got {prefill!r}")
+    if prefill == "rows" and engine != "eager":
+        raise ValueError(
+            f"prefill='rows' runs on engine='eager' only, got engine={engine!r}: "
+            "leave prefill='padded' (the static engines prefill every row at the public width)"
+        )
+    return "rows" if prefill == "rows" else "padded"
+
+
 def _positions(config: Any) -> int | None:
     """The model's ``max_position_embeddings`` (None when it states none)."""
     limit = getattr(config, "max_position_embeddings", None)
@@ -481,18 +506,29 @@ class HFTokenModel(TokenizerCodec):
     client); ``eos_token_ids`` replaces the end set. ``prompt_width`` is the
     public width every session's rows are padded to (the module docstring's
     *batch invariance*; longer prompts keep their last ``prompt_width`` tokens).
-    ``shared_prefix`` is public text the prompts start with (a template's head,
-    before its ``{context}``): the one-thread CPU prefill computes the keys and
-    values of the chat template's head and that text once and reuses them for
-    every row that starts with their tokens
+    ``prefill`` is the eager engine's prefill: ``"padded"`` (the default, every
+    engine's) is one batched forward over the public B x ``prompt_width`` layout,
+    the same work whatever the prompts hold; ``"rows"`` (``engine="eager"`` only)
+    prefills each row alone, its own tokens only, and lays the rows out in the
+    same public shape (the same logits within float rounding, each row still a
+    function of its own prompt): less work on a CPU with one torch thread, but **the query's time
+    then follows the retrieved rows' token counts** (up to ``prompt_width``), so a
+    caller with a stopwatch learns about the documents (docs/architecture.md,
+    "What time reveals"). A model whose cache holds a recurrent state keeps the
+    padded prefill. ``shared_prefix`` is public text the prompts start with (a
+    template's head, before its ``{context}``): ``prefill="rows"`` computes the
+    keys and values of the chat template's head and that text once and reuses
+    them for every row that starts with their tokens
     (:class:`~dprag_core.models.hf_cache.SharedPrefix`).
 
     >>> tm = HFTokenModel(model, tokenizer)  # doctest: +SKIP
     >>> tm.decode(tm.encode("aspirin"))  # doctest: +SKIP
     'aspirin'
+    >>> HFTokenModel(model, tokenizer, prefill="rows")  # doctest: +SKIP
     """
 
     prompt_width: int
+    prefill_kind: Prefill
 
     def __init__(
         self,
@@ -503,6 +539,7 @@ class HFTokenModel(TokenizerCodec):
         eos_token_ids: Sequence[int] | None = None,
         prompt_width: int | None = None,
         shared_prefix: str = "",
+        prefill: Prefill = "padded",
     ) -> None:
         if not callable(model) or not hasattr(model, "config"):
             raise TypeError("model must be a transformers causal LM (PreTrainedModel)")
@@ -526,6 +563,7 @@ class HFTokenModel(TokenizerCodec):
             raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {engine!r}")
         self._spec = ENGINES[engine]
         self.engine = engine
+        self.prefill_kind = _checked_prefill(prefill, engine)
         self._call = ModelCall(model)
         if not isinstance(shared_prefix, str):
             raise TypeError(f"shared_prefix must be a str, got {type(shared_prefix).__name__}")
@@ -547,8 +585,10 @@ class HFTokenModel(TokenizerCodec):
         engine: Engine = "eager",
         prompt_width: int | None = None,
         shared_prefix: str = "",
+        prefill: Prefill = "padded",
     ) -> HFTokenModel:
-        """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``).
+        """Load a model and its tokenizer with transformers (``dtype``, ``device``, ``engine``;
+        ``prompt_width``, ``shared_prefix`` and ``prefill`` as in the class docstring).
 
         ``dtype="bfloat16"`` on a CPU without bf16 matrix instructions loads float32
         (one ``UserWarning`` at load, :func:`load_dtype`): there it is the fast one.
@@ -557,6 +597,7 @@ class HFTokenModel(TokenizerCodec):
         >>> HFTokenModel.from_pretrained(  # doctest: +SKIP
         ...     "./reader-lm", dtype="bfloat16", device="cuda", engine="cuda_graphs")
         """
+        _checked_prefill(prefill, engine)  # before the weights load
         tdtype = load_dtype(dtype, device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model: Any = AutoModelForCausalLM.from_pretrained(
@@ -568,6 +609,7 @@ class HFTokenModel(TokenizerCodec):
             engine=engine,
             prompt_width=prompt_width,
             shared_prefix=shared_prefix,
+            prefill=prefill,
         )
 
     @property
@@ -623,7 +665,9 @@ class HFTextModel:
     Greedy, no sampling warpers; returns only the new text of each prompt. Each
     prompt keeps its last ``prompt_width`` tokens (the token model's public
     width), and ``max_new_tokens`` must fit its ``answer_room`` (``ValueError``
-    otherwise, for every prompt alike).
+    otherwise, for every prompt alike). The prefill is the public-width one unless
+    ``prefill="rows"`` (:class:`HFTokenModel`: the call's time then follows the
+    prompts' token counts).
 
     >>> HFTextModel(model, tokenizer).generate(["Question: hi\\nAnswer:"])  # doctest: +SKIP
     ['...']
@@ -637,9 +681,15 @@ class HFTextModel:
         engine: Engine = "eager",
         prompt_width: int | None = None,
         shared_prefix: str = "",
+        prefill: Prefill = "padded",
     ) -> None:
         self.token_model = HFTokenModel(
-            model, tokenizer, engine=engine, prompt_width=prompt_width, shared_prefix=shared_prefix
+            model,
+            tokenizer,
+            engine=engine,
+            prompt_width=prompt_width,
+            shared_prefix=shared_prefix,
+            prefill=prefill,
         )
 
     @classmethod
@@ -667,8 +717,10 @@ class HFTextModel:
         engine: Engine = "eager",
         prompt_width: int | None = None,
         shared_prefix: str = "",
+        prefill: Prefill = "padded",
     ) -> HFTextModel:
-        """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`)."""
+        """Load a model and its tokenizer (see :meth:`HFTokenModel.from_pretrained`;
+        ``prefill="rows"``: the query's time follows the retrieved rows' token counts)."""
         return cls.on(
             HFTokenModel.from_pretrained(
                 name_or_path,
@@ -677,6 +729,7 @@ class HFTextModel:
                 engine=engine,
                 prompt_width=prompt_width,
                 shared_prefix=shared_prefix,
+                prefill=prefill,
             )
         )
 

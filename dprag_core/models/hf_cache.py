@@ -20,15 +20,17 @@ session cuts them to the real vocabulary, in one place.
 **Prefill.** Sessions are laid out in a public shape, B rows left-padded to
 ``prompt_width`` (:mod:`~dprag_core.models.hf`, *batch invariance*).
 :class:`DynamicBackend` fills it with one batched forward over that shape
-(:func:`prefill_padded`), as the static engines do. On a CPU with one torch
-thread it skips the padding instead: it prefills each row alone
-(:func:`prefill_rows`: a function of that row's prompt only) and places its
-keys and values right-aligned in the padded cache, which the decode steps then
-extend batched in the public shape (the reader, one thread: 0.47x the CPU time
-of the batched forward, same greedy tokens, ``benchmarks/prefill.py``). With
-two or more threads its many small forwards wait at each kernel's thread
-barrier, so the batched forward is faster there (:func:`per_row_prefill`;
-``benchmarks/cpu_answer.py``).
+(:func:`prefill_padded`), as the static engines do, on every device and thread
+count: the prefill computes B x ``prompt_width`` positions whatever the rows
+hold, so its time does not follow the retrieved documents. The opt-in
+``prefill="rows"`` of :class:`~dprag_core.models.hf.HFTokenModel` prefills each
+row alone instead (:func:`prefill_rows`: a function of that row's prompt only,
+the tokens it shares with the public :class:`SharedPrefix` computed once) and
+places its keys and values right-aligned in the padded cache, which the decode
+steps then extend batched in the public shape: less work on one CPU thread
+(``benchmarks/prefill.py``, ``benchmarks/cpu_answer.py``), and a time that
+follows each row's token count up to the public width
+(``benchmarks/timing.py --prefill rows``).
 
 **One closed slot.** The eager layout has one slot more than ``prompt_width``,
 in front, closed for every row (:func:`with_closed_slot`). transformers skips
@@ -63,7 +65,6 @@ __all__ = [
     "SharedPrefix",
     "cache_argument",
     "check_rewindable",
-    "per_row_prefill",
     "prefill_padded",
     "prefill_rows",
     "with_closed_slot",
@@ -178,7 +179,8 @@ def prefill_rows(
     j_r..n_r - 1), the first j_r positions' keys and values taken from ``prefix``
     (:meth:`SharedPrefix.shared`: j_r = 0 without one): its cache and first
     logits depend on that row's prompt and public tokens only, and the prefill
-    computes the rows' real tokens past the public prefix, not B x W positions.
+    computes the rows' real tokens past the public prefix, not B x W positions:
+    its work, and so its time, follows the rows' token counts (up to W).
     Each layer's keys and values are then placed right-aligned in [B, heads, W,
     dim] (zeros in the padded slots, which the mask closes), the layout and
     positions of the batched left-padded prefill: decoding goes on batched in
@@ -209,31 +211,17 @@ def prefill_rows(
         return torch.cat(logits), batched
 
 
-def per_row_prefill(device: torch.device) -> bool:
-    """Whether :class:`DynamicBackend` prefills row by row: on a CPU with one torch thread.
-
-    With one thread, B small forwards over the rows' real tokens cost less than one
-    forward over B x ``prompt_width`` positions (the shipped reader: 0.47x its CPU
-    time, ``benchmarks/prefill.py``). With more threads every small forward waits at
-    each kernel's thread barrier, and on a loaded CPU a descheduled thread holds all
-    of them: one batched forward is the fast one there (SmolLM2, 40 voters:
-    ``benchmarks/cpu_answer.py``). On other devices B sequential forwards were not
-    measured against the batched one. Both are functions of the row's own prompt
-    in a public shape.
-
-    >>> per_row_prefill(torch.device("meta"))
-    False
-    """
-    return device.type == "cpu" and torch.get_num_threads() == 1
-
-
 def prefill_padded(
     call: ModelCall, ids: torch.Tensor, mask: torch.Tensor
 ) -> tuple[torch.Tensor, DynamicCache]:
     """One batched forward over the [B, W] left-padded ``ids`` (positions from the
-    cumulative ``mask``): [B, logit rows] first logits and the cache. Invariant too (its
-    shape is public), but it computes B x W positions where :func:`prefill_rows` computes
-    the rows' real tokens only."""
+    cumulative ``mask``): [B, logit rows] first logits and the cache. Its one forward
+    has the public shape [B, W] whatever the rows hold (B x W positions, where
+    :func:`prefill_rows` computes the rows' real tokens only), so its work does not
+    follow the rows' token counts.
+
+    >>> logits, cache = prefill_padded(ModelCall(model), ids, mask)  # doctest: +SKIP
+    """
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
     cache = DynamicCache(config=call.model.config)
     return call(ids, mask, positions, cache), cache
@@ -318,27 +306,36 @@ class CacheBackend(Protocol):
 class DynamicBackend:
     """Engine ``"eager"``: a ``DynamicCache`` grown by concatenation, HF eager forwards.
 
+    Its prefill is one batched forward over the public B x W layout
+    (:func:`prefill_padded`); with ``rows=True`` (``prefill="rows"`` of
+    :class:`~dprag_core.models.hf.HFTokenModel`) each row is prefilled alone
+    (:func:`prefill_rows`), the tokens it shares with ``prefix`` computed once, and
+    the prefill's time then follows the rows' token counts. A model whose cache
+    holds more than keys and values (:data:`ALIGNABLE`) keeps the batched forward.
+
     >>> backend = DynamicBackend(ModelCall(model), device)  # doctest: +SKIP
+    >>> by_rows = DynamicBackend(ModelCall(model), device, rows=True)  # doctest: +SKIP
     """
 
     def __init__(
-        self, call: ModelCall, device: torch.device, prefix: SharedPrefix | None = None
+        self,
+        call: ModelCall,
+        device: torch.device,
+        *,
+        rows: bool = False,
+        prefix: SharedPrefix | None = None,
     ) -> None:
-        self._call, self._device, self._prefix = call, device, prefix
+        self._call, self._device, self._rows, self._prefix = call, device, rows, prefix
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Fill a new cache: one batched forward over the public B x W layout
-        (:func:`prefill_padded`), except on a CPU where torch runs one thread, where each
-        row is prefilled alone (:func:`prefill_rows`: its real tokens only) unless the
-        model's cache cannot be laid out that way (:func:`per_row_prefill`). The choice
-        reads the device and torch's thread count (public), never the prompts. The
-        layout gets one slot in front that no row attends to (:func:`with_closed_slot`).
-        Row r's next position is n_r."""
+        (:func:`prefill_padded`), or each row alone with ``rows`` (:func:`prefill_rows`;
+        class docstring). The layout gets one slot in front that no row attends to
+        (:func:`with_closed_slot`). Row r's next position is n_r."""
         ids, mask = with_closed_slot(ids, mask)
         self._mask = mask
         self._next_position = mask.sum(-1, keepdim=True)
-        per_row = per_row_prefill(self._device)
-        rows = prefill_rows(self._call, ids, mask, self._prefix) if per_row else None
+        rows = prefill_rows(self._call, ids, mask, self._prefix) if self._rows else None
         logits, self._cache = rows or prefill_padded(self._call, ids, mask)
         return logits
 

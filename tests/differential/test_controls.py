@@ -239,9 +239,7 @@ def test_rows_padded_to_the_longest_row_are_caught(
     lab: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The batch laid out to its longest row (data-dependent), as before the public width:
-    the static batch's prefill shapes differ (whatever is released), on every CPU. (On
-    the eager engine, which prefills each row alone, the layout moves other rows by
-    rounding only: tests/models/test_batch_invariance.py's mutation catches that.)"""
+    the static batch's prefill shapes differ (whatever is released), on every CPU."""
     import torch
 
     import dprag_core.models.hf as hf
@@ -257,6 +255,22 @@ def test_rows_padded_to_the_longest_row_are_caught(
     leaky = _channels(compare(cell, lab, tmp_path / "leaky", request))
     assert "prefill layout" not in clean and "rows" not in clean
     assert "prefill layout" in leaky
+
+
+def _rows_prefill(world: World) -> None:
+    """The eager engine's opt-in ``prefill="rows"``: each row prefilled at its own length."""
+    world.engine.token.inner.prefill_kind = "rows"
+
+
+def test_the_per_row_prefill_is_caught(
+    lab: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The eager engine's default prefill is one forward over the public width; prefilling
+    each row alone (what ``prefill="rows"`` opts into) makes the forwards' shapes follow
+    x's token count: the prefill layout differs."""
+    cell = cell_of("PrivateRAG.answer", "DPVote", "core-list", "longest", engine="eager")
+    clean, leaky = _controlled(cell, lab, tmp_path, request, leak=_rows_prefill)
+    assert "prefill layout" not in clean and "prefill layout" in leaky
 
 
 def test_an_approximate_index_declared_exact_is_caught(

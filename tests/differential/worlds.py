@@ -416,15 +416,14 @@ def _logprobs(row: np.ndarray) -> np.ndarray:
 
 
 @contextmanager
-def forwards_logged(module: Any, into: list[Any], *, rows: int | None) -> Iterator[None]:
-    """Log the shapes of each forward of ``module`` (a torch model) while inside.
+def forwards_logged(module: Any, into: list[Any]) -> Iterator[None]:
+    """Log every dimension of each forward of ``module`` (a torch model) while inside.
 
-    ``rows=None`` (the decode steps: [B, 1] tokens over a mask as wide as the public
-    width plus the tokens released) logs every dimension; a prefill of ``rows`` rows
-    logs every dimension of a forward over the whole batch (a static batch: [B,
-    prompt_width]) and the batch dimension alone of a forward over one row (the
-    eager engine prefills each row alone, at its own length within the public
-    width: what that length costs in time is measured by ``benchmarks/timing.py``).
+    A prefill's forwards (one [B, prompt_width + 1] forward on the eager engine, the
+    static batch's [B, prompt_width]) and the decode steps ([B, 1] tokens over a mask
+    as wide as the public width plus the tokens released) have public shapes; a
+    prefill whose forwards follow the rows' token counts (``prefill="rows"``) shows
+    here (``test_controls.py``).
     """
     if not hasattr(module, "register_forward_pre_hook"):
         yield
@@ -436,8 +435,7 @@ def forwards_logged(module: Any, into: list[Any], *, rows: int | None) -> Iterat
             for k, v in [*((str(i), a) for i, a in enumerate(args)), *sorted(kwargs.items())]
             if hasattr(v, "shape")
         ]
-        whole = rows is None or (rows > 1 and all(shape[:1] == (rows,) for _, shape in named))
-        into.append(tuple((k, shape if whole else shape[:1]) for k, shape in named))
+        into.append(tuple(named))
 
     hook = module.register_forward_pre_hook(shapes, with_kwargs=True)
     try:
@@ -474,7 +472,7 @@ class WatchedSession:
         return getattr(self.inner, name)
 
     def _forwards(self) -> Any:
-        return forwards_logged(self.module, self.log.steps, rows=None)
+        return forwards_logged(self.module, self.log.steps)
 
     def greedy(self) -> Any:
         out = self.inner.greedy()
@@ -550,7 +548,7 @@ class Watched:
     def _watch(self, start: Callable[[], Any], prompts: Sequence[str]) -> WatchedSession:
         log = RowLog(list(prompts))
         module = getattr(self.inner, "model", None) if self.logits else None
-        with forwards_logged(module, log.prefill, rows=len(prompts)):
+        with forwards_logged(module, log.prefill):
             session = start()
         self.sessions.append(log)
         return WatchedSession(session, log, logits=self.logits, module=module)

@@ -7,9 +7,9 @@ alone. The sessions pad every batch to the model's public ``prompt_width``
 the documents. Here the other rows' documents (and their lengths) change and
 row 0 and the public row must stay bit-identical, after the prefill and after
 decode steps, on every engine that runs on CPU (the eager one with each of its
-prefills: one batched forward, and row by row), for the shipped reader and the
-tiny test models. The mutation (the batch padded to its longest row, as
-before) moves them, so the test can fail.
+prefills: one batched forward, the default, and row by row, ``prefill="rows"``),
+for the shipped reader and the tiny test models. The mutation (the batch padded
+to its longest row, as before) moves them, so the test can fail.
 
 Full width (issue 36 case 3): when every row reaches ``prompt_width`` (DPVote,
 VoteRAG: no short public row) and one voter's prompt is short, row 0 must not
@@ -81,53 +81,42 @@ def _traces(model: HFTokenModel, others: list[str]) -> Iterator[torch.Tensor]:
             session.step(int(session.greedy()[0]))
 
 
-def _moved(weights: tuple[Any, Any], engine: str, prefix: str = "") -> list[float]:
-    model = HFTokenModel(*weights, engine=engine, shared_prefix=prefix)
-    first, second = (list(_traces(model, others)) for others in OTHERS)
-    return [float((a - b).abs().max()) for a, b in zip(first, second, strict=True)]
-
-
-#: The engines on CPU, the eager one with each of its prefills (``hf_cache.per_row_prefill``:
-#: one batched forward with two or more torch threads, row by row with one, also with the
-#: prompts' shared head computed once: ``hf_cache.SharedPrefix``), whatever the threads of
-#: this process.
+#: The engines on CPU as (engine, prefill), the eager one with each of its prefills (one
+#: batched forward over the public width, its default; row by row, ``prefill="rows"``, also
+#: with the prompts' shared head computed once: ``hf_cache.SharedPrefix``).
 ENGINES = {
-    "eager": ("eager", False),
-    "eager-rows": ("eager", True),
-    "static": ("static", False),
+    "eager": ("eager", "padded"),
+    "eager-rows": ("eager", "rows"),
+    "static": ("static", "padded"),
 }
 SHARED = "Context:\n"  # the head of OWN and OTHERS (the public row shares none of it)
 
 
-def _engine(name: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    engine, per_row = ENGINES[name]
-    monkeypatch.setattr(hf_cache, "per_row_prefill", lambda device: per_row)
-    return engine
+def _model(weights: tuple[Any, Any], name: str, **kwargs: Any) -> HFTokenModel:
+    engine, prefill = ENGINES[name]
+    return HFTokenModel(*weights, engine=engine, prefill=prefill, **kwargs)  # type: ignore[arg-type]
+
+
+def _moved(weights: tuple[Any, Any], name: str, prefix: str = "") -> list[float]:
+    model = _model(weights, name, shared_prefix=prefix)
+    first, second = (list(_traces(model, others)) for others in OTHERS)
+    return [float((a - b).abs().max()) for a, b in zip(first, second, strict=True)]
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-def test_a_rows_logits_ignore_the_other_rows(
-    weights: tuple[Any, Any], name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine = _engine(name, monkeypatch)
-    assert _moved(weights, engine) == [0.0] * (STEPS + 1)  # bit-identical, every step
+def test_a_rows_logits_ignore_the_other_rows(weights: tuple[Any, Any], name: str) -> None:
+    assert _moved(weights, name) == [0.0] * (STEPS + 1)  # bit-identical, every step
 
 
-def test_a_shared_prefix_keeps_the_rows_apart(
-    weights: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    engine = _engine("eager-rows", monkeypatch)
-    assert _moved(weights, engine, SHARED) == [0.0] * (STEPS + 1)
+def test_a_shared_prefix_keeps_the_rows_apart(weights: tuple[Any, Any]) -> None:
+    assert _moved(weights, "eager-rows", SHARED) == [0.0] * (STEPS + 1)
 
 
-def test_a_shared_prefix_gives_each_rows_tokens(
-    weights: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_shared_prefix_gives_each_rows_tokens(weights: tuple[Any, Any]) -> None:
     """The same greedy tokens with and without it, and the prefix computed once is used."""
-    _engine("eager-rows", monkeypatch)
     prompts = [OWN, *OTHERS[1], PUBLIC]
-    plain = HFTokenModel(*weights)
-    shared = HFTokenModel(*weights, shared_prefix=SHARED)
+    plain = _model(weights, "eager-rows")
+    shared = _model(weights, "eager-rows", shared_prefix=SHARED)
     assert len(shared._prefix.ids) > len(plain._prefix.ids)
     row = shared.prompt_rows([OWN])[0]
     assert shared._prefix.shared(row) > plain._prefix.shared(row)
@@ -203,8 +192,8 @@ def _full_width_trace(model: HFTokenModel, short: bool) -> list[torch.Tensor]:
     return [*trace, session._logits[0].clone()]
 
 
-def _short_voter_moves(weights: tuple[Any, Any], engine: str, width: int) -> list[float]:
-    model = HFTokenModel(*weights, engine=engine, prompt_width=width)
+def _short_voter_moves(weights: tuple[Any, Any], name: str, width: int) -> list[float]:
+    model = _model(weights, name, prompt_width=width)
     full, one_short = (_full_width_trace(model, short) for short in (False, True))
     return [float((a - b).abs().max()) for a, b in zip(full, one_short, strict=True)]
 
@@ -212,12 +201,11 @@ def _short_voter_moves(weights: tuple[Any, Any], engine: str, width: int) -> lis
 @pytest.mark.slow
 @pytest.mark.parametrize("engine_name", sorted(ENGINES))
 def test_full_width_rows_ignore_a_short_voter(
-    full_weights: tuple[str, tuple[Any, Any]], engine_name: str, monkeypatch: pytest.MonkeyPatch
+    full_weights: tuple[str, tuple[Any, Any]], engine_name: str
 ) -> None:
-    engine = _engine(engine_name, monkeypatch)
     name, weights = full_weights
     for width in FULL_WIDTH[name]:
-        assert _short_voter_moves(weights, engine, width) == [0.0] * (STEPS + 2), width
+        assert _short_voter_moves(weights, engine_name, width) == [0.0] * (STEPS + 2), width
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])

@@ -1,7 +1,7 @@
-"""The eager backend's per-row prefill (issue 25 item 6): each row alone, then batched.
+"""The eager backend's opt-in per-row prefill: each row alone, then batched.
 
-:func:`~dprag_core.models.hf_cache.prefill_rows` (a CPU session with one torch
-thread; forced here whatever the threads) prefills each row alone and
+:func:`~dprag_core.models.hf_cache.prefill_rows` (``prefill="rows"``, every
+model here) prefills each row alone and
 places its keys and values right-aligned in the public B x ``prompt_width``
 layout. Here every row's logits, after the prefill and after each batched
 decode step, must match the model run on that row's tokens alone, without a
@@ -36,12 +36,6 @@ PROMPTS = [
     QUESTION,
 ]
 STEPS = 3
-
-
-@pytest.fixture(autouse=True)
-def row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every CPU session here prefills row by row, whatever this process's torch threads."""
-    monkeypatch.setattr(hf_cache, "per_row_prefill", lambda device: device.type == "cpu")
 
 
 def _sliding(tok: Any) -> Any:
@@ -91,7 +85,7 @@ def _gaps(model: HFTokenModel) -> list[float]:
 @pytest.mark.parametrize("kind", ["reader", "llama", "gpt2", "sliding"])
 @pytest.mark.parametrize("width", [None, 16])  # 16: every prompt is longer, keeps its end
 def test_each_row_decodes_as_it_would_alone(kind: str, width: int | None) -> None:
-    model = HFTokenModel(*_weights(kind), prompt_width=width)
+    model = HFTokenModel(*_weights(kind), prompt_width=width, prefill="rows")
     assert max(_gaps(model)) < 1e-4
 
 
@@ -106,7 +100,7 @@ def test_rows_placed_left_aligned_break_it(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(hf_cache, "_right_aligned", left)
     with pytest.raises(AssertionError):
-        _gaps(HFTokenModel(*_weights("reader")))
+        _gaps(HFTokenModel(*_weights("reader"), prefill="rows"))
 
 
 def test_a_recurrent_cache_keeps_the_padded_prefill() -> None:
@@ -125,7 +119,7 @@ def test_a_recurrent_cache_keeps_the_padded_prefill() -> None:
         max_position_embeddings=512,
         pad_token_id=tok.pad_token_id,
     )
-    model = HFTokenModel(Lfm2ForCausalLM(config).eval(), tok)
+    model = HFTokenModel(Lfm2ForCausalLM(config).eval(), tok, prefill="rows")
     ids, mask = torch.ones((1, 4), dtype=torch.long), torch.ones((1, 4), dtype=torch.long)
     assert hf_cache.prefill_rows(model._call, ids, mask) is None
     first, second = (model.prefill([PROMPTS[0], other])._logits[0] for other in PROMPTS[1:])
@@ -135,7 +129,7 @@ def test_a_recurrent_cache_keeps_the_padded_prefill() -> None:
 def test_rows_longer_than_the_width_stay_bit_identical() -> None:
     """Every prompt past ``prompt_width`` (16): row 0 and the public row ignore the other
     row's documents, after the prefill and after each step."""
-    model = HFTokenModel(*_weights("reader"), prompt_width=16)
+    model = HFTokenModel(*_weights("reader"), prompt_width=16, prefill="rows")
 
     def trace(other: str) -> list[torch.Tensor]:
         session, out = model.prefill([PROMPTS[0], other, PROMPTS[2]]), []
@@ -147,28 +141,6 @@ def test_rows_longer_than_the_width_stay_bit_identical() -> None:
 
     shorter = f"Context:\nPatient C has gout.\n\n{QUESTION}"
     assert all(map(torch.equal, trace(PROMPTS[1]), trace(shorter)))
-
-
-def test_only_a_one_thread_cpu_session_prefills_row_by_row(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Row by row on a CPU with one torch thread; with more threads, or on another device,
-    one batched forward (the device and the thread count are public, so is the choice)."""
-    monkeypatch.undo()  # the real rule, not this file's fixture
-    model = HFTokenModel(*_weights("reader"))
-    ids, mask = torch.ones((2, 4), dtype=torch.long), torch.ones((2, 4), dtype=torch.long)
-    calls: list[str] = []
-    real = hf_cache.prefill_rows
-
-    def counted(*args: Any) -> Any:
-        calls.append("rows")
-        return real(*args)
-
-    monkeypatch.setattr(hf_cache, "prefill_rows", counted)
-    for threads, device, expected in [(1, "cpu", 1), (2, "cpu", 1), (1, "meta", 1), (1, "cpu", 2)]:
-        monkeypatch.setattr(hf_cache.torch, "get_num_threads", lambda threads=threads: threads)
-        hf_cache.DynamicBackend(model._call, torch.device(device)).prefill(ids, mask)
-        assert len(calls) == expected, (threads, device)
 
 
 @pytest.mark.parametrize("kind", ["reader", "llama"])
@@ -185,4 +157,4 @@ def test_each_row_alone_at_the_public_width_decodes_as_alone(
     finally:
         sys.path.pop(0)
     monkeypatch.setattr(hf_cache, "prefill_rows", prefill_rows_padded)
-    assert max(_gaps(HFTokenModel(*_weights(kind), prompt_width=width))) < 1e-4
+    assert max(_gaps(HFTokenModel(*_weights(kind), prompt_width=width, prefill="rows"))) < 1e-4
