@@ -77,8 +77,10 @@ __all__ = [
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 7
-"""Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
+SCHEMA_VERSION = 8
+"""Version 8: the charge functions look rows up by key only (``enable_seqscan = off``: a
+session's cached plans stay on the indexes as the tables grow) and a ledger's claim is one
+insert. Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
 settle makes such claims durable (:meth:`~dprag_core.accounting.ledger.Ledger.claim`).
 Version 6: retention (:mod:`~dprag_core.accounting.stores.retention`): the pruned ids'
 digests (``{table}_pruned``), which every charge and claim consults, the watermark in
