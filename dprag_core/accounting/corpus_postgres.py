@@ -47,12 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresCorpusAccountant", "corpus_spec"]
 
-# Every lookup is by key: enable_seqscan = off keeps the plans a session caches at its
-# first calls (made while a new store's tables are empty) on the indexes as they grow.
 _CORPUS_CHARGE_TEXT = """
 CREATE OR REPLACE FUNCTION {charge}(q text, e bigint, d bigint)
-RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-    SET enable_seqscan = off AS $$
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     pe bigint;
     pd bigint;

@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 8
-"""Version 8: the charge functions look rows up by key only (``enable_seqscan = off``: a
+"""Version 8: a ledger's charge function looks rows up by key only (``enable_seqscan = off``: a
 session's cached plans stay on the indexes as the tables grow) and a ledger's claim is one
 insert. Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
 settle makes such claims durable (:meth:`~dprag_core.accounting.ledger.Ledger.claim`).
