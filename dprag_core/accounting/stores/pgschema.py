@@ -218,6 +218,7 @@ class PostgresSchema:
         self.schema = check_schema_name(schema)
         self.spec = spec
         self._composed: dict[tuple[str, str], Any] = {}
+        self._call_bytes: bytes | None = None  # the charge call, rendered at its first use
         self._created = 0.0  # the store's identity (its creation time), read at open
         self.tables = {
             "meta": "key text PRIMARY KEY, value bigint NOT NULL",
@@ -580,7 +581,9 @@ class PostgresSchema:
         function refuses, e.g. repeated units: ``ValueError`` with its fixed message)."""
         pg = psycopg_module()
         try:
-            row = conn.execute(self.sql(self._call), values).fetchone()
+            if self._call_bytes is None:  # rendered once: a charge runs it every time
+                self._call_bytes = self.sql(self._call).as_bytes(conn)
+            row = conn.execute(self._call_bytes, values).fetchone()
         except pg.Error as exc:
             state = getattr(exc, "sqlstate", None)
             if state == "DPREU":
