@@ -34,6 +34,12 @@ Measured side by side in one run:
 4. PostgreSQL: how long a charge waits behind a row that an idle transaction
    holds, with the default timeouts (it raises ``LedgerUnavailable``).
 
+``--cpu N`` instead measures, at 1 process, the CPU time of N queries (each a claim
+seen at once, a charge of ``--units`` units and a settle, as the apps make them): the
+client's (``time.process_time``) and, on PostgreSQL, its server process's (user + system
+time from ``/proc``, when the server runs on this host and its files are readable), per
+query, with the median latency; ``--no-sqlite`` leaves SQLite out.
+
 ``--operator N`` instead measures the operator's views at N recorded queries
 of ``--units`` units each, on both backends (the stores filled by bulk SQL):
 opening a store (with its integrity check), ``status``, the last 20 rows
@@ -43,6 +49,7 @@ size, each the median of 5 reads.
     .venv/bin/python benchmarks/ledger.py [--charges 500] [--units 100] [--procs 8] [--kills 20]
     .venv/bin/python benchmarks/ledger.py --latency-only --no-variants --alternate --units 10
     .venv/bin/python benchmarks/ledger.py --operator 1000000 --units 10
+    .venv/bin/python benchmarks/ledger.py --cpu 2000 --units 10
 
 PostgreSQL: uses $DPRAG_TEST_POSTGRES_DSN, else starts a throwaway server with
 scripts/postgres_for_tests.sh; ``--no-postgres`` skips it; the stores go to the
@@ -372,7 +379,13 @@ def main() -> None:
                         help="part 1: without the earlier SQLite commit paths")  # fmt: skip
     parser.add_argument("--operator", type=int, default=0, metavar="N",
                         help="measure the operator's views at N queries instead")  # fmt: skip
+    parser.add_argument("--cpu", type=int, default=0, metavar="N",
+                        help="measure the CPU of N queries at 1 process instead")  # fmt: skip
     args = parser.parse_args()
+    if args.cpu:
+        dsn = "" if args.no_postgres else postgres_dsn()
+        cpu_per_query(args.cpu, args.units, dsn, sqlite=not args.no_sqlite)
+        return
     if args.operator:
         dsn = "" if args.no_postgres else postgres_dsn()
         operator_views(args.operator, args.units, dsn, sqlite=not args.no_sqlite)
@@ -510,6 +523,63 @@ def _median_ms(run: Any, times: int = 5) -> float:
 
 
 _SERIES = "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < ? - 1)"
+
+
+def backend_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of the process ``pid`` (a PostgreSQL server process on this
+    host), None where ``/proc`` does not show it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_query(queries: int, units: int, dsn: str, *, sqlite: bool = True) -> None:
+    """``--cpu``: CPU per query at 1 process, the client's and PostgreSQL's server process's."""
+    print(f"uptime at the start: {uptime()}")
+    print(
+        f"CPU per query at 1 process, {queries} queries (a claim seen at once, a charge of "
+        f"{units} units, a settle) after 50 to warm up"
+    )
+    tmp = tempfile.mkdtemp()
+    targets = [("sqlite", os.path.join(tmp, "cpu.db"))] if sqlite else []
+    table = f"bench_{uuid.uuid4().hex[:12]}"
+    if dsn:
+        targets.append(("postgres", f"{dsn}|{table}"))
+    gen = np.random.default_rng(0)
+    batches = [
+        [f"u{j}" for j in gen.choice(POOL, size=units, replace=False)] for _ in range(queries + 50)
+    ]
+    for kind, target in targets:
+        with open_ledger(kind, target, create=True) as led:
+            server = None
+            if isinstance(led, PostgresLedger):
+                row = led._store.conn().execute("SELECT pg_backend_pid()").fetchone()
+                server = None if row is None else int(row[0])
+
+            def query(i: int, led: Ledger = led) -> None:
+                led.claim(f"q{i}", durable=False)
+                assert led.charge(f"q{i}", batches[i], 0.001).granted
+                led.settle()
+
+            for i in range(50):
+                query(i)
+            before = None if server is None else backend_cpu(server)
+            client, times = time.process_time(), []
+            for i in range(50, queries + 50):
+                t0 = time.perf_counter()
+                query(i)
+                times.append(time.perf_counter() - t0)
+            client = (time.process_time() - client) / queries * 1e3
+            after = None if server is None else backend_cpu(server)
+            line = f"{kind:<9} median {np.median(times) * 1e3:.2f} ms, client CPU {client:.3f} ms"
+            if before is not None and after is not None:
+                line += f", server process CPU {(after - before) / queries * 1e3:.3f} ms"
+            print(line, flush=True)
+    if dsn:
+        drop_tables(dsn, [table])
+    print(f"uptime at the end: {uptime()}")
 
 
 def fill_sqlite(path: str, queries: int, units: int) -> None:

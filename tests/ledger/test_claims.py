@@ -220,6 +220,40 @@ def test_postgres_a_visible_claim_is_in_the_flushed_wal_after_the_settle(table: 
         PostgresLedger(POSTGRES_DSN, table=table).claim("q1")
 
 
+@pytest.mark.postgres
+@needs_postgres
+def test_postgres_claims_and_charges_read_by_key_whatever_plans_a_session_cached(
+    table: str,
+) -> None:
+    """A session caches its plans at its first calls, made while a new store's tables are
+    empty (a scan of the audit log is the cheapest then). Its later claims and charges
+    still read every table by key: their work does not grow with the queries recorded."""
+    import psycopg
+
+    from dprag_core.accounting.stores.pgtrust import DEFAULT_SCHEMA
+
+    PostgresLedger(POSTGRES_DSN, budget_per_unit=1e3, table=table, create=True).close()
+    call = f'SELECT * FROM "{DEFAULT_SCHEMA}"."{table}_charge"(%s::text, %s::text[], %s::int8)'
+    logs = [f"{table}_{t}" for t in ("audit", "queries", "units", "pruned")]
+
+    def query(conn: psycopg.Connection[object], i: int) -> None:
+        conn.execute(call, (f"q{i}", [], 1))  # its claim, seen at once
+        conn.execute(call, (f"q{i}", [f"a{i}", f"b{i}"], 1))  # its charge
+
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        for i in range(40):  # the plans are made at the first calls, on empty tables
+            query(conn, i)
+        with conn.transaction(force_rollback=True):  # this transaction's own table reads
+            query(conn, 40)
+            rows = conn.execute(
+                "SELECT relname, seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = %s AND relname = ANY(%s)",
+                (DEFAULT_SCHEMA, logs),
+            ).fetchall()
+    assert {name: scans for name, scans, _ in rows} == dict.fromkeys(logs, 0)
+    assert all(index_reads > 0 for _, _, index_reads in rows)  # the view saw the reads
+
+
 @pytest.mark.parametrize("mode", ["answer", "stream"])
 @pytest.mark.parametrize("score", [0.9, 0.1], ids=["charged", "nothing-above-tau"])
 def test_an_app_releases_only_after_its_claim_is_durable_and_refuses_a_reuse_at_once(

@@ -46,3 +46,20 @@ def test_the_compare_benchmark_times_both_checkouts_side_by_side() -> None:
     assert out.count("round 0 ") == 2 * 2  # processes (1, 2) x checkouts
     for procs in (1, 2):
         assert f"units  10, procs {procs}: median" in out
+
+
+def test_the_cpu_benchmark_prints_each_backends_cpu_per_query() -> None:
+    """``--cpu``: the client's CPU per query on each backend, and PostgreSQL's server
+    process's where this host shows it."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "ledger.py"), "--cpu", "20", "--units", "3",
+         *(() if POSTGRES_DSN else ("--no-postgres",))],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert out.count("load average") == 2 and "20 queries" in out and "3 units" in out
+    assert "sqlite    median " in out and "client CPU" in out
+    assert ("postgres  median " in out) == bool(POSTGRES_DSN)

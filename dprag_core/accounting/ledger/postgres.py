@@ -60,8 +60,8 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # refuses a bad cost and repeated units (one audit row per debit: the audit log
 # is the budget's own record), reads the per-unit budget from the store, and takes a
 # transaction lock on the query id. Without units it is a claim (Ledger.claim):
-# the id is recorded in the queries table unless it is there or in the audit
-# log already; c = 0 commits it durably, c = 1 without waiting for the WAL
+# one insert records the id in the queries table unless it is there, in the audit
+# log or pruned already; c = 0 commits it durably, c = 1 without waiting for the WAL
 # flush (the claim is seen at once and made durable by the next durable commit,
 # which flushes the WAL up to its own record and so through the claim's),
 # c = 2 is the settle (Ledger.settle): one counter row rewritten to its own
@@ -70,52 +70,60 @@ __all__ = ["PostgresLedger", "ledger_spec"]
 # in unit order and debits it; a unit left below zero lacked the cost: DPLAC
 # rolls the sub-transaction back (audit rows and inserted units too), counts
 # the refusal and returns the lacking units.
+# Every lookup is by key: enable_seqscan = off keeps the plans a session caches at
+# its first calls (made while a new store's tables are empty, when a scan is the
+# cheapest) on the indexes as the tables grow, so a claim or a charge reads a few
+# index pages whatever the number of queries recorded.
 _LEDGER_CHARGE_TEXT = """
 CREATE OR REPLACE FUNCTION {charge}(q text, us text[], c bigint, OUT outcome text,
     OUT lacking text[])
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off AS $$
 DECLARE
     b bigint;
     done text[];
     same boolean;
+    distinct_units boolean;
+    gone boolean;
 BEGIN
     IF q IS NULL OR us IS NULL OR c IS NULL OR c < 0 OR c > 1000000000000000000
             OR array_position(us, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'DPBAD',
             MESSAGE = 'a charge needs a query id, units and a cost in [0, 1e18]';
     END IF;
-    IF (SELECT count(DISTINCT x.u) FROM unnest(us) AS x(u)) <> cardinality(us) THEN
-        RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a charge needs distinct units';
-    END IF;
     lacking := '{{}}';
-    -- the settle: no lock on its id (any fresh one), one of the 64 counter rows rewritten
-    IF cardinality(us) = 0 AND c = 2 THEN
-        UPDATE {meta} SET value = value WHERE key = 'queries:' || (hashtext(q) & 63)::text;
-        outcome := 'settled';
-        RETURN;
-    END IF;
-    SELECT m.value INTO b FROM {meta} AS m WHERE m.key = 'budget';
-    PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
-    -- no units: a claim, the query's id recorded before any of its charges (an id claimed
-    -- or charged before is reported as recorded)
     IF cardinality(us) = 0 THEN
-        IF c = 1 THEN
+        -- the settle: no lock on its id (any fresh one), one of the 64 counter rows rewritten
+        IF c = 2 THEN
+            UPDATE {meta} SET value = value WHERE key = 'queries:' || (hashtext(q) & 63)::text;
+            outcome := 'settled';
+            RETURN;
+        ELSIF c = 1 THEN
             PERFORM pg_catalog.set_config('synchronous_commit', 'off', true);
         ELSIF c <> 0 THEN
             RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a claim needs a cost of 0 or 1';
         END IF;
-        IF EXISTS (SELECT 1 FROM {queries} AS r WHERE r.query_id = q)
-                OR EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q)
-                OR EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
-            outcome := 'recorded';
-        ELSE
-            INSERT INTO {queries}(query_id, at) VALUES (q, extract(epoch FROM clock_timestamp()));
-            outcome := 'claimed';
-        END IF;
+        -- a claim: the query's id recorded before any of its charges, in one insert (an
+        -- id claimed, charged or pruned before is reported as recorded)
+        PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
+        INSERT INTO {queries}(query_id, at)
+            SELECT q, extract(epoch FROM clock_timestamp())
+            WHERE NOT EXISTS (SELECT 1 FROM {audit} AS a WHERE a.query_id = q)
+                AND NOT EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST)
+            ON CONFLICT (query_id) DO NOTHING;
+        outcome := CASE WHEN FOUND THEN 'claimed' ELSE 'recorded' END;
         RETURN;
     END IF;
-    SELECT array_agg(a.unit ORDER BY a.unit), bool_and(a.cost = c) INTO done, same
-        FROM {audit} AS a WHERE a.query_id = q;
+    SELECT m.value, (SELECT count(DISTINCT x.u) FROM unnest(us) AS x(u)) = cardinality(us)
+        INTO b, distinct_units FROM {meta} AS m WHERE m.key = 'budget';
+    IF NOT distinct_units THEN
+        RAISE EXCEPTION USING ERRCODE = 'DPBAD', MESSAGE = 'a charge needs distinct units';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext({tag} || q));
+    SELECT d.units, d.same, EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST)
+        INTO done, same, gone
+        FROM (SELECT array_agg(a.unit ORDER BY a.unit) AS units, bool_and(a.cost = c) AS same
+            FROM {audit} AS a WHERE a.query_id = q) AS d;
     IF done IS NOT NULL THEN
         IF same AND done = (SELECT array_agg(x.u ORDER BY x.u) FROM unnest(us) AS x(u))
         THEN
@@ -124,14 +132,15 @@ BEGIN
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
-    IF EXISTS (SELECT 1 FROM {pruned} AS p WHERE p.digest = DIGEST) THEN
+    IF gone THEN
         RAISE EXCEPTION USING ERRCODE = 'DPREU', MESSAGE = 'query id reused';
     END IF;
     BEGIN
         -- the audit rows first: the unit rows below stay locked until the commit, so
-        -- nothing else runs while they are held
+        -- nothing else runs while they are held (one time stamp for the charge's rows)
         INSERT INTO {audit}(query_id, unit, cost, at)
-            SELECT q, x.u, c, extract(epoch FROM clock_timestamp()) FROM unnest(us) AS x(u);
+            SELECT q, x.u, c, t.at FROM (SELECT extract(epoch FROM clock_timestamp()) AS at) AS t,
+                unnest(us) AS x(u);
         -- one statement inserts the new units, locks every unit row in unit order (so
         -- overlapping charges queue instead of deadlocking) and debits it; a unit left
         -- below zero lacked the cost: the sub-transaction rolls all of it back (the

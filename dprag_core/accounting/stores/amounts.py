@@ -42,7 +42,6 @@ MAX_EPSILON = 1e6
 MAX_ID_BYTES = 1024
 """Longest unit or query id, in UTF-8 bytes, that every backend accepts."""
 
-_NOT_BLANK = re.compile(r"\S")
 _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -107,14 +106,17 @@ def check_id(name: str, value: object) -> str:
     """
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__}")
-    if not _NOT_BLANK.search(value):
+    if not value or value.isspace():  # str.isspace: the whitespace of a pattern's \s
         raise ValueError(f"{name} must be a non-empty string (not only whitespace)")
     if "\x00" in value:
         raise ValueError(f"{name} must not contain a NUL character")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
+    if value.isascii():  # one byte a character (a charge checks every unit: the common case)
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} must be valid UTF-8 text (no lone surrogates)") from None
     if size > MAX_ID_BYTES:
         raise ValueError(f"{name} must be at most {MAX_ID_BYTES} UTF-8 bytes, got {size}")
     return value

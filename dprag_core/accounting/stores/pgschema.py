@@ -77,8 +77,10 @@ __all__ = [
     "postgres_stores",
 ]
 
-SCHEMA_VERSION = 7
-"""Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
+SCHEMA_VERSION = 8
+"""Version 8: a ledger's charge function looks rows up by key only (``enable_seqscan = off``: a
+session's cached plans stay on the indexes as the tables grow) and a ledger's claim is one
+insert. Version 7: a ledger's claim may commit without waiting for the WAL flush, and a
 settle makes such claims durable (:meth:`~dprag_core.accounting.ledger.Ledger.claim`).
 Version 6: retention (:mod:`~dprag_core.accounting.stores.retention`): the pruned ids'
 digests (``{table}_pruned``), which every charge and claim consults, the watermark in
@@ -216,6 +218,7 @@ class PostgresSchema:
         self.schema = check_schema_name(schema)
         self.spec = spec
         self._composed: dict[tuple[str, str], Any] = {}
+        self._call_bytes: bytes | None = None  # the charge call, rendered at its first use
         self._created = 0.0  # the store's identity (its creation time), read at open
         self.tables = {
             "meta": "key text PRIMARY KEY, value bigint NOT NULL",
@@ -578,7 +581,9 @@ class PostgresSchema:
         function refuses, e.g. repeated units: ``ValueError`` with its fixed message)."""
         pg = psycopg_module()
         try:
-            row = conn.execute(self.sql(self._call), values).fetchone()
+            if self._call_bytes is None:  # rendered once: a charge runs it every time
+                self._call_bytes = self.sql(self._call).as_bytes(conn)
+            row = conn.execute(self._call_bytes, values).fetchone()
         except pg.Error as exc:
             state = getattr(exc, "sqlstate", None)
             if state == "DPREU":
