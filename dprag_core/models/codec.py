@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dprag_core.models.envelope import keep_last_bytes, prompt_bytes
+from dprag_core.models.envelope import keep_last_bytes, prompt_bytes, work_filler
 
 __all__ = [
     "PENDING_TOKENS",
@@ -341,7 +341,10 @@ class TokenizerCodec:
 
         With a ``prompt_width``, only the prompt's last ``prompt_bytes(prompt_width)``
         UTF-8 bytes are wrapped and tokenized (the engines then keep the last
-        ``prompt_width`` tokens): the tokenizer's work is bounded by public numbers.
+        ``prompt_width`` tokens), and :func:`~dprag_core.models.envelope.work_filler`
+        of the bytes the prompt lacks is tokenized and thrown away: the tokenizer's
+        work is that of ``prompt_bytes(prompt_width)`` bytes whatever the prompt's
+        length (a public number).
 
         >>> class Bytes:
         ...     chat_template = None
@@ -352,7 +355,10 @@ class TokenizerCodec:
         16
         """
         if self.prompt_width is not None:
-            prompt = keep_last_bytes(prompt, prompt_bytes(self.prompt_width))
+            bound = prompt_bytes(self.prompt_width)
+            prompt = keep_last_bytes(prompt, bound)
+            lacking = bound - len(prompt.encode("utf-8", errors="surrogatepass"))
+            self.tokenizer.encode(work_filler(lacking), add_special_tokens=False, verbose=False)
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True

@@ -15,7 +15,12 @@ every engine, in process and on a server:
   made, memory) is bounded by public numbers and does not grow with a
   retrieved document's length, and the tokenizer never sees a sequence long
   enough for transformers' "Token indices sequence length is longer than ..."
-  warning (which every engine also switches off: ``verbose=False``).
+  warning (which every engine also switches off: ``verbose=False``). A
+  prompt shorter than that is followed by :func:`work_filler` for the bytes
+  it lacks, tokenized and thrown away: every row costs the tokenizer
+  ``prompt_bytes(prompt_width)`` bytes, so a long document's row takes no
+  longer to tokenize than a short one's (for prose; the tokenizer's work per
+  byte still varies a little with what the text is).
 - **Width.** The tokens of that end keep their last ``prompt_width``
   (:func:`keep_last`; the question and the answer cue end every prompt).
   ``prompt_width`` is a public parameter of the model; by default
@@ -74,6 +79,7 @@ __all__ = [
     "keep_last_bytes",
     "prompt_bytes",
     "public_width",
+    "work_filler",
 ]
 
 DEFAULT_PROMPT_WIDTH = 256
@@ -97,6 +103,25 @@ def prompt_bytes(width: int) -> int:
     1024
     """
     return PROMPT_BYTES_PER_TOKEN * positive_int("prompt_width", width)
+
+
+_FILLER = "the clinic notes each visit, the dose given and the date of the next one. "
+
+
+def work_filler(n_bytes: int) -> str:
+    """``n_bytes`` bytes of public ASCII prose, tokenized and thrown away to pad work.
+
+    A token engine tokenizes a prompt's last :func:`prompt_bytes` bytes and then this
+    filler for the bytes the prompt lacks, so every row's tokenizer work is that of
+    ``prompt_bytes(prompt_width)`` bytes of prose, whatever the documents' lengths
+    (module docstring, *bytes first*).
+
+    >>> work_filler(9), len(work_filler(1000))
+    ('the clini', 1000)
+    """
+    if n_bytes <= 0:
+        return ""
+    return (_FILLER * (n_bytes // len(_FILLER) + 1))[:n_bytes]
 
 
 def public_width(width: int | None, *, context: int | None, source: str = "context") -> int:

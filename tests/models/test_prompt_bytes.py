@@ -132,3 +132,24 @@ def test_keep_last_bytes_reads_only_the_end_and_agrees_with_encoding_it_all() ->
         text = "".join(rng.choice("ab é€😀\n") for _ in range(rng.randint(0, 30)))
         limit = rng.randint(1, 40)
         assert keep_last_bytes(text, limit) == whole(text, limit), (text, limit)
+
+
+@pytest.mark.parametrize("engine", ["eager", "static", "reader"])
+def test_every_prompt_costs_the_tokenizer_the_same_bytes(
+    engine: str,
+    tiny_hf_models: dict[str, Any],
+    tiny_tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A short prompt's row is padded with public filler up to the byte bound, so the
+    tokenizer reads as many bytes for it as for a megabyte document's (fails with the
+    filler removed: the short prompt's total is then hundreds of bytes lower)."""
+    model = _engines(tiny_hf_models, tiny_tokenizer)[engine]
+    seen = _spy(monkeypatch, model.tokenizer)
+    totals = []
+    for prompt in ("Question: who?\nAnswer:", PROMPT[-700:], PROMPT):
+        seen.clear()
+        model.prompt_ids(prompt)
+        totals.append(sum(seen))
+    assert len(set(totals)) == 1, totals
+    assert totals[0] >= prompt_bytes(WIDTH)
