@@ -27,6 +27,7 @@ time of one 64x576x1536 matrix product in bfloat16 over float32
 
     .venv/bin/python benchmarks/cpu_answer.py --threads 1   # one question, one torch thread
     .venv/bin/python benchmarks/cpu_answer.py --threads 2 --prefills padded   # the default
+    .venv/bin/python benchmarks/cpu_answer.py --threads 2 --prefills padded --prompt-width 128
     .venv/bin/python benchmarks/cpu_answer.py --threads 2 --diseases 40 --max-support 100
 """
 
@@ -96,10 +97,20 @@ def main() -> None:
     ap.add_argument(
         "--prefills", nargs="+", choices=sorted(PATHS), default=list(PATHS), help="paths timed"
     )
+    ap.add_argument(
+        "--prompt-width",
+        type=int,
+        default=None,
+        help="the public width of every row (default: the engine's, 256)",
+    )
     args = ap.parse_args()
+    if args.prompt_width is not None and args.prompt_width < 1:
+        ap.error("--prompt-width must be an integer >= 1")
     torch.set_num_threads(args.threads)
     reader = READERS["smollm2"]
-    token_model, text_model = load_reader("smollm2", dtype="float32")
+    token_model, text_model = load_reader(
+        "smollm2", dtype="float32", prompt_width=args.prompt_width
+    )
     corpus = make_corpus(
         n_diseases=args.diseases, max_support=args.max_support, seed=args.seed, real_treatments=True
     )
@@ -143,7 +154,8 @@ def main() -> None:
     med_cpu = {name: statistics.median(cpu[name]) for name in paths}
     print(
         f"SmolLM2-135M-Instruct float32, DPAnswerVote m={args.voters} eps={args.epsilon:g}, "
-        f"{len(items)} questions, {args.threads} torch threads, {os.cpu_count()} CPUs, "
+        f"{len(items)} questions, prompt_width {token_model.prompt_width}, "
+        f"{args.threads} torch threads, {os.cpu_count()} CPUs, "
         f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {cpu_has_native_bf16()}; "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )

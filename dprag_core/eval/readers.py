@@ -114,10 +114,16 @@ READERS = {
 }
 
 
-def load_reader(name: str, *, dtype: DType = "float32") -> tuple[HFTokenModel, HFTextModel]:
+def load_reader(
+    name: str, *, dtype: DType = "float32", prompt_width: int | None = None
+) -> tuple[HFTokenModel, HFTextModel]:
     """The token and text models of reader ``name`` (one set of weights).
 
-    >>> token_model, text_model = load_reader("smollm2")  # doctest: +SKIP
+    ``prompt_width``: the public width of every row (None: the engine's default,
+    :func:`~dprag_core.models.envelope.public_width`); an in-process prefill
+    computes that many positions a row, so its time scales with it.
+
+    >>> token_model, text_model = load_reader("smollm2", prompt_width=128)  # doctest: +SKIP
     """
     if name not in READERS:
         raise ValueError(f"reader must be one of {sorted(READERS)}, got {name!r}")
@@ -132,5 +138,7 @@ def load_reader(name: str, *, dtype: DType = "float32") -> tuple[HFTokenModel, H
 
         folder = str(reader_path())
     head = READERS[name].template.split("{context}")[0]  # public: before the records
-    token_model = HFTokenModel.from_pretrained(folder, dtype=dtype, shared_prefix=head)
+    token_model = HFTokenModel.from_pretrained(
+        folder, dtype=dtype, shared_prefix=head, prompt_width=prompt_width
+    )
     return token_model, HFTextModel.on(token_model)
