@@ -39,7 +39,7 @@ from langchain_core.vectorstores import VectorStore
 from dprag_core.retrieval import cell_search
 from dprag_core.retrieval.cells import PublicPartition, check_partition
 from dprag_core.retrieval.stores import refusal
-from dprag_core.retrieval.unit_records import check_unit_records
+from dprag_core.retrieval.unit_records import check_added_units
 from dprag_core.validation import missing_extra
 from langchain_dprag.embeddings import NormalizedEmbeddings
 from langchain_dprag.stores import (
@@ -155,21 +155,13 @@ def _check_units(
     store: VectorStore, support: Any, docs: list[Document], unit_key: str, bound: int
 ) -> None:
     """Refuse the add if a unit would hold more than ``bound`` documents in ``store``."""
-    if not isinstance(unit_key, str) or not unit_key:
-        raise TypeError(f"unit_key must be a non-empty string, got {type(unit_key).__name__}")
-    if any(d.metadata.get(unit_key) is None for d in docs):
-        raise ValueError(
-            f"every document must carry its privacy unit in metadata[unit_key] (unit_key="
-            f"{unit_key!r}): a document without it belongs to no unit, so no bound holds for it"
-        )
-    units = {str(d.metadata[unit_key]): d.metadata[unit_key] for d in docs}
     counter = getattr(support, "unit_records", None) or _searched_records
-    stored = counter(store, unit_key, units, bound)
-    check_unit_records(
-        [str(d.metadata[unit_key]) for d in docs],
-        lambda unit: int(stored.get(unit, 0)),
+    check_added_units(
+        [d.metadata for d in docs],
+        unit_key,
         bound=bound,
-        key=f"unit_key={unit_key!r}",
+        stored=lambda units: counter(store, unit_key, units, bound),
+        what="document",
     )
 
 

@@ -34,7 +34,7 @@ from llama_index.core.schema import BaseNode, MetadataMode
 from dprag_core.retrieval import cell_search
 from dprag_core.retrieval.cells import CELL_KEY, PublicPartition, check_partition
 from dprag_core.retrieval.stores import refusal
-from dprag_core.retrieval.unit_records import check_unit_records
+from dprag_core.retrieval.unit_records import check_added_units
 from dprag_core.validation import missing_extra
 from llamaindex_dprag.stores import STORES, StoreReading, read_vector_store, stored_count
 
@@ -98,22 +98,16 @@ def _check_units(
     nodes: list[BaseNode], probe: Any, bound: int, unit_key: str, vector_store: Any
 ) -> None:
     """Refuse the nodes if a unit would hold more than ``bound`` nodes (given plus stored)."""
-    if not isinstance(unit_key, str) or not unit_key:
-        raise TypeError(f"unit_key must be a non-empty string, got {type(unit_key).__name__}")
-    if any(n.metadata.get(unit_key) is None for n in nodes):
-        raise ValueError(
-            f"every node must carry its privacy unit in metadata[unit_key] (unit_key="
-            f"{unit_key!r}): a node without it belongs to no unit, so no bound holds for it"
-        )
-    units = {str(n.metadata[unit_key]): n.metadata[unit_key] for n in nodes}
-    stored = (
-        {} if vector_store is None else _stored_records(vector_store, probe, unit_key, units, bound)
-    )
-    check_unit_records(
-        [str(n.metadata[unit_key]) for n in nodes],
-        lambda unit: int(stored.get(unit, 0)),
+    check_added_units(
+        [n.metadata for n in nodes],
+        unit_key,
         bound=bound,
-        key=f"unit_key={unit_key!r}",
+        stored=lambda units: (
+            {}
+            if vector_store is None
+            else _stored_records(vector_store, probe, unit_key, units, bound)
+        ),
+        what="node",
     )
 
 

@@ -31,9 +31,15 @@ ValueError: this add would give a privacy unit (units) more than max_unit_record
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["DEFAULT_MAX_UNIT_RECORDS", "check_unit_records", "unit_bound_error"]
+__all__ = [
+    "DEFAULT_MAX_UNIT_RECORDS",
+    "check_added_units",
+    "check_unit_records",
+    "unit_bound_error",
+]
 
 DEFAULT_MAX_UNIT_RECORDS = 256
 """The default public bound on one privacy unit's records in a partitioned corpus."""
@@ -68,3 +74,43 @@ def check_unit_records(
     for unit, adding in Counter(units).items():
         if adding > bound or stored(unit) + adding > bound:
             raise unit_bound_error(bound, key)
+
+
+def check_added_units(
+    metadatas: Sequence[Mapping[str, Any]],
+    unit_key: object,
+    *,
+    bound: int,
+    stored: Callable[[dict[str, Any]], Mapping[str, int]],
+    what: str,
+) -> None:
+    """:func:`check_unit_records` for records that name their unit in ``metadata[unit_key]``.
+
+    ``unit_key`` must be a non-empty string and every record must carry it (a
+    record of no unit would escape the bound); ``stored(units)`` gets each
+    distinct unit of the add (``str(value)`` -> value) and returns how many
+    records the store holds of each (absent: none); ``what`` names a record in
+    the messages ("document", "node").
+
+    >>> none = lambda units: {}
+    >>> check_added_units([{"who": 1}, {"who": 1}], "who", bound=2, stored=none, what="node")
+    >>> check_added_units([{}], "who", bound=2, stored=none, what="node")
+    Traceback (most recent call last):
+    ...
+    ValueError: every node must carry its privacy unit in metadata[unit_key] (unit_key='who'): ...
+    """
+    if not isinstance(unit_key, str) or not unit_key:
+        raise TypeError(f"unit_key must be a non-empty string, got {type(unit_key).__name__}")
+    if any(m.get(unit_key) is None for m in metadatas):
+        raise ValueError(
+            f"every {what} must carry its privacy unit in metadata[unit_key] (unit_key="
+            f"{unit_key!r}): a {what} without it belongs to no unit, so no bound holds for it"
+        )
+    units = {str(m[unit_key]): m[unit_key] for m in metadatas}
+    counts = stored(units)
+    check_unit_records(
+        [str(m[unit_key]) for m in metadatas],
+        lambda unit: int(counts.get(unit, 0)),
+        bound=bound,
+        key=f"unit_key={unit_key!r}",
+    )
