@@ -224,16 +224,22 @@ def through_private_rag(cls: type[KeyRecorder]) -> tuple[list[str], list[str]]:
     """The keys that reached the selection for D (9 on-topic, 11 off-topic records) and D'
     (D + one on-topic unit ranked first, which pushes D's last, off-topic, unit out of
     the pool: depth 1, the top m)."""
+    docs = [ScoredDocument(f"r{i}", t, 0.9, unit=f"u{i}") for i, t in enumerate([ON] * 9)]
+    docs += [ScoredDocument(f"o{i}", OFF, 0.8, unit=f"o{i}") for i in range(M - 9)]
+    return keys_through_private_rag(cls, docs, ScoredDocument("x", ON, 0.95, unit="x"), depth=1)
+
+
+def keys_through_private_rag(
+    cls: type[KeyRecorder], docs: list[ScoredDocument], x: ScoredDocument, *, depth: int
+) -> tuple[list[str], list[str]]:
+    """The keys that reached the selection through ``PrivateRAG`` for ``docs`` and for
+    ``x`` ranked first in front of them (each app charged before it retrieves)."""
     seen = []
-    for new in (False, True):
-        docs = [ScoredDocument(f"r{i}", t, 0.9, unit=f"u{i}") for i, t in enumerate([ON] * 9)]
-        docs += [ScoredDocument(f"o{i}", OFF, 0.8, unit=f"o{i}") for i in range(M - 9)]
-        if new:
-            docs = [ScoredDocument("x", ON, 0.95, unit="x"), *docs]
+    for pool in (docs, [x, *docs]):
         mech = cls(Reader(), m=M, k=1, epsilon=EPSILON, delta=DELTA,
-                   record_filter=mentions_subject, filter_depth=1)  # fmt: skip
+                   record_filter=mentions_subject, filter_depth=depth)  # fmt: skip
         budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
-        app = PrivateRAG(mech, HonoursK(lambda q, k, docs=docs: docs[:k]), accountant=budget)
+        app = PrivateRAG(mech, HonoursK(lambda q, k, docs=pool: docs[:k]), accountant=budget)
         app.answer(QUESTION, rng=0)
         assert budget.spent_epsilon == EPSILON  # charged before retrieval
         seen.append(mech.seen[0])
@@ -276,26 +282,8 @@ def deep_pair_through_private_rag(cls: type[KeyRecorder]) -> tuple[list[str], li
     heparin record out of the pool (one vote moves) and rank 19 out of the top 20.
     """
     texts = [ON, OFF] * 9 + [OFF, ON] + [ON, OFF] * 9 + [OFF, HEPARIN] + [ON] * 5
-    seen = []
-    for new in (False, True):
-        docs = docs_of(texts)
-        if new:
-            docs = [ScoredDocument("x", OFF, 0.95, unit="x"), *docs]
-        mech = cls(
-            Reader(),
-            m=M,
-            k=1,
-            epsilon=EPSILON,
-            delta=DELTA,
-            record_filter=mentions_subject,
-            filter_depth=2,
-        )
-        budget = InMemoryCorpusAccountant(Budget(100.0, 0.5))
-        app = PrivateRAG(mech, HonoursK(lambda q, k, docs=docs: docs[:k]), accountant=budget)
-        app.answer(QUESTION, rng=0)
-        assert budget.spent_epsilon == EPSILON  # charged before retrieval
-        seen.append(mech.seen[0])
-    return seen[0], seen[1]
+    x = ScoredDocument("x", OFF, 0.95, unit="x")
+    return keys_through_private_rag(cls, docs_of(texts), x, depth=2)
 
 
 def test_audit_with_a_deeper_pool_within_the_claim() -> None:
