@@ -182,8 +182,19 @@ def emitting_end_payload(emit: Any, count: Any) -> Any:
 
 def uncut_prompts(model: Any) -> None:
     """Make a served model (``OpenAICompatModel``) send every prompt whole, as it did before
-    the public envelope: its width set beyond any prompt, so a long document makes a prompt
-    over the server's context (issue 36 case 2)."""
+    the public envelope: each prompt tokenized whole (no byte cut, no filler) and its width
+    set beyond any prompt, so a long document makes a prompt over the server's context
+    (issue 36 case 2)."""
+    codec_ids = type(model).prompt_ids
+
+    def whole(prompt: str) -> list[int]:
+        width, model.prompt_width = model.prompt_width, None
+        try:
+            return list(codec_ids(model, prompt))
+        finally:
+            model.prompt_width = width
+
+    model.prompt_ids = whole
     model.prompt_width = 10**9
 
 
